@@ -1,0 +1,65 @@
+"""Check one dump entry: run both sides through its framework, judge every output.
+
+The one place that ties frameworks to compare.py; it knows no pytest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List
+
+from .compare import ERROR, SKIP, BasicStandard, Comparison, compare, worst_status
+from .dump import Dump, EntryName
+from .frameworks import for_framework
+from .inputs import AUTO, InputError
+from .outcome import BenchmarkFailed, EntryResult, OutputPair, OutputRow, Run, Unsupported
+
+
+@dataclass
+class Settings:
+    device: str = "cpu"  # "cpu", "cuda:0", "npu:3" or "recorded"
+    mode: str = AUTO
+    seed: int = 1234
+    standard: object = BasicStandard()
+
+
+def check_entry(dump: Dump, name: EntryName, settings: Settings) -> EntryResult:
+    result = EntryResult(name.prefix, name.direction, SKIP, dump=str(dump.path))
+    try:
+        framework = for_framework(dump.framework)
+        run = framework.run(dump, name, settings.device, settings.mode, settings.seed)
+    except (Unsupported, BenchmarkFailed, InputError) as exc:
+        result.message = str(exc)
+        return result
+    if run.tested_error:
+        result.status = ERROR
+        result.message = join([f"the tested run on {settings.device} raised {run.tested_error}", *run.notes])
+        return result
+    result.outputs = [output_row(name, pair, run, settings.standard) for pair in run.pairs]
+    result.status = worst_status([row.status for row in result.outputs])
+    result.message = join([*failures(result.outputs), *run.notes])
+    if not result.outputs:
+        result.message = join(["no output to compare", result.message])
+    return result
+
+
+def output_row(name: EntryName, pair: OutputPair, run: Run, standard) -> OutputRow:
+    row_name = f"{name.full}.output.{pair.index}"
+    if pair.skip:
+        return OutputRow(row_name, pair.bench_dtype, pair.tested_dtype, pair.shape, None, None, None, SKIP, pair.skip)
+    comparison = Comparison(pair.tested, pair.bench, pair.tested_dtype, run.input_scale, row_name)
+    metrics, verdict = compare(comparison, standard)
+    return OutputRow(
+        row_name, pair.bench_dtype, pair.tested_dtype, pair.shape,
+        metrics.cosine, metrics.max_abs_err, metrics.max_rel_err, verdict.status, verdict.message,
+    )
+
+
+def failures(rows: List[OutputRow]) -> List[str]:
+    """`output.0: <why>` for every output that did not pass, failures first."""
+    ranked = sorted((row for row in rows if row.status != "pass" and row.message), key=lambda r: r.status == SKIP)
+    return [f"output.{row.name.rsplit('.', 1)[-1]}: {row.message}" for row in ranked]
+
+
+def join(parts: List[str]) -> str:
+    return "; ".join(part for part in parts if part)

@@ -1,0 +1,205 @@
+"""Per-output metrics and the standards that judge them.
+
+Everything here works on numpy arrays in float64 and knows no framework: the
+framework modules hand over the tested and the bench output as arrays plus the
+tested dtype's name (torch spelling).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+
+PASS = "pass"
+ERROR = "error"
+WARNING = "warning"
+SKIP = "SKIP"
+
+# The denominator of MaxRelativeErr where the bench value is exactly zero
+# (msprobe's MindSpore checker uses the same constant).
+REL_EPS = 1e-8
+
+
+@dataclass
+class Comparison:
+    """One tested output beside its bench, both as arrays."""
+
+    tested: np.ndarray
+    bench: np.ndarray
+    tested_dtype: str  # "torch.bfloat16"
+    name: str = ""  # "Torch.matmul.0.forward.output.0", for per-API tolerances
+    # The largest |value| among the floating inputs: the scale a reduction's
+    # error follows (used by the dtype standard).
+    input_scale: float = 0.0
+
+
+@dataclass
+class Metrics:
+    cosine: Optional[float]
+    max_abs_err: float
+    max_rel_err: float
+    worst_index: Optional[Tuple[int, ...]] = None
+    worst_tested: Optional[float] = None
+    worst_bench: Optional[float] = None
+
+
+@dataclass
+class Verdict:
+    status: str
+    message: str = ""
+
+
+def is_floating(dtype: str) -> bool:
+    name = dtype.rsplit(".", 1)[-1].lower()
+    return "float" in name or "complex" in name or name in ("half", "double")
+
+
+def metrics(tested: np.ndarray, bench: np.ndarray) -> Metrics:
+    """Cosine, MaxAbsErr and MaxRelativeErr over the finite elements of both."""
+    t = np.asarray(tested, dtype=np.float64).reshape(-1)
+    b = np.asarray(bench, dtype=np.float64).reshape(-1)
+    finite = np.isfinite(t) & np.isfinite(b)
+    if not finite.all():
+        t, b = t[finite], b[finite]
+    if t.size == 0:
+        return Metrics(None, 0.0, 0.0)
+    diff = np.abs(t - b)
+    worst = int(np.argmax(diff))
+    abs_b = np.abs(b)
+    rel = diff / np.where(abs_b == 0, REL_EPS, abs_b)
+    index = np.unravel_index(np.flatnonzero(finite)[worst], np.shape(tested)) if np.ndim(tested) else ()
+    return Metrics(
+        cosine=cosine(t, b),
+        max_abs_err=float(diff[worst]),
+        max_rel_err=float(rel.max()),
+        worst_index=tuple(int(i) for i in index),
+        worst_tested=float(t[worst]),
+        worst_bench=float(b[worst]),
+    )
+
+
+def cosine(t: np.ndarray, b: np.ndarray) -> Optional[float]:
+    """Cosine similarity; None where undefined (one element, a zero vector)."""
+    if t.size <= 1:
+        return None
+    # Scale first: the squares of large fp32 values overflow float64 sums.
+    scale = max(float(np.abs(t).max()), float(np.abs(b).max()))
+    if scale == 0.0:
+        return None
+    t, b = t / scale, b / scale
+    norm_t, norm_b = float(np.sqrt(np.dot(t, t))), float(np.sqrt(np.dot(b, b)))
+    if norm_t == 0.0 or norm_b == 0.0:
+        return None
+    return float(np.clip(np.dot(t, b) / (norm_t * norm_b), -1.0, 1.0))
+
+
+def incomparable(c: Comparison) -> Optional[str]:
+    """Why the two outputs cannot be compared element by element (a failure)."""
+    if np.shape(c.tested) != np.shape(c.bench):
+        return f"shape {list(np.shape(c.tested))} differs from the bench's {list(np.shape(c.bench))}"
+    kinds = (_kind(c.tested), _kind(c.bench))
+    if kinds[0] != kinds[1] and "f" in kinds:
+        return f"dtype kind differs: tested is {_kind_name(kinds[0])}, bench is {_kind_name(kinds[1])}"
+    return None
+
+
+def _kind(array: np.ndarray) -> str:
+    kind = np.asarray(array).dtype.kind
+    return {"f": "f", "c": "f", "b": "b"}.get(kind, "i")
+
+
+def _kind_name(kind: str) -> str:
+    return {"f": "floating", "b": "bool", "i": "integer"}[kind]
+
+
+def _nonfinite_mismatch(tested: np.ndarray, bench: np.ndarray) -> Optional[str]:
+    t, b = np.asarray(tested, np.float64), np.asarray(bench, np.float64)
+    t_nan, b_nan = np.isnan(t), np.isnan(b)
+    t_inf, b_inf = np.isinf(t), np.isinf(b)
+    if not (t_nan.any() or b_nan.any() or t_inf.any() or b_inf.any()):
+        return None
+    faults = []
+    nan_off = int((t_nan != b_nan).sum())
+    if nan_off:
+        faults.append(f"NaN at {nan_off} position(s) where the other side has none")
+    inf_off = int(((t_inf | b_inf) & ~(t_nan | b_nan) & (t != b)).sum())
+    if inf_off:
+        faults.append(f"inf at {inf_off} position(s) where the other side differs")
+    return "; ".join(faults) or None
+
+
+def judge_exact(c: Comparison) -> Verdict:
+    """Integer and bool outputs must be equal."""
+    t, b = np.asarray(c.tested), np.asarray(c.bench)
+    wrong = int((t != b).sum())
+    if wrong:
+        return Verdict(ERROR, f"{wrong} of {t.size} elements differ (integer/bool outputs must be equal)")
+    return Verdict(PASS)
+
+
+class BasicStandard:
+    """The user's rule: Cosine > cosine and MaxAbsErr < max_abs_err."""
+
+    name = "basic"
+
+    def __init__(self, cosine: float = 0.99, max_abs_err: float = 1e-4):
+        self.cosine = cosine
+        self.max_abs_err = max_abs_err
+
+    def describe(self) -> str:
+        return f"basic (Cosine > {self.cosine:g} and MaxAbsErr < {self.max_abs_err:g})"
+
+    def judge(self, c: Comparison, m: Metrics) -> Verdict:
+        broken = self.broken_rules(c, m)
+        return Verdict(ERROR, "; ".join(broken)) if broken else Verdict(PASS)
+
+    def broken_rules(self, c: Comparison, m: Metrics) -> Sequence[str]:
+        broken = []
+        one_side_zero = _all_zero(c.tested) != _all_zero(c.bench)
+        if one_side_zero and np.size(c.tested) > 1:
+            side = "tested" if _all_zero(c.tested) else "bench"
+            broken.append(f"the {side} output is all zero and the other is not")
+        elif m.cosine is not None and not m.cosine > self.cosine:
+            broken.append(f"Cosine {m.cosine:.6g} <= {self.cosine:g}")
+        if not m.max_abs_err < self.max_abs_err:
+            broken.append(f"MaxAbsErr {m.max_abs_err:.3g} >= {self.max_abs_err:g}{_where(c, m)}")
+        return broken
+
+
+def _all_zero(array: np.ndarray) -> bool:
+    a = np.asarray(array)
+    return a.size > 0 and not np.any(a)
+
+
+def _where(c: Comparison, m: Metrics) -> str:
+    if m.worst_index is None:
+        return ""
+    index = ", ".join(str(i) for i in m.worst_index)
+    return f" at [{index}] (tested {m.worst_tested:.8g}, bench {m.worst_bench:.8g})"
+
+
+def compare(c: Comparison, standard) -> Tuple[Metrics, Verdict]:
+    """Metrics and verdict of one output; structural faults fail under any standard."""
+    fault = incomparable(c)
+    if fault:
+        return Metrics(None, float("nan"), float("nan")), Verdict(ERROR, fault)
+    m = metrics(c.tested, c.bench)
+    if _kind(c.tested) != "f":
+        return m, judge_exact(c)
+    fault = _nonfinite_mismatch(c.tested, c.bench)
+    if fault:
+        return m, Verdict(ERROR, fault)
+    return m, standard.judge(c, m)
+
+
+def worst_status(statuses: Sequence[str]) -> str:
+    """An API's status from its outputs': error beats warning beats pass; all SKIP is SKIP."""
+    judged = [s for s in statuses if s != SKIP]
+    if not judged:
+        return SKIP
+    for status in (ERROR, WARNING):
+        if status in judged:
+            return status
+    return PASS

@@ -1,0 +1,433 @@
+"""PyTorch: resolve an entry to its callable, run it tested and as benchmark.
+
+Imported only when a PyTorch entry is checked. The tested run happens on the
+device under test in the recorded dtypes (or is read from the dump in
+`recorded` mode); the benchmark runs on CPU with every floating tensor in
+float64. Both sides come back as numpy arrays for compare.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
+from ..inputs import REAL, Device, Rebuilder, Undescribed, is_tensor_spec, tree_map
+from ..outcome import BenchmarkFailed, OutputPair, Run, Unsupported
+
+RECORDED = "recorded"
+
+# Random by design: two runs never agree, so there is nothing to check.
+NONDETERMINISTIC = re.compile(
+    r"dropout|^rand|bernoulli|multinomial|^normal_?$|poisson|^uniform_$|exponential_|geometric_"
+    r"|cauchy_|log_normal_|^random_$|rrelu|^empty|new_empty"
+)
+# Casts: their dtype argument is the point of the call, and never autocast.
+CASTS = frozenset({"to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long", "bool", "char",
+                   "byte", "short", "cpu", "cuda", "npu"})
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+class TorchCodec:
+    """Specs -> torch values (see inputs.Codec)."""
+
+    def dtype(self, name: str) -> torch.dtype:
+        dtype = getattr(torch, str(name).replace("torch.", "", 1), None) if str(name).startswith("torch.") else None
+        if not isinstance(dtype, torch.dtype):
+            raise KeyError(name)
+        return dtype
+
+    def dtype_kind(self, name: str) -> str:
+        dtype = self.dtype(name)
+        if dtype == torch.bool:
+            return "b"
+        if dtype.is_complex:
+            return "c"
+        return "f" if dtype.is_floating_point else "i"
+
+    def load(self, path: Path) -> torch.Tensor:
+        tensor = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"holds a {type(tensor).__name__}, not a tensor")
+        return tensor
+
+    def from_array(self, array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+        array = np.asarray(array)
+        if not array.flags.c_contiguous:
+            array = array.copy()
+        return torch.from_numpy(array).to(dtype)
+
+    def shape_of(self, tensor: torch.Tensor) -> List[int]:
+        return list(tensor.shape)
+
+    def size(self, dims: List[int]) -> torch.Size:
+        return torch.Size(dims)
+
+
+CODEC = TorchCodec()
+
+
+def resolve(name: EntryName) -> Callable:
+    """The callable an entry recorded; Unsupported says why there is none."""
+    api_type, api = name.api_type, name.api
+    if api_type in DISTRIBUTED_TYPES:
+        raise Unsupported(f"{api_type} collective: it cannot be re-run alone, on one device")
+    if NONDETERMINISTIC.search(api):
+        raise Unsupported(f"non-deterministic API {api}: two runs never agree")
+    if api_type == "NPU":
+        raise Unsupported(f"NPU fused op {api}: needs torch_npu or a CPU reference")
+    roots = {
+        "Functional": lambda: torch.nn.functional,
+        "Tensor": lambda: torch.Tensor,
+        "Torch": lambda: torch,
+        "VF": lambda: torch._VF,
+        "Aten": lambda: torch.ops.aten,
+    }
+    if api_type not in roots:
+        raise Unsupported(f"unknown API type {api_type!r}")
+    target: Any = roots[api_type]()
+    for part in api.split("."):
+        try:
+            target = getattr(target, part)
+        except (AttributeError, RuntimeError):
+            raise Unsupported(f"{api_type}.{api} does not exist in torch {torch.__version__}") from None
+    if not callable(target):
+        raise Unsupported(f"{api_type}.{api} is not callable")
+    return target
+
+
+# -- the call ------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """A recorded call rebuilt: the callable and its arguments (recorded dtypes, CPU)."""
+
+    name: EntryName
+    fn: Callable
+    args: list
+    kwargs: dict
+    output_specs: list
+    notes: List[str] = field(default_factory=list)
+    autocast: Optional[torch.dtype] = None
+
+    @property
+    def inplace(self) -> bool:
+        api = self.name.api.rsplit(".", 1)[-1]
+        return (api.endswith("_") and not api.endswith("__")) or api.startswith("__i") or self.kwargs.get(
+            "inplace"
+        ) is True
+
+
+def build_call(dump: Dump, name: EntryName, fn: Callable, mode: str, seed: int) -> Call:
+    forward = dump.entries.get(f"{name.prefix}.forward")
+    if forward is None:
+        raise Unsupported(f"no forward entry {name.prefix}.forward in the dump to rebuild the call from")
+    rebuilder = Rebuilder(CODEC, f"{name.prefix}.forward", dump.tensor_dir, mode, seed)
+    rebuilt = rebuilder.rebuild(forward)
+    output_specs = flat_specs(forward.get("output", []))
+    call = Call(name, fn, rebuilt.args, rebuilt.kwargs, output_specs, list(rebuilt.notes))
+    recover_undescribed(call)
+    call.autocast = autocast_dtype(call)
+    if call.autocast is not None:
+        call.notes.append(f"autocast to {call.autocast} applied: recorded inputs are wider than the output")
+    return call
+
+
+def flat_specs(specs: Any) -> list:
+    """Output specs in order, nested lists flattened (spec dicts and None are leaves)."""
+    if isinstance(specs, list):
+        return [leaf for item in specs for leaf in flat_specs(item)]
+    return [specs]
+
+
+def recover_undescribed(call: Call) -> None:
+    """msprobe 26.x writes `{}` for some dtype arguments: the output dtype tells which."""
+    out_dtype = next((s.get("dtype") for s in call.output_specs if is_tensor_spec(s)), None)
+
+    def recover(value: Any) -> Any:
+        if not isinstance(value, Undescribed):
+            return value
+        if out_dtype is None:
+            raise Unsupported(f"{value.field} is {{}}: msprobe could not describe it")
+        call.notes.append(f"{value.field} was {{}}: read as {out_dtype}, the recorded output dtype")
+        return CODEC.dtype(out_dtype)
+
+    call.args = tree_map(recover, call.args)
+    call.kwargs = tree_map(recover, call.kwargs)
+
+
+def autocast_dtype(call: Call) -> Optional[torch.dtype]:
+    """fp32 inputs but a bf16/fp16 output: the call ran under autocast."""
+    if call.name.api in CASTS:
+        return None
+    inputs = {t.dtype for t in tensors(call.args, call.kwargs) if t.is_floating_point()}
+    outputs = {s.get("dtype") for s in call.output_specs if is_tensor_spec(s)}
+    if len(outputs) != 1 or not inputs:
+        return None
+    try:
+        out = CODEC.dtype(outputs.pop())
+    except KeyError:
+        return None
+    if out in LOW_PRECISION and all(d not in LOW_PRECISION and d.itemsize > out.itemsize for d in inputs):
+        return out
+    return None
+
+
+def tensors(*trees: Any) -> List[torch.Tensor]:
+    found: List[torch.Tensor] = []
+    for tree in trees:
+        tree_map(lambda v: found.append(v) if isinstance(v, torch.Tensor) else None, tree)
+    return found
+
+
+# -- the two sides -------------------------------------------------------------
+
+
+@dataclass
+class Side:
+    """How one side places its tensors: tested (device, recorded dtype) or bench."""
+
+    device: str
+    floating: Optional[torch.dtype] = None  # None keeps the recorded dtype
+    autocast: Optional[torch.dtype] = None
+
+    def place(self, value: Any, requires_grad: bool = False) -> Any:
+        if isinstance(value, Device):
+            return torch.device(self.device)
+        if not isinstance(value, torch.Tensor):
+            return value
+        floating = value.is_floating_point()
+        dtype = self.floating if (floating and self.floating is not None) else value.dtype
+        placed = value.detach().to(device=self.device, dtype=dtype, copy=True)
+        if requires_grad and floating:
+            placed.requires_grad_(True)
+        return placed
+
+    def context(self) -> contextlib.AbstractContextManager:
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(torch.device(self.device).type, dtype=self.autocast)
+
+
+def call_on(side: Side, call: Call, grad: bool = False):
+    """(output, differentiable input leaves) of the call placed on one side."""
+    args = tree_map(lambda v: side.place(v, grad), call.args)
+    kwargs = tree_map(lambda v: side.place(v, grad), call.kwargs)
+    leaves = [t for t in tensors(args, kwargs) if t.requires_grad]
+    if grad and call.inplace:
+        # An in-place op may not write into a leaf that requires grad.
+        args, kwargs = tree_map(_clone_tensor, args), tree_map(_clone_tensor, kwargs)
+    with side.context(), torch.set_grad_enabled(grad):
+        return call.fn(*args, **kwargs), leaves
+
+
+def _clone_tensor(value: Any) -> Any:
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def bench_sides() -> Sequence[Side]:
+    """float64 first; float32 where the API has no float64 kernel."""
+    return Side("cpu", torch.float64), Side("cpu", torch.float32)
+
+
+def run_bench(fn: Callable[[Side], Any]) -> tuple:
+    """(result, side, note) of the first bench side that runs."""
+    errors = []
+    for side in bench_sides():
+        try:
+            return fn(side), side, ("" if side.floating == torch.float64 else
+                                    f"benchmark ran in {side.floating}: float64 raised {errors[0]}")
+        except Unsupported:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure of the bench is reported
+            errors.append(f"{type(exc).__name__}: {_first_line(exc)}")
+    raise BenchmarkFailed(f"the benchmark cannot run on CPU: {errors[-1]}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def tested_side(device: str, call: Call) -> Side:
+    return Side(device, None, call.autocast)
+
+
+# -- outputs -------------------------------------------------------------------
+
+
+def flat_outputs(out: Any) -> list:
+    """Outputs in order: tuples (named ones too) and lists flattened."""
+    if isinstance(out, (tuple, list)) and not isinstance(out, torch.Size):
+        return [leaf for item in out for leaf in flat_outputs(item)]
+    return [out]
+
+
+def to_array(value: Any) -> Optional[tuple]:
+    """(array, dtype name, shape) of one output; None for outputs not compared."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu()
+        if t.is_floating_point():
+            array = t.to(torch.float64).numpy()
+        elif t.is_complex():
+            array = t.to(torch.complex128).numpy()
+        else:
+            array = t.numpy()
+        return array, str(value.dtype), list(value.shape)
+    if isinstance(value, torch.Size):
+        return np.asarray(list(value), dtype=np.int64), "torch.Size", [len(value)]
+    if isinstance(value, bool):
+        return np.asarray(value), "bool", []
+    if isinstance(value, int):
+        return np.asarray(value, dtype=np.int64), "int", []
+    if isinstance(value, float):
+        return np.asarray(value, dtype=np.float64), "float", []
+    return None
+
+
+def pairs_of(tested: Sequence[Any], bench: Sequence[Any]) -> List[OutputPair]:
+    pairs = []
+    for index, (t, b) in enumerate(zip(tested, bench)):
+        if t is None and b is None:
+            continue
+        t_arr, b_arr = to_array(t), to_array(b)
+        if t_arr is None or b_arr is None:
+            what = type(t if t_arr is None else b).__name__
+            pairs.append(OutputPair(index, skip=f"output of type {what} is not compared"))
+            continue
+        pairs.append(OutputPair(index, t_arr[0], b_arr[0], t_arr[1], b_arr[1], t_arr[2]))
+    if len(tested) != len(bench):
+        pairs.append(OutputPair(len(pairs), skip=f"the tested side gave {len(tested)} outputs, the bench {len(bench)}"))
+    return pairs
+
+
+def input_scale(call: Call) -> float:
+    """The largest finite |value| among the floating inputs."""
+    scale = 0.0
+    for t in tensors(call.args, call.kwargs):
+        if t.is_floating_point() and t.numel():
+            finite = t[torch.isfinite(t)]
+            if finite.numel():
+                scale = max(scale, float(finite.abs().max()))
+    return scale
+
+
+# -- forward and backward ------------------------------------------------------
+
+
+def run(dump: Dump, name: EntryName, device: str, mode: str, seed: int) -> Run:
+    fn = resolve(name)
+    recorded = device == RECORDED
+    call = build_call(dump, name, fn, REAL if recorded else mode, seed)
+    if name.direction == BACKWARD:
+        return run_backward(dump, call, device, mode, seed)
+    bench_out, side, note = run_bench(lambda s: call_on(s, call)[0])
+    result = Run([], call.notes + ([note] if note else []), input_scale(call))
+    bench = flat_outputs(bench_out)
+    if recorded:
+        tested = recorded_values(dump, f"{name.prefix}.forward", call.output_specs, "output")
+    else:
+        try:
+            tested = flat_outputs(call_on(tested_side(device, call), call)[0])
+        except Exception as exc:  # noqa: BLE001 - a device that raises is a finding
+            result.tested_error = f"{type(exc).__name__}: {_first_line(exc)}"
+            return result
+    result.pairs = pairs_of(tested, bench)
+    return result
+
+
+def recorded_values(dump: Dump, entry: str, specs: list, key: str) -> list:
+    """The values a tensor dump recorded, loaded from its files (None stays None)."""
+    rebuilder = Rebuilder(CODEC, entry, dump.tensor_dir, REAL, 0)
+    return [None if spec is None else rebuilder.value(spec, f"{key}[{i}]") for i, spec in enumerate(specs)]
+
+
+def run_backward(dump: Dump, call: Call, device: str, mode: str, seed: int) -> Run:
+    name = call.name
+    body = dump.entries[name.full]
+    recorded = device == RECORDED
+    rebuilder = Rebuilder(CODEC, name.full, dump.tensor_dir, REAL if recorded else mode, seed)
+    grad_outputs = rebuilder.rebuild(body, "input", "").args
+    grad_specs = flat_specs(body.get("output", []))
+    notes = call.notes + rebuilder.notes
+
+    bench_grads, side, note = run_bench(lambda s: gradients(s, call, grad_outputs))
+    result = Run([], notes + ([note] if note else []), input_scale(call))
+    if recorded:
+        tested = recorded_values(dump, name.full, grad_specs, "output")
+        result.pairs = recorded_gradient_pairs(tested, bench_grads, grad_specs)
+        return result
+    try:
+        tested = gradients(tested_side(device, call), call, grad_outputs)
+    except Unsupported:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        result.tested_error = f"{type(exc).__name__}: {_first_line(exc)}"
+        return result
+    expected = [i < len(grad_specs) and grad_specs[i] is not None for i in range(len(bench_grads))]
+    result.pairs = [p for p in pairs_of(tested, bench_grads) if p.index < len(expected) and expected[p.index]]
+    return result
+
+
+def gradients(side: Side, call: Call, grad_outputs: list) -> list:
+    """Gradients of every floating input tensor, in argument order (None where unused)."""
+    out, leaves = call_on(side, call, grad=True)
+    outs = [o for o in flat_outputs(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+    if not outs:
+        raise Unsupported("the forward outputs take no grad")
+    grads = [side.place(g) if isinstance(g, torch.Tensor) else None for g in flat_outputs(grad_outputs)]
+    chosen = [(o, g) for o, g in zip(outs, grads) if g is not None]
+    if not chosen:
+        raise Unsupported("the backward entry records no grad_output for a differentiable output")
+    for i, (o, g) in enumerate(chosen):
+        if o.shape != g.shape:
+            raise Unsupported(f"grad_output {i} has shape {list(g.shape)}, its output {list(o.shape)}")
+    found = torch.autograd.grad([o for o, _ in chosen], leaves, [g.to(o.dtype) for o, g in chosen],
+                                allow_unused=True)
+    return list(found)
+
+
+def recorded_gradient_pairs(tested: list, bench: list, specs: list) -> List[OutputPair]:
+    """Recorded gradients against the bench gradients of the inputs they belong to.
+
+    Item i of a backward `output` is usually the gradient of differentiable
+    input i, but for some APIs (linear, matmul) msprobe hooks an internal node
+    and records gradients in another order or of shapes that match no input.
+    A recorded gradient is matched by position and shape, else to the one input
+    whose shape it alone has; the rest cannot be compared and say so.
+    """
+    shapes = [None if g is None else list(g.shape) for g in bench]
+    matched: dict = {}
+    strays = []
+    for position, (t, spec) in enumerate(zip(tested, specs)):
+        if spec is None or t is None:
+            continue
+        index = _input_of(position, list(t.shape), shapes, matched)
+        if index is None:
+            strays.append(list(t.shape))
+        else:
+            matched[index] = t
+    pairs = []
+    for index in sorted(matched):
+        pair = pairs_of([matched[index]], [bench[index]])[0]
+        pair.index = index
+        pairs.append(pair)
+    if strays:
+        for index in (i for i, s in enumerate(shapes) if s is not None and i not in matched):
+            pairs.append(OutputPair(index, skip=f"no recorded gradient has this input's shape {shapes[index]}: "
+                                               f"msprobe recorded {strays}, which match no input"))
+    return sorted(pairs, key=lambda p: p.index)
+
+
+def _input_of(position: int, shape: list, shapes: list, taken: dict) -> Optional[int]:
+    if position < len(shapes) and shapes[position] == shape and position not in taken:
+        return position
+    candidates = [i for i, s in enumerate(shapes) if s == shape and i not in taken]
+    return candidates[0] if len(candidates) == 1 else None

@@ -1,0 +1,276 @@
+"""pytest glue: options, one item per dump entry, the reports.
+
+Logic lives in the core modules (dump, inputs, frameworks, compare, report,
+summary); this module only wires them to pytest's hooks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+
+from . import devices
+from .check import Settings, check_entry
+from .compare import ERROR, SKIP, BasicStandard
+from .dump import DumpError, entry_kind, find_dump_files, parse_entry_name, peek_task, read_dump
+from .inputs import MODES, RANDOM
+from .outcome import EntryResult
+from .report import ApiBook, CsvWriter
+from . import summary
+
+RUN_KEY = pytest.StashKey["MsprobeRun"]()
+
+# (option, ini key, help, default); every option is also an ini key, as in
+# pytest-rerunfailures, so a team can pin its rule in pytest.ini.
+OPTIONS = [
+    ("--msprobe-mode", "msprobe_mode", f"input data: {'|'.join(MODES)} (auto: real where the tensor file exists)",
+     "auto"),
+    ("--msprobe-device", "msprobe_device", f"device under test: {'|'.join(devices.CHOICES)}", "auto"),
+    ("--msprobe-seed", "msprobe_seed", "seed of the random inputs (mixed with each entry's name)", "1234"),
+    ("--msprobe-cosine", "msprobe_cosine", "basic standard: an output passes when Cosine > this", "0.99"),
+    ("--msprobe-max-abs-err", "msprobe_max_abs_err", "basic standard: ... and MaxAbsErr < this", "1e-4"),
+    ("--msprobe-standard", "msprobe_standard", "standard that judges the outputs: basic|dtype", "basic"),
+    ("--msprobe-out", "msprobe_out", "folder for the result and details CSVs", "."),
+]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("msprobe", "precision pre-check of msprobe dumps")
+    group.addoption("--msprobe-dump", action="append", metavar="PATH", default=[],
+                    help="a dump.json, or a folder searched for dump.json files; repeatable")
+    parser.addini("msprobe_dump", "dump.json files or folders to check", type="paths", default=[])
+    for flag, ini, text, default in OPTIONS:
+        group.addoption(flag, dest=ini, default=None, help=f"{text} (default {default}; ini {ini})")
+        parser.addini(ini, text, default=default)
+    parser.addini("msprobe_tolerances", "dtype standard: per-API budgets, lines `pattern: rtol=.., atol=..`",
+                  type="linelist", default=[])
+
+
+def setting(config: pytest.Config, ini: str) -> str:
+    value = config.getoption(ini)
+    return str(value if value is not None else config.getini(ini))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    paths = config.getoption("msprobe_dump") or [str(p) for p in config.getini("msprobe_dump")]
+    if not paths:
+        return
+    run = MsprobeRun(config, paths)
+    config.stash[RUN_KEY] = run
+    config.pluginmanager.register(run, "msprobe-run")
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(CsvReporter(config, run), "msprobe-reporter")
+    files = [str(p) for p in run.dump_files]
+    explicit = config.args_source == pytest.Config.ArgsSource.ARGS
+    config.args = [*config.args, *files] if explicit else files
+
+
+class MsprobeRun:
+    """The settings of this run and the dumps this process collected."""
+
+    def __init__(self, config: pytest.Config, paths: List[str]):
+        base = config.invocation_params.dir
+        self.dump_files = [f.resolve() for p in paths for f in find_dump_files(base / p)]
+        if not self.dump_files:
+            raise pytest.UsageError(f"--msprobe-dump: no dump.json under {', '.join(paths)}")
+        self.mode = setting(config, "msprobe_mode")
+        if self.mode not in MODES:
+            raise pytest.UsageError(f"--msprobe-mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        try:
+            self.device_kind = devices.choose(setting(config, "msprobe_device"))
+        except devices.DeviceError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.check_recorded()
+        self.settings = Settings(self.device_kind, self.mode, self.int_setting(config, "msprobe_seed"),
+                                 make_standard(config))
+        self.out_dir = base / setting(config, "msprobe_out")
+        self.dumps = {}
+
+    def check_recorded(self) -> None:
+        if self.device_kind != devices.RECORDED:
+            return
+        if self.mode == RANDOM:
+            raise pytest.UsageError("--msprobe-device recorded compares the outputs a tensor dump recorded: "
+                                    "it needs the recorded inputs, not --msprobe-mode random")
+        for path in self.dump_files:
+            task, _ = peek_task(path)
+            if task == "statistics":
+                raise pytest.UsageError(f"--msprobe-device recorded needs a tensor dump, but {path} is a "
+                                        "statistics dump (no tensors); use --msprobe-device cpu, cuda or npu")
+
+    @staticmethod
+    def int_setting(config: pytest.Config, ini: str) -> int:
+        try:
+            return int(setting(config, ini))
+        except ValueError:
+            raise pytest.UsageError(f"{ini} must be an integer, not {setting(config, ini)!r}") from None
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        try:
+            self.settings.device = devices.bind(self.device_kind, 0)
+        except devices.DeviceError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> Optional[pytest.Collector]:
+        if file_path.resolve() in self.dump_files:
+            return DumpFile.from_parent(parent, path=file_path)
+        return None
+
+    def pytest_report_header(self, config: pytest.Config) -> List[str]:
+        s = self.settings
+        return [f"msprobe: device {s.device}, mode {s.mode}, seed {s.seed}, standard {s.standard.describe()}"]
+
+    def pytest_report_collectionfinish(self, config: pytest.Config) -> List[str]:
+        lines = []
+        for path, dump in self.dumps.items():
+            counts = ", ".join(f"{n} {kind}" for kind, n in dump.counts().items() if n or kind != "unknown")
+            lines.append(f"msprobe: {path}: {dump.framework} {dump.task} dump, {counts} entries")
+        return lines
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        result = getattr(item, "result", None)
+        if call.when == "call" and result is not None:
+            # Plain data on the report: it travels to the xdist controller.
+            report.msprobe = result.to_dict()
+            report.user_properties.extend(summary.metric_properties(result))
+        return report
+
+
+def make_standard(config: pytest.Config):
+    name = setting(config, "msprobe_standard")
+    try:
+        cosine, max_abs = float(setting(config, "msprobe_cosine")), float(setting(config, "msprobe_max_abs_err"))
+    except ValueError as exc:
+        raise pytest.UsageError(f"msprobe thresholds must be numbers: {exc}") from None
+    if name == "basic":
+        return BasicStandard(cosine, max_abs)
+    if name == "dtype":
+        from .dtype_standard import DtypeStandard, Tolerances
+
+        try:
+            return DtypeStandard(Tolerances.parse(config.getini("msprobe_tolerances")))
+        except ValueError as exc:
+            raise pytest.UsageError(f"msprobe_tolerances: {exc}") from None
+    raise pytest.UsageError(f"--msprobe-standard must be basic or dtype, not {name!r}")
+
+
+class DumpFile(pytest.File):
+    """A dump.json: one item per API entry, in dump order."""
+
+    def collect(self):
+        try:
+            self.dump = read_dump(self.path)
+        except DumpError as exc:
+            # Not a collection error: pytest would stop the whole session.
+            yield UnreadableDump.from_parent(self, name="dump", message=str(exc))
+            return
+        self.config.stash[RUN_KEY].dumps[self.nodeid] = self.dump
+        for name in self.dump.entries:
+            if entry_kind(name) != "module":
+                yield EntryItem.from_parent(self, name=name)
+
+
+class UnreadableDump(pytest.Item):
+    def __init__(self, *, message: str, **kwargs):
+        super().__init__(**kwargs)
+        self.message = message
+
+    def runtest(self) -> None:
+        raise DumpError(self.message)
+
+    def repr_failure(self, excinfo, style=None) -> str:
+        return str(excinfo.value)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}: unreadable dump"
+
+
+class PrecisionError(AssertionError):
+    """An API whose outputs break the standard (or whose tested run raised)."""
+
+
+class EntryItem(pytest.Item):
+    """One API entry of a dump, checked on the device under test against the bench."""
+
+    result: Optional[EntryResult] = None
+
+    def runtest(self) -> None:
+        settings = self.config.stash[RUN_KEY].settings
+        entry = parse_entry_name(self.name)
+        if entry is None:
+            self.result = EntryResult(self.name, "forward", SKIP, f"{self.name}: not an API entry name "
+                                      "(<Type>.<api>.<n>.<forward|backward>)", dump=str(self.path))
+        else:
+            try:
+                self.result = check_entry(self.parent.dump, entry, settings)
+            except Exception as exc:
+                # A fault of the plugin: the item fails with its traceback, the CSV still gets a row.
+                self.result = EntryResult(entry.prefix, entry.direction, SKIP,
+                                          f"pytest-msprobe failed on this entry: {type(exc).__name__}: {exc}",
+                                          dump=str(self.path))
+                raise
+        if self.result.status == SKIP:
+            pytest.skip(self.result.message or "nothing to compare")
+        if self.result.status == ERROR:
+            raise PrecisionError(summary.failure_text(self.result, settings.standard.describe()))
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, PrecisionError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        return self.path, None, self.name
+
+
+class CsvReporter:
+    """Writes the CSVs in the process that sees every report (the xdist controller)."""
+
+    def __init__(self, config: pytest.Config, run: MsprobeRun):
+        self.config = config
+        self.run = run
+        self.book = ApiBook()
+        self.writer: Optional[CsvWriter] = None
+        self.results: List[EntryResult] = []
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.book.expect(item.nodeid for item in session.items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids: List[str]) -> None:
+        self.book.expect(ids)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        data = getattr(report, "msprobe", None)
+        if data is None:
+            return
+        result = EntryResult.from_dict(data)
+        self.results.append(result)
+        row = self.book.add(result)
+        if row is not None:
+            self.write(*row)
+
+    def write(self, api, forward, backward) -> None:
+        if self.writer is None:
+            self.writer = CsvWriter.in_folder(self.run.out_dir)
+        self.writer.write_api(api, forward, backward)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        for row in self.book.leftovers():
+            self.write(*row)
+        if self.writer is not None:
+            self.writer.close()
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.results and self.writer is None:
+            return
+        terminalreporter.section("msprobe")
+        for line in summary.summary_lines(self.results):
+            terminalreporter.write_line(line)
+        if self.writer is not None:
+            terminalreporter.write_line(f"result:  {self.writer.result_path}")
+            terminalreporter.write_line(f"details: {self.writer.details_path}")

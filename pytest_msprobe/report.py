@@ -1,0 +1,155 @@
+"""The two CSV files of shared/spec/reports.md, and the bookkeeping that fills them.
+
+One row per API in accuracy_checking_result, one per compared output in
+accuracy_checking_details; a row is written and flushed as soon as its API is
+finished, so a run killed at any moment keeps every finished API. No pytest,
+no framework.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+from .dump import BACKWARD, FORWARD, parse_entry_name
+from .outcome import EntryResult
+
+RESULT_COLUMNS = ["API Name", "Forward Test Success", "Backward Test Success", "Message"]
+DETAILS_COLUMNS = [
+    "API Name", "Bench Dtype", "Tested Dtype", "Shape", "Cosine", "MaxAbsErr", "MaxRelativeErr", "Status", "Message",
+]
+RESULT_PREFIX = "accuracy_checking_result_"
+DETAILS_PREFIX = "accuracy_checking_details_"
+ENCODING = "utf-8-sig"  # msprobe's choice: spreadsheet programs open it right
+
+# A cell starting with one of these is run as a formula by spreadsheet programs.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def text_cell(value: object) -> str:
+    """Dump data is untrusted: a name like `=HYPERLINK(...)` must stay text."""
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def number_cell(value: Optional[float]) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "" if value is None else "nan"
+    return repr(float(value))
+
+
+def timestamp() -> str:
+    return time.strftime("%Y%m%d%H%M%S")
+
+
+def details_path_for(result_path: Path) -> Path:
+    return result_path.with_name(result_path.name.replace(RESULT_PREFIX, DETAILS_PREFIX, 1))
+
+
+def read_finished_apis(result_path: Path) -> Set[str]:
+    """API names already in a result CSV (for resume)."""
+    with open(result_path, newline="", encoding=ENCODING) as handle:
+        rows = csv.reader(handle)
+        next(rows, None)
+        return {_untext(row[0]) for row in rows if row}
+
+
+def _untext(cell: str) -> str:
+    return cell[1:] if cell.startswith("'") and cell[1:].startswith(_FORMULA_START) else cell
+
+
+class CsvWriter:
+    """Appends rows to one result file and its details file, flushing each API."""
+
+    def __init__(self, result_path: Path):
+        self.result_path = result_path
+        self.details_path = details_path_for(result_path)
+        self._result = self._open(self.result_path, RESULT_COLUMNS)
+        self._details = self._open(self.details_path, DETAILS_COLUMNS)
+
+    @classmethod
+    def in_folder(cls, folder: Path) -> "CsvWriter":
+        folder.mkdir(parents=True, exist_ok=True)
+        return cls(folder / f"{RESULT_PREFIX}{timestamp()}.csv")
+
+    @staticmethod
+    def _open(path: Path, columns: List[str]):
+        new = not path.exists() or path.stat().st_size == 0
+        handle = open(path, "a", newline="", encoding="utf-8")
+        if new:
+            handle.write("\ufeff")
+            csv.writer(handle).writerow(columns)
+        return handle
+
+    def write_api(self, api: str, forward: Optional[EntryResult], backward: Optional[EntryResult]) -> None:
+        details = csv.writer(self._details)
+        for result in (forward, backward):
+            for row in result.outputs if result else ():
+                details.writerow([
+                    text_cell(row.name), text_cell(row.bench_dtype), text_cell(row.tested_dtype),
+                    text_cell(row.shape if row.shape is not None else ""), number_cell(row.cosine),
+                    number_cell(row.max_abs_err), number_cell(row.max_rel_err), row.status, text_cell(row.message),
+                ])
+        csv.writer(self._result).writerow([
+            text_cell(api),
+            forward.status if forward else "",
+            backward.status if backward else "",
+            text_cell(api_message(forward, backward)),
+        ])
+        # Details first: a result row on disk always has its details beside it.
+        self._details.flush()
+        self._result.flush()
+
+    def close(self) -> None:
+        self._details.close()
+        self._result.close()
+
+
+def api_message(forward: Optional[EntryResult], backward: Optional[EntryResult]) -> str:
+    if forward and backward and forward.message and backward.message:
+        return f"forward: {forward.message} | backward: {backward.message}"
+    if backward and backward.message:
+        return f"backward: {backward.message}" if forward else backward.message
+    return forward.message if forward else ""
+
+
+class ApiBook:
+    """Pairs the forward and backward results of each API and says when one is complete.
+
+    An API is complete once every direction that was collected for it has a
+    result, whatever the order or process its items ran in.
+    """
+
+    def __init__(self, skip: Iterable[str] = ()):
+        self.expected: Dict[str, Set[str]] = {}
+        self.results: Dict[str, Dict[str, EntryResult]] = {}
+        self.written: Set[str] = set(skip)
+
+    def expect(self, node_ids: Iterable[str]) -> None:
+        for node_id in node_ids:
+            name = parse_entry_name(node_id.rsplit("::", 1)[-1])
+            if name is not None:
+                self.expected.setdefault(name.prefix, set()).add(name.direction)
+
+    def add(self, result: EntryResult) -> Optional[Tuple[str, Optional[EntryResult], Optional[EntryResult]]]:
+        """The API's row once this result completes it, else None."""
+        if result.api in self.written:
+            return None
+        got = self.results.setdefault(result.api, {})
+        got[result.direction] = result
+        expected = self.expected.get(result.api, {result.direction})
+        if expected <= set(got):
+            return self._take(result.api)
+        return None
+
+    def leftovers(self) -> List[Tuple[str, Optional[EntryResult], Optional[EntryResult]]]:
+        """APIs with some results but not all (an interrupted run): written as they are."""
+        return [self._take(api) for api in list(self.results) if api not in self.written]
+
+    def _take(self, api: str):
+        got = self.results.pop(api)
+        self.written.add(api)
+        return api, got.get(FORWARD), got.get(BACKWARD)

@@ -1,0 +1,101 @@
+"""The lines of the terminal summary, from the results of a run. No pytest."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from typing import Dict, List, Sequence
+
+from .compare import ERROR, PASS, SKIP, WARNING
+from .dump import BACKWARD, FORWARD
+from .outcome import EntryResult
+
+STATUSES = (PASS, ERROR, WARNING, SKIP)
+
+
+def count_lines(results: Sequence[EntryResult]) -> List[str]:
+    lines = []
+    for direction in (FORWARD, BACKWARD):
+        counts = Counter(r.status for r in results if r.direction == direction)
+        if counts:
+            lines.append(f"{direction:<8} " + ", ".join(f"{counts.get(s, 0)} {s}" for s in STATUSES))
+    return lines
+
+
+def severity(result: EntryResult) -> tuple:
+    """Sort key, worst first: lowest cosine, then largest MaxAbsErr."""
+    judged = [row for row in result.outputs if row.status == ERROR]
+    cosines = [row.cosine for row in judged if row.cosine is not None]
+    errors = [row.max_abs_err for row in judged if row.max_abs_err is not None and row.max_abs_err == row.max_abs_err]
+    return (min(cosines) if cosines else 1.0, -(max(errors) if errors else 0.0))
+
+
+def failure_lines(results: Sequence[EntryResult], limit: int = 20) -> List[str]:
+    failed = sorted((r for r in results if r.status == ERROR), key=severity)
+    lines = []
+    for result in failed[:limit]:
+        lines.append(f"{result.api}.{result.direction}: {result.message}"[:400])
+    if len(failed) > limit:
+        lines.append(f"... and {len(failed) - limit} more in the result CSV")
+    return lines
+
+
+def _reason_class(message: str) -> str:
+    """A skip reason with the entry-specific parts (names, shapes, numbers) folded."""
+    reason = message.split("; ")[0]
+    reason = re.sub(r"^[\w.]+\.(forward|backward): ", "", reason)
+    reason = re.sub(r"\[[^\]]*\]", "[...]", reason)
+    reason = re.sub(r"\b(API|op) [\w.]+", r"\1 ...", reason)
+    return re.sub(r"\d+", "N", reason)
+
+
+def skip_lines(results: Sequence[EntryResult], examples: int = 3) -> List[str]:
+    by_reason: Dict[str, List[str]] = defaultdict(list)
+    for result in results:
+        if result.status == SKIP:
+            by_reason[_reason_class(result.message)].append(f"{result.api}.{result.direction}")
+    lines = []
+    for reason, names in sorted(by_reason.items(), key=lambda item: -len(item[1])):
+        shown = ", ".join(names[:examples]) + (", ..." if len(names) > examples else "")
+        lines.append(f"{len(names):>4} x {reason}  ({shown})")
+    return lines
+
+
+def summary_lines(results: Sequence[EntryResult]) -> List[str]:
+    lines = count_lines(results)
+    failures = failure_lines(results)
+    if failures:
+        lines += ["", "failures, worst first:", *failures]
+    skips = skip_lines(results)
+    if skips:
+        lines += ["", "SKIP reasons:", *skips]
+    return lines
+
+
+def failure_text(result: EntryResult, standard: str) -> str:
+    """The failure message of one item: every output that broke the rule, with its metrics."""
+    failed = [row for row in result.outputs if row.status == ERROR]
+    if not failed:
+        return f"{result.api}.{result.direction}: {result.message}"
+    lines = [f"{result.api}.{result.direction}: {len(failed)} of {len(result.outputs)} outputs "
+             f"break the standard {standard}"]
+    for row in failed:
+        cosine = "n/a" if row.cosine is None else f"{row.cosine:.6g}"
+        lines.append(f"  output.{row.name.rsplit('.', 1)[-1]} {row.tested_dtype} {row.shape}: Cosine {cosine}, "
+                     f"MaxAbsErr {row.max_abs_err:.4g}, MaxRelativeErr {row.max_rel_err:.4g}")
+        lines.append(f"    {row.message}")
+    notes = [part for part in result.message.split("; ") if not part.startswith("output.")]
+    lines += [f"  note: {note}" for note in notes]
+    return "\n".join(lines)
+
+
+def metric_properties(result: EntryResult) -> List[tuple]:
+    """(name, value) pairs for --junitxml: the metrics of every output."""
+    props = []
+    for row in result.outputs:
+        props.append((f"{row.name}.status", row.status))
+        for metric, value in (("cosine", row.cosine), ("max_abs_err", row.max_abs_err),
+                              ("max_rel_err", row.max_rel_err)):
+            if value is not None:
+                props.append((f"{row.name}.{metric}", repr(value)))
+    return props
