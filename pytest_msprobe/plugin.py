@@ -11,16 +11,13 @@ from typing import List, Optional
 
 import pytest
 
-from . import devices
-from .check import Settings, check_entry
-from .compare import ERROR, SKIP, BasicStandard
-from .dump import DumpError, entry_kind, find_dump_files, parse_entry_name, peek_task, read_dump
+from . import devices, summary
+from .check import Settings
+from .compare import BasicStandard
+from .dump import find_dump_files, peek_task
 from .inputs import MODES, RANDOM
-from .outcome import EntryResult
-from .report import ApiBook, CsvWriter
-from . import summary
-
-RUN_KEY = pytest.StashKey["MsprobeRun"]()
+from .items import RUN_KEY, DumpFile
+from .reporter import CsvReporter
 
 # (option, ini key, help, default); every option is also an ini key, as in
 # pytest-rerunfailures, so a team can pin its rule in pytest.ini.
@@ -120,7 +117,11 @@ class MsprobeRun:
 
     def pytest_report_header(self, config: pytest.Config) -> List[str]:
         s = self.settings
-        return [f"msprobe: device {s.device}, mode {s.mode}, seed {s.seed}, standard {s.standard.describe()}"]
+        lines = [f"msprobe: device {s.device}, mode {s.mode}, seed {s.seed}, standard {s.standard.describe()}"]
+        tolerances = getattr(s.standard, "tolerances", None)
+        if tolerances is not None:
+            lines += [f"msprobe: tolerance {line}" for line in tolerances.describe()]
+        return lines
 
     def pytest_report_collectionfinish(self, config: pytest.Config) -> List[str]:
         lines = []
@@ -156,121 +157,3 @@ def make_standard(config: pytest.Config):
         except ValueError as exc:
             raise pytest.UsageError(f"msprobe_tolerances: {exc}") from None
     raise pytest.UsageError(f"--msprobe-standard must be basic or dtype, not {name!r}")
-
-
-class DumpFile(pytest.File):
-    """A dump.json: one item per API entry, in dump order."""
-
-    def collect(self):
-        try:
-            self.dump = read_dump(self.path)
-        except DumpError as exc:
-            # Not a collection error: pytest would stop the whole session.
-            yield UnreadableDump.from_parent(self, name="dump", message=str(exc))
-            return
-        self.config.stash[RUN_KEY].dumps[self.nodeid] = self.dump
-        for name in self.dump.entries:
-            if entry_kind(name) != "module":
-                yield EntryItem.from_parent(self, name=name)
-
-
-class UnreadableDump(pytest.Item):
-    def __init__(self, *, message: str, **kwargs):
-        super().__init__(**kwargs)
-        self.message = message
-
-    def runtest(self) -> None:
-        raise DumpError(self.message)
-
-    def repr_failure(self, excinfo, style=None) -> str:
-        return str(excinfo.value)
-
-    def reportinfo(self):
-        return self.path, None, f"{self.path.name}: unreadable dump"
-
-
-class PrecisionError(AssertionError):
-    """An API whose outputs break the standard (or whose tested run raised)."""
-
-
-class EntryItem(pytest.Item):
-    """One API entry of a dump, checked on the device under test against the bench."""
-
-    result: Optional[EntryResult] = None
-
-    def runtest(self) -> None:
-        settings = self.config.stash[RUN_KEY].settings
-        entry = parse_entry_name(self.name)
-        if entry is None:
-            self.result = EntryResult(self.name, "forward", SKIP, f"{self.name}: not an API entry name "
-                                      "(<Type>.<api>.<n>.<forward|backward>)", dump=str(self.path))
-        else:
-            try:
-                self.result = check_entry(self.parent.dump, entry, settings)
-            except Exception as exc:
-                # A fault of the plugin: the item fails with its traceback, the CSV still gets a row.
-                self.result = EntryResult(entry.prefix, entry.direction, SKIP,
-                                          f"pytest-msprobe failed on this entry: {type(exc).__name__}: {exc}",
-                                          dump=str(self.path))
-                raise
-        if self.result.status == SKIP:
-            pytest.skip(self.result.message or "nothing to compare")
-        if self.result.status == ERROR:
-            raise PrecisionError(summary.failure_text(self.result, settings.standard.describe()))
-
-    def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, PrecisionError):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo, style=style)
-
-    def reportinfo(self):
-        return self.path, None, self.name
-
-
-class CsvReporter:
-    """Writes the CSVs in the process that sees every report (the xdist controller)."""
-
-    def __init__(self, config: pytest.Config, run: MsprobeRun):
-        self.config = config
-        self.run = run
-        self.book = ApiBook()
-        self.writer: Optional[CsvWriter] = None
-        self.results: List[EntryResult] = []
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.book.expect(item.nodeid for item in session.items)
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node, ids: List[str]) -> None:
-        self.book.expect(ids)
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        data = getattr(report, "msprobe", None)
-        if data is None:
-            return
-        result = EntryResult.from_dict(data)
-        self.results.append(result)
-        row = self.book.add(result)
-        if row is not None:
-            self.write(*row)
-
-    def write(self, api, forward, backward) -> None:
-        if self.writer is None:
-            self.writer = CsvWriter.in_folder(self.run.out_dir)
-        self.writer.write_api(api, forward, backward)
-
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        for row in self.book.leftovers():
-            self.write(*row)
-        if self.writer is not None:
-            self.writer.close()
-
-    def pytest_terminal_summary(self, terminalreporter) -> None:
-        if not self.results and self.writer is None:
-            return
-        terminalreporter.section("msprobe")
-        for line in summary.summary_lines(self.results):
-            terminalreporter.write_line(line)
-        if self.writer is not None:
-            terminalreporter.write_line(f"result:  {self.writer.result_path}")
-            terminalreporter.write_line(f"details: {self.writer.details_path}")
