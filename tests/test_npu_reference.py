@@ -1,0 +1,785 @@
+"""Tests of the CPU references of torch_npu's fused ops.
+
+Every reference is checked against an independent computation (numpy, explicit
+loops, or a different composition of torch ops), against a small case worked
+out by hand, and, where the op is differentiable, with float64 gradcheck.
+"""
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_msprobe.npu_reference import REFERENCES, ReferenceUnsupported, lookup
+
+FAST = settings(max_examples=25, deadline=None)
+E = math.e
+
+
+def rand(*shape, seed=0, dtype=torch.float64):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator, dtype=dtype)
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def assert_close(actual, expected, atol=1e-12, rtol=1e-10):
+    if isinstance(actual, torch.Tensor):
+        actual = actual.detach().numpy()
+    np.testing.assert_allclose(actual, expected, atol=atol, rtol=rtol)
+
+
+def unannotated(fn):
+    signature = inspect.signature(fn)
+    bare = [p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()]
+    return str(signature.replace(parameters=bare, return_annotation=inspect.Signature.empty))
+
+
+# ---------------------------------------------------------------------------
+# Registry and signatures
+# ---------------------------------------------------------------------------
+
+# The torch_npu schemas (op-plugin op_plugin_functions.yaml / docs); a schema
+# argument named ``self`` is passed as ``input`` from Python.
+DOCUMENTED_SIGNATURES = {
+    "npu_fast_gelu": "(input)",
+    "npu_mish": "(input)",
+    "npu_swiglu": "(input, dim=-1)",
+    "npu_rotary_mul": "(input, r1, r2, rotary_mode='half')",
+    "npu_scaled_masked_softmax": "(x, mask, scale=1.0, fixed_triu_mask=False)",
+    "npu_confusion_transpose": "(input, perm, shape, transpose_first)",
+    "npu_linear": "(input, weight, bias=None)",
+    "npu_sort_v2": "(input, dim=-1, descending=False, out=None)",
+    "npu_moe_gating_top_k_softmax": "(x, finished=None, k=1)",
+    "npu_rms_norm": "(input, gamma, epsilon=1e-06)",
+    "npu_layer_norm_eval": "(input, normalized_shape, weight=None, bias=None, eps=1e-05)",
+    "npu_group_norm_silu": "(input, weight, bias, group, eps=1e-05)",
+    "npu_apply_adam": "(beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad, use_locking, "
+                      "use_nesterov, *, out=None)",
+    "npu_apply_adam_w": "(beta1_power, beta2_power, lr, weight_decay, beta1, beta2, epsilon, "
+                        "grad, max_grad_norm, amsgrad, maximize, *, out=None)",
+    "npu_fusion_attention": "(query, key, value, head_num, input_layout, pse=None, "
+                            "padding_mask=None, atten_mask=None, scale=1.0, keep_prob=1.0, "
+                            "pre_tockens=2147483647, next_tockens=2147483647, inner_precise=0, "
+                            "prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, "
+                            "sparse_mode=0, gen_mask_parallel=True, sync=False, "
+                            "softmax_layout='', sink=None)",
+}
+
+
+@pytest.mark.parametrize("op_name", sorted(DOCUMENTED_SIGNATURES))
+def test_reference_takes_the_documented_arguments(op_name):
+    assert lookup(op_name) is REFERENCES[op_name]
+    assert unannotated(lookup(op_name)) == DOCUMENTED_SIGNATURES[op_name]
+
+
+def test_lookup_of_an_unknown_op_is_none():
+    assert lookup("no_such_op") is None
+
+
+def test_every_reference_is_tested_for_its_signature():
+    assert set(REFERENCES) == set(DOCUMENTED_SIGNATURES)
+
+
+# ---------------------------------------------------------------------------
+# Activations
+# ---------------------------------------------------------------------------
+
+def test_fast_gelu_by_hand():
+    # 1 / (1 + e^-1.702) = 0.845795...; fast_gelu(0) = 0; fast_gelu(-1) = -1 / (1 + e^1.702)
+    out = lookup("npu_fast_gelu")(torch.tensor([1.0, 0.0, -1.0], dtype=torch.float64))
+    assert_close(out, [0.8457957, 0.0, -0.1542043], atol=1e-7)
+
+
+def test_fast_gelu_matches_the_overflow_safe_training_series_formula():
+    x = rand(64, seed=1) * 20
+    xn = x.numpy()
+    # Atlas training series: x / (1 + e^{-1.702|x|}) * e^{0.851 (x - |x|)}
+    expected = xn / (1 + np.exp(-1.702 * np.abs(xn))) * np.exp(0.851 * (xn - np.abs(xn)))
+    assert_close(lookup("npu_fast_gelu")(x), expected)
+
+
+def test_mish_by_hand_and_against_numpy():
+    # mish(1) = tanh(ln(1 + e)) = tanh(1.3132617) = 0.8650984
+    assert_close(lookup("npu_mish")(torch.tensor([0.0, 1.0], dtype=torch.float64)),
+                 [0.0, 0.8650984], atol=1e-7)
+    x = rand(5, 7, seed=2)
+    assert_close(lookup("npu_mish")(x), x.numpy() * np.tanh(np.log1p(np.exp(x.numpy()))))
+
+
+def test_swiglu_by_hand():
+    # silu(1) * 2 = 2 / (1 + e^-1) = 1.4621172
+    assert_close(lookup("npu_swiglu")(torch.tensor([1.0, 2.0], dtype=torch.float64)),
+                 [1.4621172], atol=1e-7)
+
+
+@pytest.mark.parametrize("dim", [-1, 0, 1])
+def test_swiglu_against_numpy_halves(dim):
+    x = rand(4, 6, 8, seed=3)
+    a, b = np.split(x.numpy(), 2, axis=dim)
+    assert_close(lookup("npu_swiglu")(x, dim=dim), a * sigmoid(a) * b)
+
+
+def test_rotary_mul_by_hand():
+    x = torch.tensor([[[[1.0, 2.0, 3.0, 4.0]]]], dtype=torch.float64)
+    ones = torch.ones_like(x)
+    # half: rotate = (-3, -4, 1, 2), so out = x + rotate
+    assert_close(lookup("npu_rotary_mul")(x, ones, ones), [[[[-2.0, -2.0, 4.0, 6.0]]]])
+    # interleave: rotate = (-2, 1, -4, 3)
+    assert_close(lookup("npu_rotary_mul")(x, ones, ones, rotary_mode="interleave"),
+                 [[[[-1.0, 3.0, -1.0, 7.0]]]])
+
+
+def rotate_by_index(x, mode):
+    """Rotation written element by element from the documented pairing."""
+    d = x.shape[-1]
+    out = np.empty_like(x)
+    for i in range(d):
+        if mode == "half":
+            out[..., i] = -x[..., i + d // 2] if i < d // 2 else x[..., i - d // 2]
+        else:
+            out[..., i] = -x[..., i + 1] if i % 2 == 0 else x[..., i - 1]
+    return out
+
+
+@pytest.mark.parametrize("mode", ["half", "interleave"])
+@pytest.mark.parametrize("r_shape", [(1, 1, 5, 8), (2, 1, 5, 8), (2, 3, 5, 8)])
+def test_rotary_mul_against_elementwise_rotation(mode, r_shape):
+    x, r1, r2 = rand(2, 3, 5, 8, seed=4), rand(*r_shape, seed=5), rand(*r_shape, seed=6)
+    expected = r1.numpy() * x.numpy() + r2.numpy() * rotate_by_index(x.numpy(), mode)
+    assert_close(lookup("npu_rotary_mul")(x, r1, r2, rotary_mode=mode), expected)
+
+
+def test_rotary_mul_rejects_an_unmodelled_mode():
+    x = rand(1, 1, 2, 4)
+    with pytest.raises(ReferenceUnsupported, match="quarter"):
+        lookup("npu_rotary_mul")(x, x, x, rotary_mode="quarter")
+
+
+# ---------------------------------------------------------------------------
+# Softmax-like and layout ops
+# ---------------------------------------------------------------------------
+
+def test_scaled_masked_softmax_by_hand():
+    x = torch.tensor([[1.0, 2.0]], dtype=torch.float64)
+    op = lookup("npu_scaled_masked_softmax")
+    # softmax(2, 4) = (1 / (1 + e^2), e^2 / (1 + e^2)) = (0.1192029, 0.8807971)
+    assert_close(op(x, torch.tensor([[False, False]]), scale=2.0), [[0.1192029, 0.8807971]],
+                 atol=1e-7)
+    assert_close(op(x, torch.tensor([[False, True]]), scale=2.0), [[1.0, 0.0]])
+
+
+def test_scaled_masked_softmax_against_numpy():
+    x = rand(2, 3, 4, 5, seed=7)
+    mask = rand(1, 3, 4, 5, seed=8) > 0.5
+    mask[..., 0] = False  # keep every row partly visible
+    scaled = np.where(mask.numpy(), -np.inf, 0.7 * x.numpy())
+    expected = np.exp(scaled - scaled.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    assert_close(lookup("npu_scaled_masked_softmax")(x, mask, 0.7), expected)
+
+
+def test_scaled_masked_softmax_fixed_triu_mask_ignores_the_given_mask():
+    x = rand(1, 2, 4, 4, seed=9)
+    op = lookup("npu_scaled_masked_softmax")
+    causal = torch.ones(4, 4, dtype=torch.bool).triu(1).expand(1, 2, 4, 4)
+    unmasked = torch.zeros(1, 2, 4, 4, dtype=torch.bool)
+    assert_close(op(x, unmasked, 1.5, True), op(x, causal, 1.5, False))
+
+
+def test_confusion_transpose_by_hand():
+    x = torch.arange(6.0, dtype=torch.float64).reshape(2, 3)
+    op = lookup("npu_confusion_transpose")
+    # transpose first: x^T = [[0, 3], [1, 4], [2, 5]], already of shape (3, 2)
+    assert_close(op(x, [1, 0], [3, 2], True), [[0, 3], [1, 4], [2, 5]])
+    # reshape first: [[0, 1], [2, 3], [4, 5]], then transposed
+    assert_close(op(x, [1, 0], [3, 2], False), [[0, 2, 4], [1, 3, 5]])
+
+
+def test_confusion_transpose_against_numpy():
+    x = rand(2, 6, 12, seed=10)
+    op = lookup("npu_confusion_transpose")
+    heads = x.numpy().reshape(2, 6, 3, 4).transpose(0, 2, 1, 3)
+    assert_close(op(x, [0, 2, 1, 3], [2, 6, 3, 4], False), heads)
+    merged = heads.transpose(0, 2, 1, 3).reshape(2, 6, 12)
+    assert_close(op(torch.from_numpy(heads.copy()), [0, 2, 1, 3], [2, 6, 12], True), merged)
+
+
+def test_linear_by_hand_and_against_numpy():
+    x = torch.tensor([[1.0, 2.0]], dtype=torch.float64)
+    w = torch.tensor([[3.0, 4.0], [5.0, 6.0]], dtype=torch.float64)
+    # (1*3 + 2*4 + 1, 1*5 + 2*6 + 1) = (12, 18)
+    assert_close(lookup("npu_linear")(x, w, torch.ones(2, dtype=torch.float64)), [[12.0, 18.0]])
+    x, w, b = rand(3, 4, 5, seed=11), rand(6, 5, seed=12), rand(6, seed=13)
+    assert_close(lookup("npu_linear")(x, w, b), x.numpy() @ w.numpy().T + b.numpy())
+    assert_close(lookup("npu_linear")(x, w), x.numpy() @ w.numpy().T)
+
+
+def test_sort_v2_by_hand():
+    x = torch.tensor([[3.0, 1.0, 2.0]], dtype=torch.float64)
+    assert_close(lookup("npu_sort_v2")(x), [[1.0, 2.0, 3.0]])
+    assert_close(lookup("npu_sort_v2")(x, descending=True), [[3.0, 2.0, 1.0]])
+
+
+@FAST
+@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=20), st.booleans())
+def test_sort_v2_against_python_sorted(values, descending):
+    out = lookup("npu_sort_v2")(torch.tensor(values, dtype=torch.float64), descending=descending)
+    assert out.tolist() == sorted(values, reverse=descending)
+
+
+def test_moe_gating_top_k_softmax_by_hand():
+    # softmax(log(1, 2, 1)) = (0.25, 0.5, 0.25); top-2 = 0.5 (expert 1), 0.25 (expert 0, the
+    # lower index of the tie); row_idx = arange(4).reshape(2, 2).T = [[0, 2], [1, 3]]
+    x = torch.log(torch.tensor([[1.0, 2.0, 1.0], [1.0, 2.0, 1.0]], dtype=torch.float64))
+    y, expert_idx, row_idx = lookup("npu_moe_gating_top_k_softmax")(x, None, k=2)
+    assert_close(y, [[0.5, 0.25], [0.5, 0.25]])
+    assert expert_idx.tolist() == [[1, 0], [1, 0]] and expert_idx.dtype == torch.int32
+    assert row_idx.tolist() == [[0, 2], [1, 3]] and row_idx.dtype == torch.int32
+
+
+def test_moe_gating_marks_finished_rows_with_the_expert_count():
+    x = rand(3, 5, seed=14)
+    finished = torch.tensor([False, True, False])
+    _, expert_idx, _ = lookup("npu_moe_gating_top_k_softmax")(x, finished, k=2)
+    assert expert_idx[1].tolist() == [5, 5]
+    assert (expert_idx[[0, 2]] < 5).all()
+
+
+@pytest.mark.parametrize("shape", [(7, 6), (2, 3, 6)])
+def test_moe_gating_against_numpy_argsort(shape):
+    x, k = rand(*shape, seed=15), 3
+    probs = np.exp(x.numpy()) / np.exp(x.numpy()).sum(-1, keepdims=True)
+    order = np.argsort(-probs, axis=-1, kind="stable")[..., :k]
+    rows = int(np.prod(shape[:-1]))
+    y, expert_idx, row_idx = lookup("npu_moe_gating_top_k_softmax")(x, k=k)
+    assert_close(y, np.take_along_axis(probs, order, -1))
+    assert (expert_idx.numpy() == order).all()
+    flat_row_idx = row_idx.numpy().reshape(rows, k)
+    for r in range(rows):  # the j-th choice of row r is written at j * rows + r
+        assert flat_row_idx[r].tolist() == [j * rows + r for j in range(k)]
+
+
+# ---------------------------------------------------------------------------
+# Normalisations
+# ---------------------------------------------------------------------------
+
+def test_rms_norm_by_hand():
+    # mean(3^2, 4^2) = 12.5; rstd = 1 / sqrt(12.5) = 0.2828427; y = (3, 4 * 2) * rstd
+    y, rstd = lookup("npu_rms_norm")(torch.tensor([[3.0, 4.0]], dtype=torch.float64),
+                                     torch.tensor([1.0, 2.0], dtype=torch.float64), epsilon=0.0)
+    assert_close(y, [[0.8485281, 2.2627417]], atol=1e-7)
+    assert_close(rstd, [[0.2828427]], atol=1e-7)
+
+
+@FAST
+@given(st.integers(1, 3), st.integers(1, 4), st.integers(1, 6), st.booleans(),
+       st.floats(1e-8, 1e-2), st.integers(0, 2**16))
+def test_rms_norm_against_the_formula(batch, seq, hidden, two_dim_gamma, epsilon, seed):
+    x = rand(batch, seq, hidden, seed=seed)
+    gamma = rand(seq, hidden, seed=seed + 1) if two_dim_gamma else rand(hidden, seed=seed + 1)
+    axes = (-2, -1) if two_dim_gamma else (-1,)
+    xn = x.numpy()
+    expected_rstd = 1 / np.sqrt((xn ** 2).mean(axis=axes, keepdims=True) + epsilon)
+    y, rstd = lookup("npu_rms_norm")(x, gamma, epsilon=epsilon)
+    assert_close(y, xn * expected_rstd * gamma.numpy())
+    assert rstd.dtype == torch.float32 and rstd.shape == expected_rstd.shape
+    assert_close(rstd, expected_rstd, rtol=1e-6)
+
+
+def test_layer_norm_eval_by_hand():
+    # mean 2, variance 1: normalised (-1, 1), times 2 plus 1 = (-1, 3)
+    x = torch.tensor([[1.0, 3.0]], dtype=torch.float64)
+    two = torch.full((2,), 2.0, dtype=torch.float64)
+    out = lookup("npu_layer_norm_eval")(x, [2], two, torch.ones(2, dtype=torch.float64), 0.0)
+    assert_close(out, [[-1.0, 3.0]])
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_eval_against_numpy(affine):
+    x, w, b = rand(3, 4, 5, seed=16), rand(4, 5, seed=17), rand(4, 5, seed=18)
+    xn = x.numpy()
+    mean = xn.mean(axis=(-2, -1), keepdims=True)
+    expected = (xn - mean) / np.sqrt(xn.var(axis=(-2, -1), keepdims=True) + 1e-3)
+    if affine:
+        expected = expected * w.numpy() + b.numpy()
+        out = lookup("npu_layer_norm_eval")(x, (4, 5), w, b, eps=1e-3)
+    else:
+        out = lookup("npu_layer_norm_eval")(x, (4, 5), eps=1e-3)
+    assert_close(out, expected)
+
+
+def test_group_norm_silu_by_hand():
+    # one group over (1, 3): mean 2, rstd 1, normalised (-1, 1), silu = (-0.2689414, 0.7310586)
+    x = torch.tensor([[[1.0], [3.0]]], dtype=torch.float64)
+    out, mean, rstd = lookup("npu_group_norm_silu")(x, None, None, 1, eps=0.0)
+    assert_close(out, [[[-0.2689414], [0.7310586]]], atol=1e-7)
+    assert_close(mean, [[2.0]])
+    assert_close(rstd, [[1.0]])
+
+
+def group_norm_loops(x, weight, bias, group, eps):
+    n, c = x.shape[:2]
+    per_group = c // group
+    out, mean, rstd = np.empty_like(x), np.empty((n, group)), np.empty((n, group))
+    for i in range(n):
+        for g in range(group):
+            block = x[i, g * per_group:(g + 1) * per_group]
+            mean[i, g], rstd[i, g] = block.mean(), 1 / np.sqrt(block.var() + eps)
+            for ch in range(g * per_group, (g + 1) * per_group):
+                normed = (x[i, ch] - mean[i, g]) * rstd[i, g] * weight[ch] + bias[ch]
+                out[i, ch] = normed * sigmoid(normed)
+    return out, mean, rstd
+
+
+@pytest.mark.parametrize("shape, group", [((2, 6, 3, 4), 3), ((3, 4), 2), ((1, 8, 5), 8)])
+def test_group_norm_silu_against_loops(shape, group):
+    x, w, b = rand(*shape, seed=19), rand(shape[1], seed=20), rand(shape[1], seed=21)
+    expected = group_norm_loops(x.numpy(), w.numpy(), b.numpy(), group, 1e-5)
+    actual = lookup("npu_group_norm_silu")(x, w, b, group)
+    for got, want in zip(actual, expected):
+        assert got.dtype == torch.float64
+        assert_close(got, want)
+
+
+# ---------------------------------------------------------------------------
+# Optimisers
+# ---------------------------------------------------------------------------
+
+def adam_inputs(seed):
+    var, m, grad = rand(3, 4, seed=seed), rand(3, 4, seed=seed + 1), rand(3, 4, seed=seed + 2)
+    v = rand(3, 4, seed=seed + 3).abs()
+    return var, m, v, grad
+
+
+def test_apply_adam_by_hand():
+    # m = 0.5, v = 0.5, lr_t = sqrt(0.5) / 0.5 = 1.4142136; var = 1 - lr_t * 0.5 / sqrt(0.5) = 0
+    var, m, v = (torch.tensor([x], dtype=torch.float64) for x in (1.0, 0.0, 0.0))
+    grad = torch.ones(1, dtype=torch.float64)
+    var_t, m_t, v_t = lookup("npu_apply_adam")(0.5, 0.5, 1.0, 0.5, 0.5, 0.0, grad, False, False,
+                                               out=(var, m, v))
+    assert_close(var_t, [0.0], atol=1e-15)
+    assert_close(m_t, [0.5])
+    assert_close(v_t, [0.5])
+
+
+def test_apply_adam_equals_torch_adam_when_epsilon_is_zero():
+    # TF's ApplyAdam folds sqrt(1 - beta2^t) into lr; with eps = 0 that is torch.optim.Adam.
+    var, m, v, grad = adam_inputs(22)
+    step, beta1, beta2, lr = 3, 0.9, 0.99, 0.01
+    param = var.clone().requires_grad_()
+    adam = torch.optim.Adam([param], lr=lr, betas=(beta1, beta2), eps=0.0, foreach=False)
+    adam.state[param] = {"step": torch.tensor(float(step - 1)), "exp_avg": m.clone(),
+                         "exp_avg_sq": v.clone()}
+    param.grad = grad.clone()
+    adam.step()
+    var_t, m_t, v_t = lookup("npu_apply_adam")(beta1 ** step, beta2 ** step, lr, beta1, beta2,
+                                               0.0, grad, False, False, out=(var, m, v))
+    assert_close(var_t, param.detach())
+    assert_close(m_t, adam.state[param]["exp_avg"])
+    assert_close(v_t, adam.state[param]["exp_avg_sq"])
+
+
+def test_apply_adam_nesterov_against_numpy():
+    var, m, v, grad = (t.numpy() for t in adam_inputs(23))
+    b1, b2, b1p, b2p, lr, eps = 0.8, 0.95, 0.8 ** 2, 0.95 ** 2, 0.1, 1e-3
+    m_t = b1 * m + (1 - b1) * grad
+    v_t = b2 * v + (1 - b2) * grad ** 2
+    lr_t = lr * np.sqrt(1 - b2p) / (1 - b1p)
+    expected = var - lr_t * (b1 * m_t + (1 - b1) * grad) / (np.sqrt(v_t) + eps)
+    out = tuple(torch.from_numpy(a) for a in (var, m, v))
+    var_t, _, _ = lookup("npu_apply_adam")(b1p, b2p, lr, b1, b2, eps, torch.from_numpy(grad),
+                                           False, True, out=out)
+    assert_close(var_t, expected)
+
+
+def test_apply_adam_w_by_hand():
+    # beta*_power = 1 is beta^0, so t = 1: m = v = 0.5, bias-corrected both to 1.
+    var, m, v = (torch.tensor([x], dtype=torch.float64) for x in (1.0, 0.0, 0.0))
+    grad = torch.ones(1, dtype=torch.float64)
+    op = lookup("npu_apply_adam_w")
+    # var * (1 - 1 * 0.1) - 1 * 1 / (sqrt(1) + 0) = -0.1
+    var_t, m_t, v_t = op(1.0, 1.0, 1.0, 0.1, 0.5, 0.5, 0.0, grad, None, False, False,
+                         out=(var, m, v))
+    assert_close(var_t, [-0.1])
+    assert_close(m_t, [0.5])
+    assert_close(v_t, [0.5])
+    # amsgrad with running max 2: v_hat = max(2, 0.5) / 0.5 = 4, var = 1 - 1 / 2 = 0.5;
+    # v itself stays 0.5
+    max_v = torch.tensor([2.0], dtype=torch.float64)
+    var_t, _, v_t = op(1.0, 1.0, 1.0, 0.0, 0.5, 0.5, 0.0, grad, max_v, True, False,
+                       out=(var, m, v))
+    assert_close(var_t, [0.5])
+    assert_close(v_t, [0.5])
+
+
+@pytest.mark.parametrize("amsgrad", [False, True])
+@pytest.mark.parametrize("maximize", [False, True])
+def test_apply_adam_w_equals_one_torch_adamw_step(amsgrad, maximize):
+    var, m, v, grad = adam_inputs(24)
+    max_v = v + rand(3, 4, seed=28).abs() * (rand(3, 4, seed=29) > 0)
+    step, beta1, beta2, lr, decay, eps = 4, 0.9, 0.999, 1e-2, 0.05, 1e-8
+    param = var.clone().requires_grad_()
+    adamw = torch.optim.AdamW([param], lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=decay,
+                              amsgrad=amsgrad, maximize=maximize, foreach=False)
+    state = {"step": torch.tensor(float(step - 1)), "exp_avg": m.clone(), "exp_avg_sq": v.clone()}
+    if amsgrad:
+        state["max_exp_avg_sq"] = max_v.clone()
+    adamw.state[param] = state
+    param.grad = grad.clone()
+    adamw.step()
+    var_t, m_t, v_t = lookup("npu_apply_adam_w")(
+        beta1 ** (step - 1), beta2 ** (step - 1), lr, decay, beta1, beta2, eps, grad,
+        max_v if amsgrad else None, amsgrad, maximize, out=(var, m, v))
+    assert_close(var_t, param.detach())
+    assert_close(m_t, adamw.state[param]["exp_avg"])
+    assert_close(v_t, adamw.state[param]["exp_avg_sq"])
+
+
+@pytest.mark.parametrize("op_name", ["npu_apply_adam", "npu_apply_adam_w"])
+def test_optimisers_leave_their_state_untouched_and_need_out(op_name):
+    var, m, v, grad = adam_inputs(25)
+    before = [t.clone() for t in (var, m, v)]
+    scalars = (0.9, 0.99, 0.1, 0.9, 0.99, 1e-8) if op_name == "npu_apply_adam" else \
+        (0.9, 0.99, 0.1, 0.01, 0.9, 0.99, 1e-8)
+    flags = (False, False) if op_name == "npu_apply_adam" else (None, False, False)
+    lookup(op_name)(*scalars, grad, *flags, out=(var, m, v))
+    for now, then in zip((var, m, v), before):
+        assert torch.equal(now, then)
+    with pytest.raises(TypeError, match="out="):
+        lookup(op_name)(*scalars, grad, *flags)
+
+
+def test_apply_adam_takes_scalars_as_recorded_tensors_or_numpy():
+    var, m, v, grad = adam_inputs(26)
+    f64 = torch.float64
+    as_floats = lookup("npu_apply_adam")(0.9, 0.99, 0.1, 0.9, 0.99, 1e-8, grad, False, False,
+                                         out=(var, m, v))
+    as_recorded = lookup("npu_apply_adam")(
+        torch.tensor(0.9, dtype=f64), np.array([0.99]), torch.tensor([0.1], dtype=f64),
+        np.float64(0.9), 0.99, 1e-8, grad, False, False, out=(var, m, v))
+    for a, b in zip(as_floats, as_recorded):
+        assert a.dtype == torch.float64 and torch.equal(a, b)
+
+
+# ---------------------------------------------------------------------------
+# npu_fusion_attention
+# ---------------------------------------------------------------------------
+
+FA = "npu_fusion_attention"
+COMPRESSED_CAUSAL = torch.ones(2048, 2048, dtype=torch.bool).triu(1)  # what modes 2-4 are given
+
+
+def attention_loops(q, k, v, scale, masked=None, pse=None):
+    """Attention head by head and row by row in numpy.
+
+    q [B, N, Sq, D], k/v [B, Nkv, Skv, D] with query head h reading kv head
+    h // (N / Nkv); masked broadcastable to [B, N, Sq, Skv]; pse [*, *, Sq|1, Skv].
+    Returns out and the row max / row sum of exp.
+    """
+    b_size, heads, sq, _ = q.shape
+    skv, group = k.shape[2], heads // k.shape[1]
+    full = (b_size, heads, sq, skv)
+    masked = np.broadcast_to(np.zeros(full, bool) if masked is None else masked, full)
+    pse = np.broadcast_to(np.zeros(full) if pse is None else pse, full)
+    out = np.zeros((b_size, heads, sq, v.shape[-1]))
+    row_max, row_sum = np.full((b_size, heads, sq), -np.inf), np.zeros((b_size, heads, sq))
+    for b in range(b_size):
+        for h in range(heads):
+            kv = h // group
+            for i in range(sq):
+                visible = ~masked[b, h, i]
+                if not visible.any():
+                    continue
+                scores = (scale * (k[b, kv] @ q[b, h, i] + pse[b, h, i]))[visible]
+                e = np.exp(scores - scores.max())
+                row_max[b, h, i], row_sum[b, h, i] = scores.max(), e.sum()
+                out[b, h, i] = (e / e.sum()) @ v[b, kv][visible]
+    return out, row_max, row_sum
+
+
+def from_bnsd(x, layout):
+    b, n, s, d = x.shape
+    return {"BNSD": x, "BSND": x.transpose(0, 2, 1, 3),
+            "BSH": x.transpose(0, 2, 1, 3).reshape(b, s, n * d),
+            "SBH": x.transpose(2, 0, 1, 3).reshape(s, b, n * d)}[layout]
+
+
+def to_bnsd(x, layout, heads):
+    if layout == "BNSD":
+        return x
+    if layout == "BSND":
+        return x.transpose(0, 2, 1, 3)
+    if layout == "BSH":
+        b, s, h = x.shape
+        return x.reshape(b, s, heads, h // heads).transpose(0, 2, 1, 3)
+    s, b, h = x.shape
+    return x.reshape(s, b, heads, h // heads).transpose(1, 2, 0, 3)
+
+
+def qkv(b, n, n_kv, sq, skv, d, dv=None, seed=0):
+    return (rand(b, n, sq, d, seed=seed), rand(b, n_kv, skv, d, seed=seed + 1),
+            rand(b, n_kv, skv, dv or d, seed=seed + 2))
+
+
+def explicit_mask(mode, sq, skv, pre, nxt, atten=None, prefix=None):
+    """The masked-out positions of each sparse_mode, drawn with triu/tril offsets."""
+    ones = np.ones((sq, skv), dtype=bool)
+    if mode == 0:
+        return atten | np.triu(ones, nxt + 1) | np.tril(ones, -pre - 1)
+    if mode == 1:
+        return atten
+    if mode == 2:
+        return np.triu(ones, 1)
+    if mode == 3:
+        return np.triu(ones, skv - sq + 1)
+    if mode == 4:
+        return np.triu(ones, skv - sq + nxt + 1) | np.tril(ones, skv - sq - pre - 1)
+    per_batch = np.stack([np.triu(ones, skv - sq + 1) for _ in prefix])[:, None]  # mode 6
+    for b, length in enumerate(prefix):
+        per_batch[b, 0, :, :length] = False
+    return per_batch
+
+
+def test_fusion_attention_by_hand():
+    # scores (1, 0) -> softmax (e, 1) / (e + 1) = (0.7310586, 0.2689414); v = identity
+    q = torch.tensor([[[[1.0, 0.0]]]], dtype=torch.float64)
+    kv = torch.eye(2, dtype=torch.float64).reshape(1, 1, 2, 2)
+    out, softmax_max, softmax_sum, softmax_out, seed, offset, numels = lookup(FA)(
+        q, kv, kv, 1, "BNSD")
+    assert_close(out, [[[[0.7310586, 0.2689414]]]], atol=1e-7)
+    assert_close(softmax_max, np.ones((1, 1, 1, 8)))
+    assert_close(softmax_sum, np.full((1, 1, 1, 8), 1 + 1 / E), rtol=1e-7)  # e^0 + e^-1
+    assert softmax_out.numel() == 0 and (seed, offset, numels) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("layout", ["BNSD", "BSND", "BSH", "SBH"])
+@pytest.mark.parametrize("n, n_kv", [(2, 2), (4, 2), (3, 1)])
+def test_fusion_attention_layouts_and_gqa_against_loops(layout, n, n_kv):
+    q, k, v = qkv(2, n, n_kv, 3, 5, 4, seed=30)
+    scale = 0.5
+    expected, _, _ = attention_loops(q.numpy(), k.numpy(), v.numpy(), scale)
+    args = [torch.from_numpy(np.ascontiguousarray(from_bnsd(t.numpy(), layout))) for t in (q, k, v)]
+    out = lookup(FA)(*args, n, layout, scale=scale)[0]
+    assert_close(to_bnsd(out.numpy(), layout, n), expected)
+
+
+def test_fusion_attention_gqa_equals_repeated_kv_heads():
+    q, k, v = qkv(1, 6, 2, 4, 4, 3, seed=31)
+    grouped = lookup(FA)(q, k, v, 6, "BNSD", scale=0.3)[0]
+    repeated = lookup(FA)(q, k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1), 6,
+                          "BNSD", scale=0.3)[0]
+    assert_close(grouped, repeated.numpy())
+
+
+def test_fusion_attention_value_head_dim_may_be_smaller():
+    q, k, v = qkv(1, 2, 2, 3, 4, 6, dv=2, seed=32)
+    expected, _, _ = attention_loops(q.numpy(), k.numpy(), v.numpy(), 0.4)
+    bsh = [torch.from_numpy(np.ascontiguousarray(from_bnsd(t.numpy(), "BSH"))) for t in (q, k, v)]
+    out = lookup(FA)(*bsh, 2, "BSH", scale=0.4)[0]
+    assert out.shape == (1, 3, 4)
+    assert_close(to_bnsd(out.numpy(), "BSH", 2), expected)
+
+
+@pytest.mark.parametrize("pse_shape", [(2, 2, 3, 5), (2, 2, 1, 5), (1, 2, 3, 5)])
+def test_fusion_attention_pse_is_added_before_scaling(pse_shape):
+    q, k, v = qkv(2, 2, 2, 3, 5, 4, seed=33)
+    pse = rand(*pse_shape, seed=34)
+    expected, _, _ = attention_loops(q.numpy(), k.numpy(), v.numpy(), 0.25, pse=pse.numpy())
+    assert_close(lookup(FA)(q, k, v, 2, "BNSD", pse=pse, scale=0.25)[0], expected)
+
+
+def test_fusion_attention_softmax_statistics():
+    q, k, v = qkv(2, 3, 3, 4, 6, 5, seed=35)
+    masked = rand(2, 1, 4, 6, seed=36) > 0.3
+    _, row_max, row_sum = attention_loops(q.numpy(), k.numpy(), v.numpy(), 0.7, masked.numpy())
+    _, softmax_max, softmax_sum = lookup(FA)(q, k, v, 3, "BNSD", atten_mask=masked, scale=0.7,
+                                             sparse_mode=1)[:3]
+    for stat, expected in ((softmax_max, row_max), (softmax_sum, row_sum)):
+        assert stat.dtype == torch.float32 and stat.shape == (2, 3, 4, 8)
+        assert_close(stat, np.repeat(expected[..., None], 8, axis=-1), rtol=1e-6)
+
+
+def test_fusion_attention_row_seeing_no_key_is_zero():
+    q, k, v = qkv(1, 1, 1, 2, 2, 2, seed=37)
+    masked = torch.tensor([[True, True], [False, True]])
+    out, softmax_max, softmax_sum = lookup(FA)(q, k, v, 1, "BNSD", atten_mask=masked,
+                                               sparse_mode=1)[:3]
+    assert_close(out[0, 0, 0], [0.0, 0.0])
+    assert_close(out[0, 0, 1], v[0, 0, 0].numpy())
+    assert softmax_max[0, 0, 0, 0] == -math.inf and softmax_sum[0, 0, 0, 0] == 0
+
+
+def test_fusion_attention_without_atten_mask_ignores_the_sparse_arguments():
+    q, k, v = qkv(1, 2, 2, 4, 4, 3, seed=38)
+    full = lookup(FA)(q, k, v, 2, "BNSD")[0]
+    for mode in (0, 2, 3, 4):
+        sparse = lookup(FA)(q, k, v, 2, "BNSD", sparse_mode=mode, pre_tockens=0,
+                            next_tockens=0)[0]
+        assert_close(sparse, full.numpy())
+
+
+@FAST
+@given(mode=st.sampled_from([0, 1, 2, 3, 4]), sq=st.integers(1, 5), skv=st.integers(1, 5),
+       pre=st.integers(-3, 6), nxt=st.integers(-3, 6), seed=st.integers(0, 2**16))
+def test_fusion_attention_sparse_modes_against_explicit_masks(mode, sq, skv, pre, nxt, seed):
+    q, k, v = qkv(1, 2, 1, sq, skv, 3, seed=seed)
+    atten = (rand(sq, skv, seed=seed + 3) > 0.5).numpy()
+    given_mask = torch.from_numpy(atten) if mode in (0, 1) else COMPRESSED_CAUSAL
+    masked = explicit_mask(mode, sq, skv, pre, nxt, atten)
+    expected, _, _ = attention_loops(q.numpy(), k.numpy(), v.numpy(), 0.5, masked)
+    out = lookup(FA)(q, k, v, 2, "BNSD", atten_mask=given_mask, scale=0.5, pre_tockens=pre,
+                     next_tockens=nxt, sparse_mode=mode)[0]
+    assert_close(out, expected)
+
+
+def test_fusion_attention_sparse_mode_3_by_hand():
+    # Sq = 2, Skv = 3, causal through the bottom-right corner: row 0 sees keys 0-1, row 1 all.
+    q = torch.zeros(1, 1, 2, 1, dtype=torch.float64)  # equal scores: plain averages of v
+    k = torch.zeros(1, 1, 3, 1, dtype=torch.float64)
+    v = torch.tensor([[[[3.0], [6.0], [9.0]]]], dtype=torch.float64)
+    out = lookup(FA)(q, k, v, 1, "BNSD", atten_mask=COMPRESSED_CAUSAL, sparse_mode=3)[0]
+    assert_close(out, [[[[4.5], [6.0]]]])
+
+
+def test_fusion_attention_prefix_modes_against_explicit_masks():
+    q, k, v = qkv(2, 2, 2, 3, 5, 4, seed=39)
+    prefix = [1, 4]
+    masked = explicit_mask(6, 3, 5, 0, 0, prefix=prefix)
+    expected, _, _ = attention_loops(q.numpy(), k.numpy(), v.numpy(), 0.5, masked)
+    compressed = lookup(FA)(q, k, v, 2, "BNSD", atten_mask=COMPRESSED_CAUSAL, scale=0.5,
+                            prefix=prefix, sparse_mode=6)[0]
+    assert_close(compressed, expected)
+    full_mask = lookup(FA)(q, k, v, 2, "BNSD", atten_mask=torch.from_numpy(masked), scale=0.5,
+                           prefix=prefix, sparse_mode=5)[0]
+    assert_close(full_mask, expected)
+
+
+def tnd(x_bnsd_list):
+    """Pack per-sequence [1, N, S, D] tensors into TND."""
+    return torch.cat([x[0].transpose(0, 1) for x in x_bnsd_list])
+
+
+def test_fusion_attention_tnd_against_loops_per_sequence():
+    q_lens, kv_lens, n, n_kv, d = [2, 3, 1], [3, 1, 4], 4, 2, 3
+    seqs = [qkv(1, n, n_kv, sq, skv, d, seed=40 + 3 * i)
+            for i, (sq, skv) in enumerate(zip(q_lens, kv_lens))]
+    packed = [tnd([s[j] for s in seqs]) for j in range(3)]
+    out, softmax_max, _ = lookup(FA)(*packed, n, "TND", atten_mask=COMPRESSED_CAUSAL, scale=0.6,
+                                     actual_seq_qlen=np.cumsum(q_lens).tolist(),
+                                     actual_seq_kvlen=np.cumsum(kv_lens).tolist(),
+                                     sparse_mode=3)[:3]
+    assert out.shape == (6, n, d) and softmax_max.shape == (6, n, 8)
+    start = 0
+    for (q, k, v), sq, skv in zip(seqs, q_lens, kv_lens):
+        masked = explicit_mask(3, sq, skv, 0, 0)
+        expected, row_max, _ = attention_loops(q.numpy(), k.numpy(), v.numpy(), 0.6, masked)
+        assert_close(out[start:start + sq], expected[0].transpose(1, 0, 2))
+        assert_close(softmax_max[start:start + sq, :, 0], row_max[0].T, rtol=1e-6)
+        start += sq
+
+
+def test_fusion_attention_tnd_equals_bsnd_for_equal_lengths():
+    q, k, v = qkv(3, 2, 1, 4, 4, 3, seed=50)
+    bsnd = [t.transpose(1, 2) for t in (q, k, v)]
+    expected = lookup(FA)(*bsnd, 2, "BSND", scale=0.5)[0]
+    packed = [t.reshape(-1, *t.shape[2:]) for t in bsnd]
+    out = lookup(FA)(*packed, 2, "TND", scale=0.5, actual_seq_qlen=[4, 8, 12],
+                     actual_seq_kvlen=[4, 8, 12])[0]
+    assert_close(out, expected.reshape(12, 2, 3).numpy())
+
+
+def test_fusion_attention_tnd_trailing_batches_left_out_see_nothing():
+    q, k, v = (rand(6, 1, 2, seed=51 + i) for i in range(3))
+    out, softmax_max, softmax_sum = lookup(FA)(q, k, v, 1, "TND", actual_seq_qlen=[2, 4, 0],
+                                               actual_seq_kvlen=[2, 4, 0])[:3]
+    assert_close(out[4:], np.zeros((2, 1, 2)))
+    assert (softmax_max[4:] == -math.inf).all() and (softmax_sum[4:] == 0).all()
+    second = [t[2:4].transpose(0, 1).unsqueeze(0).numpy() for t in (q, k, v)]
+    expected, _, _ = attention_loops(*second, 1.0)
+    assert_close(out[2:4], expected[0].transpose(1, 0, 2))
+
+
+def test_fusion_attention_tnd_empty_sequences():
+    # lengths q (2, 0, 1), kv (2, 3, 0): batch 1 has no query, batch 2 no key
+    q, k, v = rand(3, 1, 2, seed=54), rand(5, 1, 2, seed=55), rand(5, 1, 2, seed=56)
+    out, softmax_max = lookup(FA)(q, k, v, 1, "TND", actual_seq_qlen=[2, 2, 3],
+                                  actual_seq_kvlen=[2, 5, 5])[:2]
+    first = [t[:2].transpose(0, 1).unsqueeze(0).numpy() for t in (q, k, v)]
+    expected, _, _ = attention_loops(*first, 1.0)
+    assert_close(out[:2], expected[0].transpose(1, 0, 2))
+    assert_close(out[2], [[0.0, 0.0]])
+    assert softmax_max[2, 0, 0] == -math.inf
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"keep_prob": 0.9}, "keep_prob"),
+    ({"sparse_mode": 7, "atten_mask": COMPRESSED_CAUSAL}, "sparse_mode=7"),
+    ({"padding_mask": torch.zeros(1)}, "padding_mask"),
+    ({"pse": torch.zeros(1, 1, 1024, 3, dtype=torch.float64)}, "pse"),
+])
+def test_fusion_attention_unmodelled_features_raise(kwargs, message):
+    q, k, v = qkv(1, 1, 1, 1100, 3, 2, seed=52)
+    with pytest.raises(ReferenceUnsupported, match=message):
+        lookup(FA)(q, k, v, 1, "BNSD", **kwargs)
+
+
+def test_fusion_attention_computes_in_the_input_dtype():
+    q, k, v = (t.float() for t in qkv(1, 2, 2, 3, 3, 4, seed=53))
+    out, softmax_max = lookup(FA)(q, k, v, 2, "BNSD")[:2]
+    assert out.dtype == torch.float32 and softmax_max.dtype == torch.float32
+
+
+# ---------------------------------------------------------------------------
+# Autograd
+# ---------------------------------------------------------------------------
+
+def leaf(*shape, seed, positive=False):
+    t = rand(*shape, seed=seed)
+    return (t.abs() + 0.5 if positive else t).requires_grad_()
+
+
+GRADCHECKS = {
+    "npu_fast_gelu": lambda: ((leaf(3, 4, seed=60),), {}),
+    "npu_mish": lambda: ((leaf(3, 4, seed=61),), {}),
+    "npu_swiglu": lambda: ((leaf(3, 4, seed=62),), {"dim": 0}),
+    "npu_rotary_mul": lambda: ((leaf(1, 2, 3, 4, seed=63), leaf(1, 1, 3, 4, seed=64),
+                                leaf(1, 1, 3, 4, seed=65)), {"rotary_mode": "interleave"}),
+    "npu_scaled_masked_softmax": lambda: ((leaf(1, 2, 3, 4, seed=66),
+                                           torch.eye(3, 4, dtype=torch.bool)), {"scale": 0.5}),
+    "npu_confusion_transpose": lambda: ((leaf(2, 6, seed=67), [1, 0], [3, 4], False), {}),
+    "npu_linear": lambda: ((leaf(2, 3, seed=68), leaf(4, 3, seed=69), leaf(4, seed=70)), {}),
+    "npu_sort_v2": lambda: ((leaf(3, 5, seed=71),), {"descending": True}),
+    "npu_moe_gating_top_k_softmax": lambda: ((leaf(4, 5, seed=72),), {"k": 2}),
+    "npu_rms_norm": lambda: ((leaf(2, 3, 4, seed=73), leaf(4, seed=74)), {"epsilon": 1e-3}),
+    "npu_layer_norm_eval": lambda: ((leaf(2, 5, seed=75), [5], leaf(5, seed=76),
+                                     leaf(5, seed=77)), {}),
+    "npu_group_norm_silu": lambda: ((leaf(2, 4, 3, seed=78), leaf(4, seed=79), leaf(4, seed=80),
+                                     2), {}),
+    "npu_fusion_attention": lambda: ((leaf(1, 3, 2, 2, seed=81), leaf(1, 4, 1, 2, seed=82),
+                                      leaf(1, 4, 1, 2, seed=83), 2, "BSND"),
+                                     {"pse": leaf(1, 2, 3, 4, seed=84), "scale": 0.7,
+                                      "atten_mask": COMPRESSED_CAUSAL, "sparse_mode": 3}),
+}
+
+
+@pytest.mark.parametrize("op_name", sorted(GRADCHECKS))
+def test_gradcheck(op_name):
+    args, kwargs = GRADCHECKS[op_name]()
+    candidates = (*args, *kwargs.values())
+    inputs = [a for a in candidates if isinstance(a, torch.Tensor) and a.requires_grad]
+
+    def first_output(*tensors):
+        swap = dict(zip(map(id, inputs), tensors))
+        call_args = [swap.get(id(a), a) for a in args]
+        call_kwargs = {name: swap.get(id(a), a) for name, a in kwargs.items()}
+        result = lookup(op_name)(*call_args, **call_kwargs)
+        return result[0] if isinstance(result, tuple) else result
+
+    assert torch.autograd.gradcheck(first_output, inputs)
