@@ -81,4 +81,6 @@ class EntryItem(pytest.Item):
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self):
-        return self.path, None, self.name
+        # A domain that is not the end of the node id: pytest would show the
+        # entry's dots as `::` in verbose lines.
+        return self.path, None, f"{self.name} of {self.path.parent.name}"

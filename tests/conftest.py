@@ -1,0 +1,39 @@
+"""Fixtures shared by the tests: real dumps copied where pytester runs."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+DUMPS = {
+    "pt_tensor_L1": ROOT / "examples" / "pt_tensor_L1",
+    **{p.name: p for p in DATA.iterdir() if p.is_dir()},
+}
+
+
+@pytest.fixture
+def copy_dump(pytester: pytest.Pytester):
+    """Copy a shipped dump folder into the pytester directory; returns its dump.json."""
+
+    def copy(name: str, dest: str = "") -> Path:
+        target = pytester.path / (dest or name)
+        shutil.copytree(DUMPS[name], target)
+        for path in target.rglob("*"):
+            path.chmod(0o644 if path.is_file() else 0o755)
+        return target / "dump.json"
+
+    return copy
+
+
+def read_csv(folder: Path, kind: str) -> List[Dict[str, str]]:
+    """The rows of the single accuracy_checking_<kind>_*.csv in folder."""
+    files = sorted(folder.glob(f"accuracy_checking_{kind}_*.csv"))
+    assert len(files) == 1, f"expected one {kind} CSV in {folder}, found {files}"
+    with open(files[0], newline="", encoding="utf-8-sig") as handle:
+        return list(csv.DictReader(handle))
