@@ -9,6 +9,10 @@ from typing import Dict, List
 
 import pytest
 
+# pytester's in-process runs forget the modules a run imported, and torch does
+# not survive a second import in one process: import it once, up front.
+import pytest_msprobe.frameworks.torch  # noqa: E402,F401
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 DUMPS = {

@@ -1,0 +1,119 @@
+"""Bad input: a clear error naming file, entry and field; the other entries and dumps go on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import read_csv
+
+
+def run(pytester, *dumps, device="cpu"):
+    args = [arg for dump in dumps for arg in ("--msprobe-dump", str(dump))]
+    return pytester.runpytest("-p", "no:cacheprovider", *args, "--msprobe-out", "out", "--msprobe-device", device, "-rs")
+
+
+def edit(dump_json, fn):
+    document = json.loads(dump_json.read_text())
+    fn(document["data"])
+    dump_json.write_text(json.dumps(document))
+
+
+def test_a_file_that_is_not_json_is_one_failed_item_and_the_others_run(pytester, copy_dump):
+    good = copy_dump("pt_stats_L1")
+    broken = pytester.path / "broken" / "dump.json"
+    broken.parent.mkdir()
+    broken.write_text('{"task": "statistics", "data": {')
+    result = run(pytester, broken, good)
+    outcomes = result.parseoutcomes()
+    assert outcomes["failed"] >= 1 and outcomes["passed"] >= 30
+    assert "INTERNALERROR" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*broken/dump.json: not valid JSON*"])
+    assert len(read_csv(pytester.path / "out", "result")) == 26
+
+
+def test_a_json_file_without_data_names_the_file(pytester):
+    path = pytester.path / "dump.json"
+    path.write_text('{"task": "tensor"}')
+    result = run(pytester, path)
+    assert result.parseoutcomes() == {"failed": 1}
+    result.stdout.fnmatch_lines(["*dump.json: not an msprobe dump: no 'data' object*"])
+
+
+def test_malformed_entries_skip_naming_entry_and_field(pytester, copy_dump):
+    dump = copy_dump("pt_tensor_L1")
+
+    def damage(data):
+        data["Functional.relu.0.forward"]["input_args"][0]["dtype"] = "torch.float17"
+        data["Functional.gelu.0.forward"]["input_args"][0]["shape"] = [3, 3]
+        del data["Torch.cat.0.forward"]["input_args"][0][1]["shape"]
+        data["Tensor.t.0.forward"]["input_args"][0]["data_name"] = "../../etc/passwd"
+
+    edit(dump, damage)
+    result = run(pytester, dump)
+    assert "INTERNALERROR" not in result.stdout.str()
+    result.stdout.fnmatch_lines_random([
+        "*Functional.relu.0.forward: input_args[[]0[]].dtype: unknown dtype 'torch.float17'*",
+        "*Functional.gelu.0.forward: input_args[[]0[]].shape: recorded [[]3, 3[]] but *holds [[]2, 32[]]*",
+        "*Torch.cat.0.forward: input_args[[]0[]][[]1[]]*",
+        "*Tensor.t.0.forward: input_args[[]0[]].data_name: '../../etc/passwd' points outside*",
+    ])
+    rows = {row["API Name"]: row for row in read_csv(pytester.path / "out", "result")}
+    assert len(rows) == 37  # no lost row
+    assert rows["Functional.relu.0"]["Forward Test Success"] == "SKIP"
+    assert "unknown dtype" in rows["Functional.relu.0"]["Message"]
+
+
+def test_an_api_name_that_looks_like_a_formula_stays_text(pytester, copy_dump):
+    dump = copy_dump("pt_stats_L1")
+
+    def rename(data):
+        data['=HYPERLINK("http://x").0.forward'] = data.pop("Functional.relu.0.forward")
+
+    edit(dump, rename)
+    result = run(pytester, dump)
+    assert "INTERNALERROR" not in result.stdout.str()
+    names = [row["API Name"] for row in read_csv(pytester.path / "out", "result")]
+    formula = [name for name in names if "HYPERLINK" in name]
+    assert formula and all(name.startswith("'=") for name in formula)
+
+
+def test_bare_nan_and_infinity_are_read(pytester, copy_dump):
+    dump = copy_dump("pt_stats_L1")
+    text = dump.read_text()
+    first = json.loads(text)["data"]["Functional.relu.0.forward"]["input_args"][0]
+    text = text.replace(f'"Max": {first["Max"]!r}', '"Max": Infinity', 1).replace(
+        f'"Min": {first["Min"]!r}', '"Min": NaN', 1)
+    assert "Infinity" in text and "NaN" in text
+    dump.write_text(text)
+    result = run(pytester, dump)
+    assert "INTERNALERROR" not in result.stdout.str()
+    assert len(read_csv(pytester.path / "out", "result")) == 26
+
+
+def test_missing_tensor_files_fall_back_to_random_and_say_so(pytester):
+    public = pytester.path / "public"
+    public.mkdir()
+    from conftest import DATA
+
+    (public / "dump.json").write_text(
+        (DATA / "public" / "vllm-ascend__docs_msprobe_guide__L1_tensor_example_dump.json").read_text())
+    result = run(pytester, public / "dump.json")
+    assert "INTERNALERROR" not in result.stdout.str()
+    rows = read_csv(pytester.path / "out", "result")
+    assert rows and all("missing, random data used" in row["Message"] for row in rows if row["Message"])
+    real = run(pytester, public / "dump.json", device="recorded")
+    assert real.parseoutcomes().get("skipped", 0) >= 1
+
+
+@pytest.mark.parametrize("option, value, text", [
+    ("--msprobe-mode", "guess", "--msprobe-mode must be one of auto, real, random"),
+    ("--msprobe-device", "tpu", "--msprobe-device must be one of auto, npu, cuda, cpu, recorded"),
+    ("--msprobe-standard", "strict", "--msprobe-standard must be basic or dtype"),
+])
+def test_bad_options_are_usage_errors(pytester, copy_dump, option, value, text):
+    dump = copy_dump("pt_stats_L1")
+    result = pytester.runpytest("--msprobe-dump", str(dump), option, value)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{text}*"])
