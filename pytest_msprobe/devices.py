@@ -54,15 +54,25 @@ def import_torch_npu():
         raise DeviceError(f"torch_npu is installed but cannot be imported ({exc}); {CANN_HINT}") from None
 
 
-def choose(requested: str) -> str:
-    """The kind of device under test: auto picks npu, else cuda, else cpu."""
+def choose(requested: str, notes: Optional[List[str]] = None) -> str:
+    """The kind of device under test: auto picks npu, else cuda, else cpu.
+
+    `notes` collects why auto passed over a device that is installed but broken.
+    """
     if requested not in CHOICES:
         raise DeviceError(f"--msprobe-device must be one of {', '.join(CHOICES)}, not {requested!r}")
     if requested in (CPU, RECORDED):
         return requested
-    if requested == NPU or (requested == AUTO and has_module("torch_npu")):
+    if requested == NPU:
         import_torch_npu()
         return NPU
+    if requested == AUTO and has_module("torch_npu"):
+        try:
+            import_torch_npu()
+            return NPU
+        except DeviceError as exc:
+            if notes is not None:
+                notes.append(f"auto did not choose npu: {exc}")
     cuda_ready = has_module("torch") and import_torch().cuda.is_available()
     if requested == CUDA and not cuda_ready:
         raise DeviceError("--msprobe-device cuda: torch sees no CUDA device here")

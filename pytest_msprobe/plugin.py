@@ -75,8 +75,9 @@ class MsprobeRun:
         self.mode = setting(config, "msprobe_mode")
         if self.mode not in MODES:
             raise pytest.UsageError(f"--msprobe-mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        self.device_notes: List[str] = []
         try:
-            self.device_kind = devices.choose(setting(config, "msprobe_device"))
+            self.device_kind = devices.choose(setting(config, "msprobe_device"), self.device_notes)
         except devices.DeviceError as exc:
             raise pytest.UsageError(str(exc)) from None
         self.check_recorded()
@@ -118,6 +119,7 @@ class MsprobeRun:
     def pytest_report_header(self, config: pytest.Config) -> List[str]:
         s = self.settings
         lines = [f"msprobe: device {s.device}, mode {s.mode}, seed {s.seed}, standard {s.standard.describe()}"]
+        lines += [f"msprobe: {note}" for note in self.device_notes]
         tolerances = getattr(s.standard, "tolerances", None)
         if tolerances is not None:
             lines += [f"msprobe: tolerance {line}" for line in tolerances.describe()]

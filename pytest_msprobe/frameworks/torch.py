@@ -73,15 +73,50 @@ class TorchCodec:
 CODEC = TorchCodec()
 
 
-def resolve(name: EntryName) -> Callable:
-    """The callable an entry recorded; Unsupported says why there is none."""
+def resolve(name: EntryName, device: str) -> tuple:
+    """(tested callable, bench callable) of an entry; Unsupported says why there is none."""
     api_type, api = name.api_type, name.api
     if api_type in DISTRIBUTED_TYPES:
         raise Unsupported(f"{api_type} collective: it cannot be re-run alone, on one device")
     if NONDETERMINISTIC.search(api):
         raise Unsupported(f"non-deterministic API {api}: two runs never agree")
     if api_type == "NPU":
-        raise Unsupported(f"NPU fused op {api}: needs torch_npu or a CPU reference")
+        return resolve_npu(api, device)
+    target = resolve_torch(api_type, api)
+    return target, target
+
+
+def resolve_npu(api: str, device: str) -> tuple:
+    """torch_npu's fused op on the NPU, its float64 CPU reference as the bench."""
+    from .. import npu_reference
+
+    reference = npu_reference.lookup(api)
+    if reference is None:
+        raise Unsupported(f"NPU op {api} has no CPU reference to benchmark it with")
+    bench = _skip_unmodelled(api, reference, npu_reference.ReferenceUnsupported)
+    if device == RECORDED:
+        return None, bench
+    if not device.startswith("npu"):
+        raise Unsupported(f"NPU op {api} runs only on an NPU: use --msprobe-device npu, or recorded "
+                          "to check the outputs a tensor dump recorded")
+    import torch_npu
+
+    return getattr(torch_npu, api), bench
+
+
+def _skip_unmodelled(api: str, reference: Callable, unsupported: type) -> Callable:
+    """A call using a feature the reference does not model is a SKIP, not a bench failure."""
+
+    def bench(*args, **kwargs):
+        try:
+            return reference(*args, **kwargs)
+        except unsupported as exc:
+            raise Unsupported(f"NPU op {api}: {exc}") from None
+
+    return bench
+
+
+def resolve_torch(api_type: str, api: str) -> Callable:
     roots = {
         "Functional": lambda: torch.nn.functional,
         "Tensor": lambda: torch.Tensor,
@@ -110,7 +145,8 @@ class Call:
     """A recorded call rebuilt: the callable and its arguments (recorded dtypes, CPU)."""
 
     name: EntryName
-    fn: Callable
+    fn: Optional[Callable]  # the tested callable (None in recorded mode)
+    bench_fn: Callable
     args: list
     kwargs: dict
     output_specs: list
@@ -125,14 +161,14 @@ class Call:
         ) is True
 
 
-def build_call(dump: Dump, name: EntryName, fn: Callable, mode: str, seed: int) -> Call:
+def build_call(dump: Dump, name: EntryName, fns: tuple, mode: str, seed: int) -> Call:
     forward = dump.entries.get(f"{name.prefix}.forward")
     if forward is None:
         raise Unsupported(f"no forward entry {name.prefix}.forward in the dump to rebuild the call from")
     rebuilder = Rebuilder(CODEC, f"{name.prefix}.forward", dump.tensor_dir, mode, seed)
     rebuilt = rebuilder.rebuild(forward)
     output_specs = flat_specs(forward.get("output", []))
-    call = Call(name, fn, rebuilt.args, rebuilt.kwargs, output_specs, list(rebuilt.notes))
+    call = Call(name, *fns, rebuilt.args, rebuilt.kwargs, output_specs, list(rebuilt.notes))
     recover_undescribed(call)
     call.autocast = autocast_dtype(call)
     if call.autocast is not None:
@@ -224,8 +260,9 @@ def call_on(side: Side, call: Call, grad: bool = False):
     if grad and call.inplace:
         # An in-place op may not write into a leaf that requires grad.
         args, kwargs = tree_map(_clone_tensor, args), tree_map(_clone_tensor, kwargs)
+    fn = call.bench_fn if side.device == "cpu" and side.floating is not None else call.fn
     with side.context(), torch.set_grad_enabled(grad):
-        return call.fn(*args, **kwargs), leaves
+        return fn(*args, **kwargs), leaves
 
 
 def _clone_tensor(value: Any) -> Any:
@@ -323,9 +360,8 @@ def input_scale(call: Call) -> float:
 
 
 def run(dump: Dump, name: EntryName, device: str, mode: str, seed: int) -> Run:
-    fn = resolve(name)
     recorded = device == RECORDED
-    call = build_call(dump, name, fn, REAL if recorded else mode, seed)
+    call = build_call(dump, name, resolve(name, device), REAL if recorded else mode, seed)
     if name.direction == BACKWARD:
         return run_backward(dump, call, device, mode, seed)
     bench_out, side, note = run_bench(lambda s: call_on(s, call)[0])
@@ -339,8 +375,18 @@ def run(dump: Dump, name: EntryName, device: str, mode: str, seed: int) -> Run:
         except Exception as exc:  # noqa: BLE001 - a device that raises is a finding
             result.tested_error = f"{type(exc).__name__}: {_first_line(exc)}"
             return result
-    result.pairs = pairs_of(tested, bench)
+    result.pairs = skip_uncompared(name, pairs_of(tested, bench))
     return result
+
+
+def skip_uncompared(name: EntryName, pairs: List[OutputPair]) -> List[OutputPair]:
+    """Outputs of NPU references that only keep torch_npu's structure are not compared."""
+    if name.api_type != "NPU":
+        return pairs
+    from ..npu_reference import UNCOMPARED_OUTPUTS
+
+    why = UNCOMPARED_OUTPUTS.get(name.api, {})
+    return [OutputPair(p.index, skip=why[p.index]) if p.index in why else p for p in pairs]
 
 
 def recorded_values(dump: Dump, entry: str, specs: list, key: str) -> list:

@@ -1,0 +1,157 @@
+"""The NPU path without an NPU: device choice, torch_npu failures, and recorded NPU dumps.
+
+The dumps are written by the suite itself in msprobe's format, outputs computed
+in the recorded dtype (by the CPU references, which stand in for the NPU).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import read_csv
+from dumpwriter import DumpWriter
+from pytest_msprobe import devices
+from pytest_msprobe.npu_reference import lookup
+
+
+def test_auto_chooses_cpu_on_a_machine_without_npu_or_cuda():
+    assert devices.choose("auto") == "cpu"
+
+
+def test_npu_without_torch_npu_is_a_clear_error():
+    with pytest.raises(devices.DeviceError, match="needs torch_npu, which is not installed"):
+        devices.choose("npu")
+
+
+@pytest.mark.parametrize("text, ids", [("0,1,2,3", [0, 1, 2, 3]), ("0-7", list(range(8))), ("0-2,6", [0, 1, 2, 6])])
+def test_device_ids(text, ids):
+    assert devices.parse_ids(text) == ids
+
+
+def test_device_ids_are_checked():
+    with pytest.raises(devices.DeviceError, match="not an id"):
+        devices.parse_ids("0,x")
+    with pytest.raises(devices.DeviceError, match="twice"):
+        devices.parse_ids("0-3,2")
+
+
+@pytest.fixture
+def broken_torch_npu(pytester, monkeypatch):
+    """A torch_npu that fails to import as it does without the CANN toolkit."""
+    package = pytester.path / "fake_site" / "torch_npu"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        'raise ImportError("libhccl.so: cannot open shared object file: No such file or directory")\n')
+    monkeypatch.setenv("PYTHONPATH", str(package.parent))
+
+
+def test_npu_with_a_broken_torch_npu_says_what_to_set(pytester, copy_dump, broken_torch_npu):
+    dump = copy_dump("pt_stats_L1")
+    result = pytester.runpytest_subprocess("--msprobe-dump", str(dump), "--msprobe-device", "npu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*torch_npu is installed but cannot be imported (libhccl.so*"
+                                 "*set_env.sh*TORCH_DEVICE_BACKEND_AUTOLOAD=0*"])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_auto_passes_over_a_broken_torch_npu_and_says_so(pytester, copy_dump, broken_torch_npu):
+    dump = copy_dump("pt_stats_L1")
+    result = pytester.runpytest_subprocess("--msprobe-dump", str(dump), "--msprobe-device", "auto",
+                                           "--collect-only")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["msprobe: device cpu,*", "msprobe: auto did not choose npu: torch_npu is installed*"])
+
+
+def npu_calls():
+    """(prefix, op, args, kwargs, backward) of fused ops as a training step calls them."""
+    g = torch.Generator().manual_seed(0)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g)
+
+    q, k, v = randn(1, 2, 8, 16), randn(1, 2, 8, 16), randn(1, 2, 8, 16)
+    causal = torch.triu(torch.ones(8, 8, dtype=torch.bool), diagonal=1)
+    return [
+        ("NPU.npu_rms_norm.0", "npu_rms_norm", [randn(4, 32), randn(32)], {"epsilon": 1e-6}, True),
+        ("NPU.npu_swiglu.0", "npu_swiglu", [randn(4, 64)], {"dim": -1}, True),
+        ("NPU.npu_rotary_mul.0", "npu_rotary_mul", [randn(1, 8, 2, 16), randn(1, 8, 1, 16), randn(1, 8, 1, 16)],
+         {}, True),
+        ("NPU.npu_fast_gelu.0", "npu_fast_gelu", [randn(4, 32)], {}, True),
+        ("NPU.npu_fusion_attention.0", "npu_fusion_attention", [q, k, v, 2, "BNSD"],
+         {"atten_mask": causal, "scale": 0.25, "sparse_mode": 0}, True),
+        ("NPU.npu_layer_norm_eval.0", "npu_layer_norm_eval", [randn(4, 32), [32], randn(32), randn(32)],
+         {"eps": 1e-5}, False),
+        ("NPU.npu_moe_gating_top_k_softmax.0", "npu_moe_gating_top_k_softmax", [randn(6, 8)], {"k": 2}, False),
+    ]
+
+
+def write_npu_dump(folder):
+    writer = DumpWriter(folder)
+    for prefix, op, args, kwargs, backward in npu_calls():
+        writer.record(prefix, lookup(op), args, kwargs, backward=backward)
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(1))
+    writer.record("Functional.gelu.0", torch.nn.functional.gelu, [x], {}, backward=True)
+    return writer.write()
+
+
+def run(pytester, dump, device="recorded", out="out"):
+    return pytester.runpytest("-p", "no:cacheprovider", "--msprobe-dump", str(dump), "--msprobe-device", device,
+                              "--msprobe-out", out, "-rs")
+
+
+def test_recorded_npu_dump_passes_where_outputs_are_right(pytester):
+    dump = write_npu_dump(pytester.path / "npu")
+    result = run(pytester, dump)
+    result.assert_outcomes(passed=14)
+    rows = {r["API Name"]: r for r in read_csv(pytester.path / "out", "result")}
+    assert rows["NPU.npu_rms_norm.0"]["Forward Test Success"] == "pass"
+    assert rows["NPU.npu_rms_norm.0"]["Backward Test Success"] == "pass"
+    details = {d["API Name"]: d for d in read_csv(pytester.path / "out", "details")}
+    # softmax_max and softmax_sum are compared; the placeholders say why they are not
+    assert details["NPU.npu_fusion_attention.0.forward.output.1"]["Status"] == "pass"
+    assert details["NPU.npu_fusion_attention.0.forward.output.4"]["Status"] == "SKIP"
+    assert "seed" in details["NPU.npu_fusion_attention.0.forward.output.4"]["Message"]
+    # integer outputs (expert indices) are compared exactly
+    assert details["NPU.npu_moe_gating_top_k_softmax.0.forward.output.1"]["Tested Dtype"] == "torch.int32"
+
+
+def scale(path, factor):
+    torch.save(torch.load(path, weights_only=True) * factor, path)
+
+
+def bump(path):
+    tensor = torch.load(path, weights_only=True)
+    tensor.view(-1)[0] += 1.0
+    torch.save(tensor, path)
+
+
+def test_recorded_npu_dump_fails_where_outputs_were_perturbed(pytester):
+    dump = write_npu_dump(pytester.path / "npu")
+    tensors = dump.parent / "dump_tensor_data"
+    scale(tensors / "NPU.npu_rms_norm.0.forward.output.0.pt", 1.03)
+    bump(tensors / "NPU.npu_swiglu.0.forward.output.0.pt")
+    scale(tensors / "NPU.npu_fusion_attention.0.forward.output.0.pt", 0.97)
+    scale(tensors / "NPU.npu_rotary_mul.0.backward.output.0.pt", 1.05)
+    result = run(pytester, dump)
+    result.assert_outcomes(passed=10, failed=4)
+    rows = {r["API Name"]: r for r in read_csv(pytester.path / "out", "result")}
+    assert rows["NPU.npu_rms_norm.0"]["Forward Test Success"] == "error"
+    assert rows["NPU.npu_rms_norm.0"]["Backward Test Success"] == "pass"
+    assert rows["NPU.npu_rotary_mul.0"]["Backward Test Success"] == "error"
+    assert rows["Functional.gelu.0"]["Forward Test Success"] == "pass"
+
+
+def test_npu_ops_off_the_npu_are_skipped_with_the_reason(pytester):
+    dump = write_npu_dump(pytester.path / "npu")
+    result = run(pytester, dump, device="cpu")
+    result.assert_outcomes(passed=2, skipped=12)
+    result.stdout.fnmatch_lines(["*NPU op npu_rms_norm runs only on an NPU: use --msprobe-device npu, or recorded*"])
+
+
+def test_an_npu_op_without_reference_is_a_skip_naming_it(pytester):
+    writer = DumpWriter(pytester.path / "npu")
+    writer.record("NPU.npu_geglu.0", torch.add, [torch.ones(2), torch.ones(2)])
+    result = run(pytester, writer.write())
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*NPU op npu_geglu has no CPU reference*"])
