@@ -9,6 +9,7 @@ float64. Both sides come back as numpy arrays for compare.py.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,6 +152,7 @@ class Call:
     kwargs: dict
     output_specs: list
     notes: List[str] = field(default_factory=list)
+    grad_flags: List[bool] = field(default_factory=list)  # per floating input: took a gradient
     autocast: Optional[torch.dtype] = None
 
     @property
@@ -169,6 +171,8 @@ def build_call(dump: Dump, name: EntryName, fns: tuple, mode: str, seed: int) ->
     rebuilt = rebuilder.rebuild(forward)
     output_specs = flat_specs(forward.get("output", []))
     call = Call(name, *fns, rebuilt.args, rebuilt.kwargs, output_specs, list(rebuilt.notes))
+    call.grad_flags = [spec.get("requires_grad") is not False for spec in input_tensor_specs(forward)
+                       if CODEC.dtype_kind(spec["dtype"]) == "f"]
     recover_undescribed(call)
     call.autocast = autocast_dtype(call)
     if call.autocast is not None:
@@ -181,6 +185,12 @@ def flat_specs(specs: Any) -> list:
     if isinstance(specs, list):
         return [leaf for item in specs for leaf in flat_specs(item)]
     return [specs]
+
+
+def input_tensor_specs(body: dict) -> list:
+    """The tensor specs of a forward entry's inputs, in argument order (kwargs after args)."""
+    specs = flat_specs(body.get("input_args", [])) + flat_specs(list(body.get("input_kwargs", {}).values()))
+    return [spec for spec in specs if is_tensor_spec(spec)]
 
 
 def recover_undescribed(call: Call) -> None:
@@ -234,17 +244,13 @@ class Side:
     floating: Optional[torch.dtype] = None  # None keeps the recorded dtype
     autocast: Optional[torch.dtype] = None
 
-    def place(self, value: Any, requires_grad: bool = False) -> Any:
+    def place(self, value: Any) -> Any:
         if isinstance(value, Device):
             return torch.device(self.device)
         if not isinstance(value, torch.Tensor):
             return value
-        floating = value.is_floating_point()
-        dtype = self.floating if (floating and self.floating is not None) else value.dtype
-        placed = value.detach().to(device=self.device, dtype=dtype, copy=True)
-        if requires_grad and floating:
-            placed.requires_grad_(True)
-        return placed
+        dtype = self.floating if (value.is_floating_point() and self.floating is not None) else value.dtype
+        return value.detach().to(device=self.device, dtype=dtype, copy=True)
 
     def context(self) -> contextlib.AbstractContextManager:
         if self.autocast is None:
@@ -253,10 +259,15 @@ class Side:
 
 
 def call_on(side: Side, call: Call, grad: bool = False):
-    """(output, differentiable input leaves) of the call placed on one side."""
-    args = tree_map(lambda v: side.place(v, grad), call.args)
-    kwargs = tree_map(lambda v: side.place(v, grad), call.kwargs)
-    leaves = [t for t in tensors(args, kwargs) if t.requires_grad]
+    """(output, floating input tensors in argument order) of the call placed on one side."""
+    args = tree_map(side.place, call.args)
+    kwargs = tree_map(side.place, call.kwargs)
+    leaves = [t for t in tensors(args, kwargs) if t.is_floating_point()]
+    if grad:
+        # Only what took a gradient in the training step (running stats of
+        # batch_norm, say, did not and cannot).
+        for leaf, wanted in itertools.zip_longest(leaves, call.grad_flags[: len(leaves)], fillvalue=True):
+            leaf.requires_grad_(wanted)
     if grad and call.inplace:
         # An in-place op may not write into a leaf that requires grad.
         args, kwargs = tree_map(_clone_tensor, args), tree_map(_clone_tensor, kwargs)
@@ -435,9 +446,10 @@ def gradients(side: Side, call: Call, grad_outputs: list) -> list:
     for i, (o, g) in enumerate(chosen):
         if o.shape != g.shape:
             raise Unsupported(f"grad_output {i} has shape {list(g.shape)}, its output {list(o.shape)}")
-    found = torch.autograd.grad([o for o, _ in chosen], leaves, [g.to(o.dtype) for o, g in chosen],
-                                allow_unused=True)
-    return list(found)
+    wanted = [leaf for leaf in leaves if leaf.requires_grad]
+    found = iter(torch.autograd.grad([o for o, _ in chosen], wanted, [g.to(o.dtype) for o, g in chosen],
+                                     allow_unused=True))
+    return [next(found) if leaf.requires_grad else None for leaf in leaves]
 
 
 def recorded_gradient_pairs(tested: list, bench: list, specs: list) -> List[OutputPair]:
