@@ -34,6 +34,7 @@ class DumpWriter:
         return {"type": type(value).__name__, "value": value}
 
     def tensor_spec(self, tensor: torch.Tensor, name: str) -> dict:
+        requires_grad = tensor.requires_grad
         tensor = tensor.detach().cpu()
         data_name = f"{name}.pt"
         torch.save(tensor.clone(), self.tensor_dir / data_name)
@@ -43,7 +44,7 @@ class DumpWriter:
             "type": "torch.Tensor", "dtype": str(tensor.dtype), "shape": list(tensor.shape),
             "Max": None if empty else float(stats.max()), "Min": None if empty else float(stats.min()),
             "Mean": None if empty else float(stats.mean()), "Norm": None if empty else float(stats.norm()),
-            "requires_grad": tensor.requires_grad, "data_name": data_name,
+            "requires_grad": requires_grad, "data_name": data_name,
         }
 
     def record(self, prefix: str, fn: Callable, args: List[Any], kwargs: Optional[dict] = None,
