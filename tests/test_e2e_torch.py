@@ -200,3 +200,54 @@ def test_summary_lists_counts_failures_and_csv_paths(pytester, example):
         "result:  *accuracy_checking_result_*.csv",
         "details: *accuracy_checking_details_*.csv",
     ])
+
+
+def test_real_mode_runs_are_deterministic(pytester, example):
+    seen = []
+    for i in range(3):
+        run(pytester, example, "--msprobe-device", "cpu", "--msprobe-out", f"out{i}")
+        seen.append((read_csv(pytester.path / f"out{i}", "result"), read_csv(pytester.path / f"out{i}", "details")))
+    assert seen[0] == seen[1] == seen[2]
+
+
+def test_backward_items_do_not_depend_on_forward_items(pytester, example):
+    run(pytester, example, "--msprobe-device", "cpu", "--msprobe-out", "all")
+    run(pytester, example, "--msprobe-device", "cpu", "--msprobe-out", "bwd", "-k", "backward", "-p", "no:randomly")
+    every = {d["API Name"]: d for d in read_csv(pytester.path / "all", "details")}
+    backward = read_csv(pytester.path / "bwd", "details")
+    assert len(backward) == sum(".backward." in name for name in every)
+    assert all(every[d["API Name"]] == d for d in backward)
+    rows = read_csv(pytester.path / "bwd", "result")
+    assert all(row["Forward Test Success"] == "" and row["Backward Test Success"] for row in rows)
+
+
+@pytest.mark.parametrize("name, device", [("pt_tensor_L1", "cpu"), ("pt_tensor_L1", "recorded"),
+                                          ("pt_tensor_mix", "cpu"), ("pt_tensor_mix", "recorded")])
+def test_at_least_95_percent_of_entries_run_to_a_verdict(pytester, copy_dump, name, device):
+    dump = copy_dump(name)
+    outcomes = run(pytester, dump, "--msprobe-device", device).parseoutcomes()
+    total = sum(outcomes.get(k, 0) for k in ("passed", "failed", "skipped"))
+    assert total == len(api_entries(dump))
+    assert outcomes.get("skipped", 0) <= 0.05 * total
+
+
+def test_recorded_gradients_agree_with_an_independent_float64_autograd(pytester, example):
+    run(pytester, example, "--msprobe-device", "recorded")
+    details = {d["API Name"]: d for d in read_csv(pytester.path / "out", "details")}
+    tensors = example.parent / "dump_tensor_data"
+
+    def load(name, grad=False):
+        return torch.load(tensors / name, weights_only=True).to(torch.float64).requires_grad_(grad)
+
+    x, w, b = (load(f"Functional.layer_norm.0.forward.input.{i}.pt", True) for i in (0, 2, 3))
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    y = (x - mean) / torch.sqrt(var + 1e-5) * w + b  # layer norm written out, not F.layer_norm
+    grad_out = load("Functional.layer_norm.0.backward.input.0.pt")
+    exact = torch.autograd.grad(y, [x, w, b], grad_out)
+    # msprobe records layer_norm's gradients of x, weight and bias as items 0, 1, 2
+    for i, grad in enumerate(exact):
+        recorded = load(f"Functional.layer_norm.0.backward.output.{i}.pt")
+        row = details[f"Functional.layer_norm.0.backward.output.{i}"]
+        assert float(row["MaxAbsErr"]) == pytest.approx(float((recorded - grad).abs().max()), rel=1e-6, abs=1e-12)
+        assert row["Status"] == "pass"
