@@ -415,6 +415,9 @@ def run_backward(dump: Dump, call: Call, device: str, mode: str, seed: int) -> R
     grad_specs = flat_specs(body.get("output", []))
     notes = call.notes + rebuilder.notes
 
+    if recorded and returns_its_input(call):
+        raise Unsupported(f"{name.api} returned its input unchanged (a no-op cast), so it has no backward node "
+                          "of its own: the gradients msprobe recorded for it belong to other calls")
     bench_grads, side, note = run_bench(lambda s: gradients(s, call, grad_outputs))
     result = Run([], notes + ([note] if note else []), input_scale(call))
     if recorded:
@@ -431,6 +434,16 @@ def run_backward(dump: Dump, call: Call, device: str, mode: str, seed: int) -> R
     expected = [i < len(grad_specs) and grad_specs[i] is not None for i in range(len(bench_grads))]
     result.pairs = [p for p in pairs_of(tested, bench_grads) if p.index < len(expected) and expected[p.index]]
     return result
+
+
+def returns_its_input(call: Call) -> bool:
+    """A cast to the dtype it already has: torch returns the very input tensor."""
+    if call.name.api not in CASTS or not call.args or not isinstance(call.args[0], torch.Tensor):
+        return False
+    source = call.args[0]
+    outputs = [s for s in call.output_specs if is_tensor_spec(s)]
+    return len(outputs) == 1 and outputs[0].get("dtype") == str(source.dtype) and outputs[0].get("shape") == list(
+        source.shape)
 
 
 def gradients(side: Side, call: Call, grad_outputs: list) -> list:
