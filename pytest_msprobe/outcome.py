@@ -56,6 +56,7 @@ class OutputRow:
     max_rel_err: Optional[float]
     status: str
     message: str = ""
+    at_floor: bool = False  # failed the basic rule, but within its dtype's rounding budget
 
 
 @dataclass

@@ -61,11 +61,23 @@ def skip_lines(results: Sequence[EntryResult], examples: int = 3) -> List[str]:
     return lines
 
 
+def floor_line(results: Sequence[EntryResult]) -> List[str]:
+    """How many failing outputs are rounding alone, by dtype (basic standard only)."""
+    failed = [row for r in results for row in r.outputs if row.status == ERROR]
+    at_floor = Counter(row.tested_dtype.rsplit(".", 1)[-1] for row in failed if row.at_floor)
+    if not at_floor:
+        return []
+    dtypes = ", ".join(f"{n} {dtype}" for dtype, n in at_floor.most_common())
+    total = sum(at_floor.values())
+    return [f"{total} of {len(failed)} failing outputs are at the rounding floor of their dtype ({dtypes}); "
+            "--msprobe-standard dtype would pass them"]
+
+
 def summary_lines(results: Sequence[EntryResult]) -> List[str]:
     lines = count_lines(results)
     failures = failure_lines(results)
     if failures:
-        lines += ["", "failures, worst first:", *failures]
+        lines += ["", "failures, worst first:", *failures, *floor_line(results)]
     skips = skip_lines(results)
     if skips:
         lines += ["", "SKIP reasons:", *skips]
