@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import List
+from pathlib import Path
+from typing import List, Optional
 
 from .compare import ERROR, SKIP, BasicStandard, Comparison, compare, worst_status
 from .dump import Dump, EntryName
@@ -22,6 +23,7 @@ class Settings:
     mode: str = AUTO
     seed: int = 1234
     standard: object = BasicStandard()
+    error_data: Optional[Path] = None  # where the tensors of entries that are not pass are saved
 
 
 def check_entry(dump: Dump, name: EntryName, settings: Settings) -> EntryResult:

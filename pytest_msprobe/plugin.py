@@ -18,6 +18,7 @@ from .dump import find_dump_files, peek_task
 from .inputs import MODES, RANDOM
 from .items import RUN_KEY, DumpFile
 from .reporter import CsvReporter
+from .selection import Selection
 
 # (option, ini key, help, default); every option is also an ini key, as in
 # pytest-rerunfailures, so a team can pin its rule in pytest.ini.
@@ -30,7 +31,10 @@ OPTIONS = [
     ("--msprobe-max-abs-err", "msprobe_max_abs_err", "basic standard: ... and MaxAbsErr < this", "1e-4"),
     ("--msprobe-standard", "msprobe_standard", "standard that judges the outputs: basic|dtype", "basic"),
     ("--msprobe-out", "msprobe_out", "folder for the result and details CSVs", "."),
+    ("--msprobe-resume", "msprobe_resume", "result CSV of a killed run: run only its missing APIs, append to it", ""),
+    ("--msprobe-baseline", "msprobe_baseline", "result CSV of an earlier run: its errors are expected failures", ""),
 ]
+ERROR_DATA_FOLDER = "msprobe_error_data"  # under --msprobe-out
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,6 +45,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for flag, ini, text, default in OPTIONS:
         group.addoption(flag, dest=ini, default=None, help=f"{text} (default {default}; ini {ini})")
         parser.addini(ini, text, default=default)
+    group.addoption("--msprobe-save-error-data", dest="msprobe_save_error_data", nargs="?", const=True,
+                    default=None, metavar="DIR", help="save inputs and outputs of every entry that is not pass, "
+                    f"with a manifest (default DIR: {ERROR_DATA_FOLDER} under --msprobe-out)")
+    parser.addini("msprobe_save_error_data", "folder for the error data, or true for the default", default="")
     parser.addini("msprobe_tolerances", "dtype standard: per-API budgets, lines `pattern: rtol=.., atol=..`",
                   type="linelist", default=[])
 
@@ -57,6 +65,10 @@ def pytest_configure(config: pytest.Config) -> None:
     run = MsprobeRun(config, paths)
     config.stash[RUN_KEY] = run
     config.pluginmanager.register(run, "msprobe-run")
+    run.selection = Selection.from_config(config, config.invocation_params.dir, setting(config, "msprobe_resume"),
+                                          setting(config, "msprobe_baseline"))
+    config.pluginmanager.register(run.selection, "msprobe-selection")
+    run.settings.error_data = error_data_folder(config, run.out_dir)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(CsvReporter(config, run), "msprobe-reporter")
     files = [str(p) for p in run.dump_files]
@@ -141,6 +153,16 @@ class MsprobeRun:
             report.msprobe = result.to_dict()
             report.user_properties.extend(summary.metric_properties(result))
         return report
+
+
+def error_data_folder(config: pytest.Config, out_dir: Path) -> Optional[Path]:
+    value = config.getoption("msprobe_save_error_data")
+    if value is None:
+        value = config.getini("msprobe_save_error_data").strip()
+        value = True if value.lower() in ("true", "yes", "1") else value or None
+    if value is None:
+        return None
+    return out_dir / ERROR_DATA_FOLDER if value is True else config.invocation_params.dir / value
 
 
 def make_standard(config: pytest.Config):

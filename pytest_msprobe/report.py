@@ -49,12 +49,28 @@ def details_path_for(result_path: Path) -> Path:
     return result_path.with_name(result_path.name.replace(RESULT_PREFIX, DETAILS_PREFIX, 1))
 
 
+class ReportError(ValueError):
+    """A file given as a result CSV that is missing or is not one."""
+
+
 def read_finished_apis(result_path: Path) -> Set[str]:
     """API names already in a result CSV (for resume)."""
-    with open(result_path, newline="", encoding=ENCODING) as handle:
-        rows = csv.reader(handle)
-        next(rows, None)
-        return {_untext(row[0]) for row in rows if row}
+    return {row[0] for row in read_result_rows(result_path)}
+
+
+def read_result_rows(result_path: Path) -> List[List[str]]:
+    """The rows of a result CSV, header checked, cells as written (formula guard undone)."""
+    try:
+        with open(result_path, newline="", encoding=ENCODING) as handle:
+            rows = list(csv.reader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise ReportError(f"{result_path}: cannot be read as a result CSV: {exc}") from None
+    if not rows:
+        return []  # created, then killed before its header reached the disk
+    if rows[0] != RESULT_COLUMNS:
+        raise ReportError(f"{result_path}: not an accuracy_checking_result CSV: its header is {rows[0][:4]}, "
+                          f"expected {RESULT_COLUMNS}")
+    return [[_untext(cell) for cell in row] for row in rows[1:] if row]
 
 
 def _untext(cell: str) -> str:

@@ -17,7 +17,7 @@ class CsvReporter:
     def __init__(self, config: pytest.Config, run):
         self.config = config
         self.run = run
-        self.book = ApiBook()
+        self.book = ApiBook(skip=run.selection.finished)
         self.writer: Optional[CsvWriter] = None
         self.results: List[EntryResult] = []
 
@@ -40,7 +40,8 @@ class CsvReporter:
 
     def write(self, api, forward, backward) -> None:
         if self.writer is None:
-            self.writer = CsvWriter.in_folder(self.run.out_dir)
+            resumed = self.run.selection.resumed
+            self.writer = CsvWriter(resumed) if resumed else CsvWriter.in_folder(self.run.out_dir)
         self.writer.write_api(api, forward, backward)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -53,7 +54,10 @@ class CsvReporter:
         if not self.results and self.writer is None:
             return
         terminalreporter.section("msprobe")
-        for line in summary.summary_lines(self.results):
+        lines = summary.summary_lines(self.results)
+        if self.run.selection.baseline is not None:
+            lines += self.run.selection.baseline.summary_lines(self.results)
+        for line in lines:
             terminalreporter.write_line(line)
         if self.writer is not None:
             terminalreporter.write_line(f"result:  {self.writer.result_path}")

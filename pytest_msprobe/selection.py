@@ -1,0 +1,84 @@
+"""pytest glue for resume and baseline: which entries run, which are expected to fail.
+
+Both files are read once, by the process that writes the CSVs, and shipped to
+xdist workers in `workerinput`: every worker, a worker restarted after a crash
+included, must collect and deselect exactly the same items while the controller
+keeps appending rows to the resumed file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Set
+
+import pytest
+
+from . import resume
+from .baseline import Baseline
+from .dump import parse_entry_name
+from .items import EntryItem
+from .report import ReportError, read_finished_apis
+
+FINISHED_KEY = "msprobe_finished"
+BASELINE_KEY = "msprobe_baseline_failed"
+
+
+class Selection:
+    def __init__(self, resumed: Optional[Path] = None, finished: Set[str] = frozenset(),
+                 baseline: Optional[Baseline] = None):
+        self.resumed = resumed  # the result CSV new rows are appended to
+        self.finished = set(finished)
+        self.baseline = baseline
+
+    @classmethod
+    def from_config(cls, config: pytest.Config, base: Path, resume_arg: str, baseline_arg: str) -> "Selection":
+        worker = getattr(config, "workerinput", None)
+        resumed = base / resume_arg if resume_arg else None
+        finished: Set[str] = set()
+        baseline = None
+        try:
+            if resumed is not None:
+                if worker is None:
+                    finished = resume.prepare(resumed)
+                else:
+                    finished = set(worker[FINISHED_KEY]) if FINISHED_KEY in worker else read_finished_apis(resumed)
+        except ReportError as exc:
+            raise pytest.UsageError(f"--msprobe-resume: {exc}") from None
+        try:
+            if baseline_arg:
+                path = base / baseline_arg
+                baseline = Baseline(path, worker[BASELINE_KEY]) if worker and BASELINE_KEY in worker else \
+                    Baseline.read(path)
+        except ReportError as exc:
+            raise pytest.UsageError(f"--msprobe-baseline: {exc}") from None
+        return cls(resumed, finished, baseline)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput[FINISHED_KEY] = sorted(self.finished)
+        if self.baseline is not None:
+            node.workerinput[BASELINE_KEY] = sorted(list(pair) for pair in self.baseline.failed)
+
+    def pytest_collection_modifyitems(self, config: pytest.Config, items) -> None:
+        kept, done = [], []
+        for item in items:
+            entry = parse_entry_name(item.name) if isinstance(item, EntryItem) else None
+            if entry is not None and entry.prefix in self.finished:
+                done.append(item)
+                continue
+            if entry is not None and self.baseline and self.baseline.failed_before(entry.prefix, entry.direction):
+                # Non-strict: a known failure that now passes is reported, never a CI failure.
+                item.add_marker(pytest.mark.xfail(reason=self.baseline.reason(), strict=False))
+            kept.append(item)
+        if done:
+            config.hook.pytest_deselected(items=done)
+            items[:] = kept
+
+    def pytest_report_header(self, config: pytest.Config):
+        lines = []
+        if self.resumed is not None:
+            lines.append(f"msprobe: resuming {self.resumed}: {len(self.finished)} APIs already finished "
+                         "are not run again")
+        if self.baseline is not None:
+            lines.append(f"msprobe: {self.baseline.describe()}")
+        return lines

@@ -1,0 +1,119 @@
+"""A run killed with SIGKILL, then resumed: every API gets its rows exactly once."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from conftest import read_csv
+from pytest_msprobe import resume
+from pytest_msprobe.report import details_path_for
+
+ARGS = ("-p", "no:cacheprovider", "--msprobe-device", "recorded")
+
+# Kills the process that writes the CSVs (the xdist controller under -n) when the
+# KILL_AT-th test report arrives: a run killed at an arbitrary moment.
+KILLER = """
+import os, signal
+seen = []
+
+def pytest_configure(config):
+    seen.append(config)
+
+def pytest_runtest_logreport(report):
+    if hasattr(seen[0], "workerinput") or report.when != "call":
+        return
+    seen.append(report)
+    if len(seen) - 1 == int(os.environ["KILL_AT"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def rows(folder, kind):
+    return Counter(tuple(row.values()) for row in read_csv(folder, kind))
+
+
+@pytest.fixture
+def full_run(pytester, copy_dump):
+    dump = copy_dump("pt_tensor_L1")
+    pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), "--msprobe-out", "full")
+    return dump, rows(pytester.path / "full", "result"), rows(pytester.path / "full", "details")
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_killed_then_resumed_run_has_every_row_once(pytester, full_run, monkeypatch, workers):
+    dump, full_result, full_details = full_run
+    pytester.makeconftest(KILLER)
+    monkeypatch.setenv("KILL_AT", "50")
+    killed = pytester.runpytest_subprocess(*ARGS, *workers, "--msprobe-dump", str(dump), "--msprobe-out", "out")
+    assert killed.ret == -9
+    partial = rows(pytester.path / "out", "result")
+    assert 0 < sum(partial.values()) < sum(full_result.values())
+    # A result row never stands without its details rows.
+    details = read_csv(pytester.path / "out", "details")
+    apis_with_details = {resume.api_of_output(d["API Name"]) for d in details}
+    full_apis_with_details = {resume.api_of_output(d[0]) for d in full_details}
+    assert {row[0] for row in partial} & full_apis_with_details <= apis_with_details
+
+    monkeypatch.setenv("KILL_AT", "0")
+    result_csv = next((pytester.path / "out").glob("accuracy_checking_result_*.csv"))
+    resumed = pytester.runpytest_subprocess(*ARGS, *workers, "--msprobe-dump", str(dump),
+                                            "--msprobe-resume", str(result_csv))
+    resumed.stdout.fnmatch_lines([f"msprobe: resuming *{result_csv.name}: {sum(partial.values())} APIs already "
+                                  "finished are not run again"])
+    # Under xdist the workers deselect; the controller counts what is left.
+    resumed.stdout.fnmatch_lines(["*2 workers [[]* items[]]" if workers else "collected 66 items / * deselected *"])
+    assert rows(pytester.path / "out", "result") == full_result
+    assert rows(pytester.path / "out", "details") == full_details
+    assert not list(pytester.path.glob("accuracy_checking_*.csv"))  # appended, no new files
+
+
+def test_resume_of_a_finished_run_runs_nothing(pytester, full_run):
+    dump, full_result, _ = full_run
+    result_csv = next((pytester.path / "full").glob("accuracy_checking_result_*.csv"))
+    result = pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), "--msprobe-resume", str(result_csv))
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    assert result.parseoutcomes() == {"deselected": 66}
+    assert rows(pytester.path / "full", "result") == full_result
+
+
+def test_resume_from_the_ini_file(pytester, full_run):
+    dump, full_result, _ = full_run
+    result_csv = next((pytester.path / "full").glob("accuracy_checking_result_*.csv"))
+    pytester.makeini(f"[pytest]\nmsprobe_resume = {result_csv.relative_to(pytester.path)}\n")
+    result = pytester.runpytest(*ARGS, "--msprobe-dump", str(dump))
+    assert result.parseoutcomes() == {"deselected": 66}
+
+
+def test_torn_tail_is_cut_and_its_api_runs_again(pytester, full_run):
+    """Killed between the details flush and the result flush, mid-row: prepare cuts both tails."""
+    dump, full_result, full_details = full_run
+    result_csv = next((pytester.path / "full").glob("accuracy_checking_result_*.csv"))
+    details_csv = details_path_for(result_csv)
+    lines = result_csv.read_bytes().splitlines(keepends=True)
+    last_api = lines[-1].split(b",")[0].decode()
+    result_csv.write_bytes(b"".join(lines[:-1]) + lines[-1][:7])  # the last result row, torn
+    with open(details_csv, "ab") as handle:
+        handle.write(b"Torch.relu.9.forward.output.0,torch.float64,torch.bf")  # an orphan, torn
+    finished = resume.prepare(result_csv)
+    assert last_api not in finished and len(finished) == sum(full_result.values()) - 1
+    assert result_csv.read_bytes() == b"".join(lines[:-1])
+    assert all(resume.api_of_output(d["API Name"]) in finished for d in read_csv(pytester.path / "full", "details"))
+
+    pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), "--msprobe-resume", str(result_csv))
+    assert rows(pytester.path / "full", "result") == full_result
+    assert rows(pytester.path / "full", "details") == full_details
+
+
+@pytest.mark.parametrize("option", ["--msprobe-resume", "--msprobe-baseline"])
+def test_a_missing_or_foreign_file_is_a_usage_error_naming_it(pytester, copy_dump, option):
+    dump = copy_dump("pt_tensor_L1")
+    missing = pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), option, "nowhere.csv")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines([f"*{option}: *nowhere.csv*"])
+    pytester.path.joinpath("other.csv").write_text("name,value\nx,1\n")
+    foreign = pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), option, "other.csv")
+    assert foreign.ret == pytest.ExitCode.USAGE_ERROR
+    foreign.stderr.fnmatch_lines([f"*{option}: *other.csv: not an accuracy_checking*"])
+    assert "INTERNALERROR" not in missing.stdout.str() + foreign.stdout.str()
