@@ -151,7 +151,10 @@ class MsprobeRun:
         if call.when == "call" and result is not None:
             # Plain data on the report: it travels to the xdist controller.
             report.msprobe = result.to_dict()
-            report.user_properties.extend(summary.metric_properties(result))
+            properties = summary.metric_properties(result)
+            report.user_properties.extend(properties)
+            # junitxml writes the properties of the teardown report, which copies the item's.
+            item.user_properties.extend(properties)
         return report
 
 

@@ -1,0 +1,98 @@
+"""CI gating: the exit status, --junitxml metrics, and a baseline of known failures."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import read_csv
+from test_e2e_torch import ALTERATIONS, alter
+
+ARGS = ("-p", "no:cacheprovider", "--msprobe-device", "recorded")
+# examples/pt_tensor_L1 under the default rule: bf16 outputs fail on rounding alone.
+CLEAN_FAILURES = {"Torch.matmul.1.forward", "Functional.linear.1.forward", "Tensor.float.2.backward",
+                  "Functional.linear.1.backward", "Tensor.float.0.backward", "Torch.matmul.1.backward"}
+
+
+def run(pytester, dump, out, *args):
+    return pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), "--msprobe-out", out, *args)
+
+
+def entries(result, word):
+    """Entry names of the short summary lines that start with word (FAILED, XFAIL, XPASS)."""
+    return {line.split("::", 1)[1].split(" ")[0] for line in result.outlines if line.startswith(f"{word} ")}
+
+
+@pytest.fixture
+def altered(copy_dump):
+    dump = copy_dump("pt_tensor_L1", "altered")
+    for entry, fn in ALTERATIONS.items():
+        alter(dump.parent / "dump_tensor_data" / f"{entry}.output.0.pt", fn)
+    return dump
+
+
+def test_exit_status_is_zero_when_all_pass_and_one_on_an_error(pytester, copy_dump, altered):
+    clean = copy_dump("pt_tensor_L1", "clean")
+    loose = ("--msprobe-max-abs-err", "1e-2")  # the bf16 rounding of the clean dump passes
+    assert run(pytester, clean, "clean_out", *loose).ret == pytest.ExitCode.OK
+    broken = run(pytester, altered, "altered_out", *loose, "-rf")
+    assert broken.ret == pytest.ExitCode.TESTS_FAILED
+    assert entries(broken, "FAILED") == set(ALTERATIONS)
+
+
+def test_junitxml_carries_every_output_metric(pytester, copy_dump):
+    dump = copy_dump("pt_tensor_L1")
+    run(pytester, dump, "out", "--junitxml", "junit.xml")
+    cases = {case.get("name"): case for case in ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")}
+    assert len(cases) == 66
+    details = {d["API Name"]: d for d in read_csv(pytester.path / "out", "details")}
+    for entry in ("Functional.linear.1.forward", "Functional.relu.0.backward"):
+        props = {p.get("name"): p.get("value") for p in cases[entry].iter("property")}
+        row = details[f"{entry}.output.0"]
+        assert props[f"{entry}.output.0.status"] == row["Status"]
+        for metric, column in (("cosine", "Cosine"), ("max_abs_err", "MaxAbsErr"),
+                               ("max_rel_err", "MaxRelativeErr")):
+            assert float(props[f"{entry}.output.0.{metric}"]) == float(row[column])
+    assert cases["Functional.linear.1.forward"].find("failure") is not None
+
+
+def test_baseline_failures_are_xfail_and_only_new_ones_fail(pytester, copy_dump, altered):
+    clean = copy_dump("pt_tensor_L1", "clean")
+    run(pytester, clean, "base")
+    baseline = next((pytester.path / "base").glob("accuracy_checking_result_*.csv"))
+    result = run(pytester, altered, "out", "--msprobe-baseline", str(baseline), "-rfxX")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert entries(result, "FAILED") == set(ALTERATIONS)
+    assert entries(result, "XFAIL") == CLEAN_FAILURES
+    assert result.parseoutcomes() == {"failed": 4, "xfailed": 6, "passed": 55, "skipped": 1}
+    result.stdout.fnmatch_lines([
+        f"msprobe: baseline {baseline}: 6 known failures, expected to fail (xfail)",
+        "*= msprobe =*",
+        "forward  31 pass, 6 error, 0 warning, 0 SKIP",  # xfailed entries still count as error
+        "backward 24 pass, 4 error, 0 warning, 1 SKIP",
+        f"baseline {baseline}:",
+        "6 known failures still fail (xfailed), 0 now pass, 4 new failures",
+        "new failures (not in the baseline):",
+    ])
+    rows = {row["API Name"]: row for row in read_csv(pytester.path / "out", "result")}
+    assert rows["Functional.linear.1"]["Forward Test Success"] == "error"  # the CSV stays the truth
+
+
+def test_fixed_apis_are_reported_and_do_not_fail_under_xdist(pytester, copy_dump, altered):
+    """Workers mark the xfails, the controller counts and lists: both must agree."""
+    run(pytester, altered, "base")
+    baseline = next((pytester.path / "base").glob("accuracy_checking_result_*.csv"))
+    clean = copy_dump("pt_tensor_L1", "clean")
+    pytester.makeini(f"[pytest]\nmsprobe_baseline = {baseline.relative_to(pytester.path)}\n")
+    result = run(pytester, clean, "out", "-n", "2", "-rxX")
+    assert result.ret == pytest.ExitCode.OK
+    assert result.parseoutcomes() == {"xfailed": 6, "xpassed": 4, "passed": 55, "skipped": 1}
+    result.stdout.fnmatch_lines([
+        "forward  35 pass, 2 error, 0 warning, 0 SKIP",
+        "backward 24 pass, 4 error, 0 warning, 1 SKIP",
+        "6 known failures still fail (xfailed), 4 now pass, 0 new failures",
+        "now pass although the baseline failed them:",
+    ])
+    fixed = {line.strip() for line in result.outlines if line.startswith("  ") and line.strip() in ALTERATIONS}
+    assert fixed == set(ALTERATIONS)
