@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from .compare import ERROR, SKIP, BasicStandard, Comparison, compare, worst_status
+from . import error_data
+from .compare import ERROR, PASS, SKIP, BasicStandard, Comparison, compare, worst_status
 from .dump import Dump, EntryName
 from .frameworks import for_framework
 from .inputs import AUTO, InputError
@@ -30,20 +31,32 @@ def check_entry(dump: Dump, name: EntryName, settings: Settings) -> EntryResult:
     result = EntryResult(name.prefix, name.direction, SKIP, dump=str(dump.path))
     try:
         framework = for_framework(dump.framework)
-        run = framework.run(dump, name, settings.device, settings.mode, settings.seed)
+        # Only asked for when saving: the default path holds no values past the comparison.
+        keep = {"keep": True} if settings.error_data else {}
+        run = framework.run(dump, name, settings.device, settings.mode, settings.seed, **keep)
     except (Unsupported, BenchmarkFailed, InputError) as exc:
         result.message = str(exc)
         return result
+    judge(result, name, run, settings)
+    if run.kept is not None and result.status != PASS:
+        try:
+            note = f"error data in {error_data.save(settings.error_data, dump, result, run.kept, settings)}"
+        except OSError as exc:
+            note = f"error data not saved: {exc}"
+        result.message = join([result.message, note])
+    return result
+
+
+def judge(result: EntryResult, name: EntryName, run: Run, settings: Settings) -> None:
     if run.tested_error:
         result.status = ERROR
         result.message = join([f"the tested run on {settings.device} raised {run.tested_error}", *run.notes])
-        return result
+        return
     result.outputs = [output_row(name, pair, run, settings.standard) for pair in run.pairs]
     result.status = worst_status([row.status for row in result.outputs])
     result.message = join([*failures(result.outputs), *run.notes])
     if not result.outputs:
         result.message = join(["no output to compare", result.message])
-    return result
 
 
 def output_row(name: EntryName, pair: OutputPair, run: Run, standard) -> OutputRow:

@@ -34,6 +34,16 @@ class OutputPair:
 
 
 @dataclass
+class Kept:
+    """The values of one check in the framework's own types, kept only when error data is saved."""
+
+    inputs: Dict[str, Any]  # {"args": [...], "kwargs": {...}} as rebuilt: recorded dtypes, on CPU
+    tested: Optional[list]  # outputs (backward: gradients of the floating inputs); None if the run raised
+    bench: list
+    grad_outputs: Optional[list] = None  # backward: the gradients fed to the outputs
+
+
+@dataclass
 class Run:
     """Both sides of one entry, ready for the standard."""
 
@@ -41,6 +51,7 @@ class Run:
     notes: List[str] = field(default_factory=list)
     input_scale: float = 0.0
     tested_error: str = ""  # the exception of the device under test, if it raised
+    kept: Optional[Kept] = None
 
 
 @dataclass

@@ -20,7 +20,7 @@ import torch
 
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Device, Rebuilder, Undescribed, is_tensor_spec, tree_map
-from ..outcome import BenchmarkFailed, OutputPair, Run, Unsupported
+from ..outcome import BenchmarkFailed, Kept, OutputPair, Run, Unsupported
 
 RECORDED = "recorded"
 
@@ -370,14 +370,16 @@ def input_scale(call: Call) -> float:
 # -- forward and backward ------------------------------------------------------
 
 
-def run(dump: Dump, name: EntryName, device: str, mode: str, seed: int) -> Run:
+def run(dump: Dump, name: EntryName, device: str, mode: str, seed: int, keep: bool = False) -> Run:
+    """keep: hand the values back on Run.kept (for the error data); off, nothing is held."""
     recorded = device == RECORDED
     call = build_call(dump, name, resolve(name, device), REAL if recorded else mode, seed)
     if name.direction == BACKWARD:
-        return run_backward(dump, call, device, mode, seed)
+        return run_backward(dump, call, device, mode, seed, keep)
     bench_out, side, note = run_bench(lambda s: call_on(s, call)[0])
     result = Run([], call.notes + ([note] if note else []), input_scale(call))
     bench = flat_outputs(bench_out)
+    tested = None
     if recorded:
         tested = recorded_values(dump, f"{name.prefix}.forward", call.output_specs, "output")
     else:
@@ -385,8 +387,9 @@ def run(dump: Dump, name: EntryName, device: str, mode: str, seed: int) -> Run:
             tested = flat_outputs(call_on(tested_side(device, call), call)[0])
         except Exception as exc:  # noqa: BLE001 - a device that raises is a finding
             result.tested_error = f"{type(exc).__name__}: {_first_line(exc)}"
-            return result
-    result.pairs = skip_uncompared(name, pairs_of(tested, bench))
+    keep_values(result, keep, call, tested, bench, None)
+    if tested is not None:
+        result.pairs = skip_uncompared(name, pairs_of(tested, bench))
     return result
 
 
@@ -406,7 +409,7 @@ def recorded_values(dump: Dump, entry: str, specs: list, key: str) -> list:
     return [None if spec is None else rebuilder.value(spec, f"{key}[{i}]") for i, spec in enumerate(specs)]
 
 
-def run_backward(dump: Dump, call: Call, device: str, mode: str, seed: int) -> Run:
+def run_backward(dump: Dump, call: Call, device: str, mode: str, seed: int, keep: bool = False) -> Run:
     name = call.name
     body = dump.entries[name.full]
     recorded = device == RECORDED
@@ -423,6 +426,10 @@ def run_backward(dump: Dump, call: Call, device: str, mode: str, seed: int) -> R
     if recorded:
         tested = recorded_values(dump, name.full, grad_specs, "output")
         result.pairs = recorded_gradient_pairs(tested, bench_grads, grad_specs)
+        if keep:  # saved in the order of the bench gradients, as the details rows are
+            matched, _ = match_recorded_gradients(tested, bench_grads, grad_specs)
+            tested = [matched.get(i) for i in range(len(bench_grads))]
+        keep_values(result, keep, call, tested, bench_grads, grad_outputs)
         return result
     try:
         tested = gradients(tested_side(device, call), call, grad_outputs)
@@ -430,10 +437,18 @@ def run_backward(dump: Dump, call: Call, device: str, mode: str, seed: int) -> R
         raise
     except Exception as exc:  # noqa: BLE001
         result.tested_error = f"{type(exc).__name__}: {_first_line(exc)}"
+        keep_values(result, keep, call, None, bench_grads, grad_outputs)
         return result
+    keep_values(result, keep, call, tested, bench_grads, grad_outputs)
     expected = [i < len(grad_specs) and grad_specs[i] is not None for i in range(len(bench_grads))]
     result.pairs = [p for p in pairs_of(tested, bench_grads) if p.index < len(expected) and expected[p.index]]
     return result
+
+
+def keep_values(result: Run, keep: bool, call: Call, tested, bench, grad_outputs) -> None:
+    if keep:
+        grads = None if grad_outputs is None else flat_outputs(grad_outputs)
+        result.kept = Kept({"args": call.args, "kwargs": call.kwargs}, tested, bench, grads)
 
 
 def returns_its_input(call: Call) -> bool:
@@ -475,16 +490,7 @@ def recorded_gradient_pairs(tested: list, bench: list, specs: list) -> List[Outp
     whose shape it alone has; the rest cannot be compared and say so.
     """
     shapes = [None if g is None else list(g.shape) for g in bench]
-    matched: dict = {}
-    strays = []
-    for position, (t, spec) in enumerate(zip(tested, specs)):
-        if spec is None or t is None:
-            continue
-        index = _input_of(position, list(t.shape), shapes, matched)
-        if index is None:
-            strays.append(list(t.shape))
-        else:
-            matched[index] = t
+    matched, strays = match_recorded_gradients(tested, bench, specs)
     pairs = []
     for index in sorted(matched):
         pair = pairs_of([matched[index]], [bench[index]])[0]
@@ -495,6 +501,22 @@ def recorded_gradient_pairs(tested: list, bench: list, specs: list) -> List[Outp
             pairs.append(OutputPair(index, skip=f"no recorded gradient has this input's shape {shapes[index]}: "
                                                f"msprobe recorded {strays}, which match no input"))
     return sorted(pairs, key=lambda p: p.index)
+
+
+def match_recorded_gradients(tested: list, bench: list, specs: list) -> tuple:
+    """({input index: recorded gradient}, shapes of the recorded gradients that match no input)."""
+    shapes = [None if g is None else list(g.shape) for g in bench]
+    matched: dict = {}
+    strays = []
+    for position, (t, spec) in enumerate(zip(tested, specs)):
+        if spec is None or t is None:
+            continue
+        index = _input_of(position, list(t.shape), shapes, matched)
+        if index is None:
+            strays.append(list(t.shape))
+        else:
+            matched[index] = t
+    return matched, strays
 
 
 def _input_of(position: int, shape: list, shapes: list, taken: dict) -> Optional[int]:

@@ -1,0 +1,108 @@
+"""Error data: the values of every entry that is not pass, saved so its numbers can be reproduced.
+
+One folder per entry, `<folder>/<dump folder>/<entry>/`, holding the rebuilt
+inputs, the tested outputs, the bench outputs (and, for a backward, the
+gradients fed to the outputs), and manifest.json saying what is where. PyTorch
+values are saved with torch.save (imported only then), others with numpy. No
+pytest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterator, Tuple
+
+import numpy as np
+
+from .inputs import Device, tree_map
+from .outcome import EntryResult, Kept
+
+MANIFEST = "manifest.json"
+PARTS = ("inputs", "tested_outputs", "bench_outputs", "grad_outputs")
+TORCH_LOAD = ("torch.load(path, weights_only=True). inputs.pt: {'args': [...], 'kwargs': {...}} as rebuilt "
+              "(recorded dtypes, on CPU; a device argument is 'cpu'). tested_outputs.pt, bench_outputs.pt: "
+              "lists in the order of the details rows (output i is item i; for a backward, the gradient of "
+              "the i-th floating input, None where it has none). grad_outputs.pt: the gradients fed to the "
+              "outputs. The bench ran on CPU with floating tensors in its Bench Dtype.")
+NUMPY_LOAD = "numpy.load(path): one array per value, keyed by where it sits (args[0], kwargs['x'], [1])."
+
+
+def save(folder: Path, dump, result: EntryResult, kept: Kept, settings) -> Path:
+    """Write the entry's values and manifest; returns the entry's folder."""
+    target = folder / dump_label(Path(dump.path)) / f"{result.api}.{result.direction}"
+    target.mkdir(parents=True, exist_ok=True)
+    torch_values = dump.framework in ("pytorch", "mindtorch")
+    files, values = {}, {}
+    for part, value in zip(PARTS, (kept.inputs, kept.tested, kept.bench, kept.grad_outputs)):
+        if value is None:
+            continue
+        value = tree_map(_portable, value)
+        files[part] = _save_torch(target, part, value) if torch_values else _save_numpy(target, part, value)
+        values[part] = [{"at": at, "dtype": _dtype(leaf), "shape": _shape(leaf)} for at, leaf in leaves(value)
+                        if _shape(leaf) is not None]
+    manifest = {
+        "entry": f"{result.api}.{result.direction}", "api": result.api, "direction": result.direction,
+        "dump": str(dump.path), "framework": dump.framework, "status": result.status, "message": result.message,
+        "device": settings.device, "mode": settings.mode, "seed": settings.seed,
+        "standard": settings.standard.describe(),
+        "outputs": [asdict(row) for row in result.outputs],
+        "files": files, "values": values, "load": TORCH_LOAD if torch_values else NUMPY_LOAD,
+    }
+    (target / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
+    return target
+
+
+def dump_label(dump_path: Path) -> str:
+    """The dump's folder relative to the working folder (step0/rank0 stay apart), else its name."""
+    relative = os.path.relpath(dump_path.resolve().parent, Path.cwd())
+    return dump_path.resolve().parent.name if relative.startswith("..") else relative
+
+
+def _portable(value: Any) -> Any:
+    """Values a plain loader reads back: tensors detached on CPU, device markers as 'cpu'."""
+    if isinstance(value, Device):
+        return "cpu"
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        return value.detach().cpu()
+    return value
+
+
+def _save_torch(target: Path, part: str, value: Any) -> str:
+    import torch
+
+    name = f"{part}.pt"
+    torch.save(value, target / name)
+    return name
+
+
+def _save_numpy(target: Path, part: str, value: Any) -> str:
+    name = f"{part}.npz"
+    arrays = {at: np.asarray(leaf.asnumpy() if hasattr(leaf, "asnumpy") else leaf) for at, leaf in leaves(value)
+              if leaf is not None}
+    np.savez(target / name, **arrays)
+    return name
+
+
+def leaves(tree: Any, at: str = "") -> Iterator[Tuple[str, Any]]:
+    """(where, value) of every leaf of nested dicts, lists and tuples: `args[0]`, `kwargs['weight']`."""
+    if isinstance(tree, dict):
+        for key, item in tree.items():
+            yield from leaves(item, f"{at}[{key!r}]" if at else str(key))
+    elif isinstance(tree, (list, tuple)):
+        for i, item in enumerate(tree):
+            yield from leaves(item, f"{at}[{i}]")
+    else:
+        yield at, tree
+
+
+def _shape(value: Any):
+    shape = getattr(value, "shape", None)
+    return None if shape is None else [int(n) for n in shape]
+
+
+def _dtype(value: Any) -> str:
+    return str(getattr(value, "dtype", type(value).__name__))
+
