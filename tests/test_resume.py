@@ -117,3 +117,48 @@ def test_a_missing_or_foreign_file_is_a_usage_error_naming_it(pytester, copy_dum
     assert foreign.ret == pytest.ExitCode.USAGE_ERROR
     foreign.stderr.fnmatch_lines([f"*{option}: *other.csv: not an accuracy_checking*"])
     assert "INTERNALERROR" not in missing.stdout.str() + foreign.stdout.str()
+
+
+CRASHER = """
+import os, signal
+from pathlib import Path
+
+def pytest_runtest_setup(item):
+    flag = Path(os.environ["CRASH_FLAG"])
+    if hasattr(item.config, "workerinput") and item.name == os.environ["CRASH_AT"] and not flag.exists():
+        flag.write_text("crashed once")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+def pytest_collection_finish(session):
+    worker = getattr(session.config, "workerinput", None)
+    if worker:
+        ids = "\\n".join(item.nodeid for item in session.items)
+        Path(os.environ["CRASH_FLAG"] + "." + worker["workerid"]).write_text(ids)
+"""
+
+
+def test_a_worker_restarted_mid_resume_deselects_what_the_others_did(pytester, full_run, monkeypatch):
+    """The controller appends rows while a crashed worker is replaced and re-collects: same items."""
+    dump, full_result, full_details = full_run
+    result_csv = next((pytester.path / "full").glob("accuracy_checking_result_*.csv"))
+    details_csv = details_path_for(result_csv)
+    lines = result_csv.read_bytes().splitlines(keepends=True)
+    result_csv.write_bytes(b"".join(lines[:15]))  # a run killed after 14 APIs
+    finished = {line.split(b",")[0].decode() for line in lines[1:15]}
+    kept = [line for i, line in enumerate(details_csv.read_bytes().splitlines(keepends=True))
+            if i == 0 or resume.api_of_output(line.split(b",")[0].decode()) in finished]
+    details_csv.write_bytes(b"".join(kept))
+    crashed = next(row[0] for row in full_result if row[0] not in finished and row[2] == "")  # forward only
+    pytester.makeconftest(CRASHER)
+    monkeypatch.setenv("CRASH_AT", f"{crashed}.forward")
+    monkeypatch.setenv("CRASH_FLAG", str(pytester.path / "crashed"))
+    result = pytester.runpytest_subprocess(*ARGS, "-n", "2", "--msprobe-dump", str(dump),
+                                           "--msprobe-resume", str(result_csv))
+    result.stdout.fnmatch_lines(["*replacing crashed worker*"])
+    assert "Different tests were collected" not in result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in result.stdout.str()
+    collected = {path.name: path.read_text() for path in pytester.path.glob("crashed.gw*")}
+    assert len(collected) == 3 and len(set(collected.values())) == 1, collected.keys()  # gw2 replaced the crashed
+    written = rows(pytester.path / "full", "result")
+    assert max(Counter(row[0] for row in written).values()) == 1  # no API twice
+    assert {row for row in written if row[0] != crashed} == {row for row in full_result if row[0] != crashed}
