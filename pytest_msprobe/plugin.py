@@ -159,12 +159,14 @@ class MsprobeRun:
 
 
 def error_data_folder(config: pytest.Config, out_dir: Path) -> Optional[Path]:
+    """The option's DIR (bare: the default folder); the ini key: a folder, true, or empty/false for off."""
     value = config.getoption("msprobe_save_error_data")
     if value is None:
         value = config.getini("msprobe_save_error_data").strip()
-        value = True if value.lower() in ("true", "yes", "1") else value or None
-    if value is None:
-        return None
+        if value.lower() in ("", "false", "no", "0"):
+            return None
+        if value.lower() in ("true", "yes", "1"):
+            value = True
     return out_dir / ERROR_DATA_FOLDER if value is True else config.invocation_params.dir / value
 
 

@@ -1,0 +1,95 @@
+"""resume.prepare against a kill at any byte of the writes: resuming gives the full files, byte for byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_msprobe import resume
+from pytest_msprobe.outcome import EntryResult, OutputRow
+from pytest_msprobe.report import ApiBook, CsvWriter, ReportError, details_path_for
+
+# Messages that need quoting: commas, quotes, a newline inside a field, multi-byte text, a formula start.
+MESSAGES = ["", "plain", 'say "quoted", with commas', "two\nlines", "数值误差 µ", "=HYPERLINK(x)", "-1e-4"]
+
+
+def api_rows(count: int):
+    """(api, forward, backward) of count APIs; some with no backward, some with no outputs."""
+    rows = []
+    for i in range(count):
+        api = f"Functional.op{i}.0"
+        outputs = [OutputRow(f"{api}.forward.output.{k}", "torch.float64", "torch.bfloat16", [2, k + 1],
+                             0.99 - k / 7, 1e-3 * (i + 1), 0.5, "error", MESSAGES[(i + k) % len(MESSAGES)])
+                   for k in range(i % 3)]
+        forward = EntryResult(api, "forward", "error" if outputs else "SKIP", MESSAGES[i % len(MESSAGES)], outputs)
+        backward = None if i % 4 == 3 else EntryResult(api, "backward", "pass", "", [
+            OutputRow(f"{api}.backward.output.0", "torch.float64", "torch.float32", [3], 1.0, 0.0, 0.0, "pass")])
+        rows.append((api, forward, backward))
+    return rows
+
+
+def write_all(result_path: Path, rows, sizes=None):
+    writer = CsvWriter(result_path)
+    for row in rows:
+        writer.write_api(*row)
+        if sizes is not None:
+            sizes.append((writer.details_path.stat().st_size, writer.result_path.stat().st_size))
+    writer.close()
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("full")
+    rows = api_rows(12)
+    sizes = []
+    write_all(folder / "accuracy_checking_result_1.csv", rows, sizes)
+    result = (folder / "accuracy_checking_result_1.csv").read_bytes()
+    details = (folder / "accuracy_checking_details_1.csv").read_bytes()
+    return rows, sizes, result, details
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_resume_after_a_kill_at_any_byte_rebuilds_the_full_files(full, tmp_path_factory, data):
+    rows, sizes, full_result, full_details = full
+    # The writer's byte stream: details of API i, then its result row. A kill stops it anywhere.
+    api = data.draw(st.integers(0, len(rows) - 1))
+    # The headers reach the disk with the first API's rows: a kill may tear them too.
+    before_d, before_r = sizes[api - 1] if api else (0, 0)
+    after_d, after_r = sizes[api]
+    in_details = data.draw(st.booleans())
+    if in_details:
+        cut_d, cut_r = data.draw(st.integers(before_d, after_d)), before_r
+    else:
+        cut_d, cut_r = after_d, data.draw(st.integers(before_r, after_r))
+    folder = tmp_path_factory.mktemp("killed")
+    result_path = folder / "accuracy_checking_result_1.csv"
+    result_path.write_bytes(full_result[:cut_r])
+    details_path_for(result_path).write_bytes(full_details[:cut_d])
+
+    finished = resume.prepare(result_path)
+    done = api + (1 if cut_r == after_r else 0)
+    assert finished == {row[0] for row in rows[:done]}
+    book = ApiBook(skip=finished)
+    write_all(result_path, [row for row in rows if row[0] not in book.written])
+    assert result_path.read_bytes() == full_result
+    assert details_path_for(result_path).read_bytes() == full_details
+
+
+def test_a_file_killed_before_its_header_is_started_afresh(tmp_path):
+    result_path = tmp_path / "accuracy_checking_result_1.csv"
+    result_path.write_bytes(b"")
+    assert resume.prepare(result_path) == set()
+    write_all(result_path, api_rows(1))
+    assert result_path.read_text(encoding="utf-8-sig").startswith("API Name,")
+
+
+@pytest.mark.parametrize("content", [b"a,b\n1,2\n", b"\xef\xbb\xbfAPI Name,Status\n", b"not a csv at all"])
+def test_a_foreign_file_is_refused_naming_it(tmp_path, content):
+    path = tmp_path / "other.csv"
+    path.write_bytes(content)
+    with pytest.raises(ReportError, match="other.csv: not an accuracy_checking"):
+        resume.prepare(path)
