@@ -43,11 +43,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="a dump.json, or a folder searched for dump.json files; repeatable")
     parser.addini("msprobe_dump", "dump.json files or folders to check", type="paths", default=[])
     for flag, ini, text, default in OPTIONS:
-        group.addoption(flag, dest=ini, default=None, help=f"{text} (default {default}; ini {ini})")
+        group.addoption(flag, dest=ini, default=None, help=f"{text} (default {default or 'none'}; ini {ini})")
         parser.addini(ini, text, default=default)
     group.addoption("--msprobe-save-error-data", dest="msprobe_save_error_data", nargs="?", const=True,
                     default=None, metavar="DIR", help="save inputs and outputs of every entry that is not pass, "
-                    f"with a manifest (default DIR: {ERROR_DATA_FOLDER} under --msprobe-out)")
+                    f"with a manifest (default DIR: {ERROR_DATA_FOLDER} under --msprobe-out; "
+                    "ini msprobe_save_error_data)")
     parser.addini("msprobe_save_error_data", "folder for the error data, or true for the default", default="")
     parser.addini("msprobe_tolerances", "dtype standard: per-API budgets, lines `pattern: rtol=.., atol=..`",
                   type="linelist", default=[])
