@@ -20,6 +20,7 @@ class CsvReporter:
         self.book = ApiBook(skip=run.selection.finished)
         self.writer: Optional[CsvWriter] = None
         self.results: List[EntryResult] = []
+        self.unfinished: List[str] = []
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.book.expect(item.nodeid for item in session.items)
@@ -39,13 +40,23 @@ class CsvReporter:
             self.write(*row)
 
     def write(self, api, forward, backward) -> None:
+        self.open().write_api(api, forward, backward)
+
+    def open(self) -> CsvWriter:
         if self.writer is None:
             resumed = self.run.selection.resumed
             self.writer = CsvWriter(resumed) if resumed else CsvWriter.in_folder(self.run.out_dir)
-        self.writer.write_api(api, forward, backward)
+        return self.writer
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        for row in self.book.leftovers():
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
+        leftovers = self.book.leftovers()
+        if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail:
+            # Cut short by Ctrl-C, -x or --maxfail: left out, so that --msprobe-resume runs them whole.
+            self.unfinished = [api for api, _, _ in leftovers]
+            leftovers = []
+            if self.unfinished:
+                self.open()  # a file to resume, even with no API finished yet
+        for row in leftovers:
             self.write(*row)
         if self.writer is not None:
             self.writer.close()
@@ -62,3 +73,6 @@ class CsvReporter:
         if self.writer is not None:
             terminalreporter.write_line(f"result:  {self.writer.result_path}")
             terminalreporter.write_line(f"details: {self.writer.details_path}")
+        if self.unfinished:
+            terminalreporter.write_line(f"{len(self.unfinished)} APIs unfinished when the run stopped, not written: "
+                                        f"--msprobe-resume {self.writer.result_path} runs them")

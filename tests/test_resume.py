@@ -162,3 +162,18 @@ def test_a_worker_restarted_mid_resume_deselects_what_the_others_did(pytester, f
     written = rows(pytester.path / "full", "result")
     assert max(Counter(row[0] for row in written).values()) == 1  # no API twice
     assert {row for row in written if row[0] != crashed} == {row for row in full_result if row[0] != crashed}
+
+
+def test_a_run_stopped_by_x_leaves_unfinished_apis_out_and_resume_completes_them(pytester, full_run):
+    """-x stops after the first failure with many forwards done and no backward: those APIs are not finished."""
+    dump, full_result, full_details = full_run
+    stopped = pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), "--msprobe-out", "out", "-x")
+    assert stopped.ret == pytest.ExitCode.TESTS_FAILED
+    result_csv = next((pytester.path / "out").glob("accuracy_checking_result_*.csv"))
+    stopped.stdout.fnmatch_lines([f"* APIs unfinished when the run stopped, not written: --msprobe-resume "
+                                  f"{result_csv} runs them"])
+    partial = rows(pytester.path / "out", "result")
+    assert all(partial[row] <= full_result[row] for row in partial)  # only whole, final rows
+    pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), "--msprobe-resume", str(result_csv))
+    assert rows(pytester.path / "out", "result") == full_result
+    assert rows(pytester.path / "out", "details") == full_details
