@@ -23,6 +23,13 @@ def prepare(result_path: Path) -> Set[str]:
     """
     if not result_path.is_file():
         raise ReportError(f"{result_path}: no such result CSV")
+    try:
+        return _prepare(result_path)
+    except OSError as exc:  # unreadable, or read-only where a torn tail must go
+        raise ReportError(f"{result_path}: cannot resume into it: {exc}") from None
+
+
+def _prepare(result_path: Path) -> Set[str]:
     rows, ends = complete_records(result_path, RESULT_COLUMNS)
     finished = {_untext(row[0]) for row in rows[1:] if row}
     _truncate(result_path, ends[-1] if ends else 0)
@@ -45,7 +52,8 @@ def api_of_output(name: str) -> str:
 def complete_records(path: Path, columns: List[str]) -> Tuple[List[List[str]], List[int]]:
     """The complete CSV records of a file (header first) and the byte offset where each ends."""
     data = path.read_bytes()
-    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    bom = codecs.BOM_UTF8
+    start = len(bom) if data.startswith(bom) else len(data) if bom.startswith(data) else 0  # a torn BOM too
     read_to = [start]
     rows: List[List[str]] = []
     ends: List[int] = []

@@ -34,21 +34,12 @@ class Selection:
     def from_config(cls, config: pytest.Config, base: Path, resume_arg: str, baseline_arg: str) -> "Selection":
         worker = getattr(config, "workerinput", None)
         resumed = base / resume_arg if resume_arg else None
-        finished: Set[str] = set()
-        baseline = None
         try:
-            if resumed is not None:
-                if worker is None:
-                    finished = resume.prepare(resumed)
-                else:
-                    finished = set(worker[FINISHED_KEY]) if FINISHED_KEY in worker else read_finished_apis(resumed)
+            finished = _finished(resumed, worker) if resumed else set()
         except ReportError as exc:
             raise pytest.UsageError(f"--msprobe-resume: {exc}") from None
         try:
-            if baseline_arg:
-                path = base / baseline_arg
-                baseline = Baseline(path, worker[BASELINE_KEY]) if worker and BASELINE_KEY in worker else \
-                    Baseline.read(path)
+            baseline = _baseline(base / baseline_arg, worker) if baseline_arg else None
         except ReportError as exc:
             raise pytest.UsageError(f"--msprobe-baseline: {exc}") from None
         return cls(resumed, finished, baseline)
@@ -82,3 +73,15 @@ class Selection:
         if self.baseline is not None:
             lines.append(f"msprobe: {self.baseline.describe()}")
         return lines
+
+
+def _finished(resumed: Path, worker: Optional[dict]) -> Set[str]:
+    if worker is None:
+        return resume.prepare(resumed)  # the one process that writes: it also cuts a torn tail
+    return set(worker[FINISHED_KEY]) if FINISHED_KEY in worker else read_finished_apis(resumed)
+
+
+def _baseline(path: Path, worker: Optional[dict]) -> Baseline:
+    if worker is not None and BASELINE_KEY in worker:
+        return Baseline(path, worker[BASELINE_KEY])
+    return Baseline.read(path)
