@@ -58,8 +58,7 @@ def test_killed_then_resumed_run_has_every_row_once(pytester, full_run, monkeypa
 
     monkeypatch.setenv("KILL_AT", "0")
     result_csv = next((pytester.path / "out").glob("accuracy_checking_result_*.csv"))
-    resumed = pytester.runpytest_subprocess(*ARGS, *workers, "--msprobe-dump", str(dump),
-                                            "--msprobe-resume", str(result_csv))
+    resumed = pytester.runpytest(*ARGS, *workers, "--msprobe-dump", str(dump), "--msprobe-resume", str(result_csv))
     resumed.stdout.fnmatch_lines([f"msprobe: resuming *{result_csv.name}: {sum(partial.values())} APIs already "
                                   "finished are not run again"])
     # Under xdist the workers deselect; the controller counts what is left.
@@ -152,8 +151,8 @@ def test_a_worker_restarted_mid_resume_deselects_what_the_others_did(pytester, f
     pytester.makeconftest(CRASHER)
     monkeypatch.setenv("CRASH_AT", f"{crashed}.forward")
     monkeypatch.setenv("CRASH_FLAG", str(pytester.path / "crashed"))
-    result = pytester.runpytest_subprocess(*ARGS, "-n", "2", "--msprobe-dump", str(dump),
-                                           "--msprobe-resume", str(result_csv))
+    # In process: the crash kills a worker, never this one.
+    result = pytester.runpytest(*ARGS, "-n", "2", "--msprobe-dump", str(dump), "--msprobe-resume", str(result_csv))
     result.stdout.fnmatch_lines(["*replacing crashed worker*"])
     assert "Different tests were collected" not in result.stdout.str() + result.stderr.str()
     assert "INTERNALERROR" not in result.stdout.str()
