@@ -41,8 +41,8 @@ def check_entry(dump: Dump, name: EntryName, settings: Settings) -> EntryResult:
     if run.kept is not None and result.status != PASS:
         try:
             note = f"error data in {error_data.save(settings.error_data, dump, result, run.kept, settings)}"
-        except OSError as exc:
-            note = f"error data not saved: {exc}"
+        except Exception as exc:  # noqa: BLE001 - saving is an extra: the verdict stands without it
+            note = f"error data not saved: {type(exc).__name__}: {exc}"
         result.message = join([result.message, note])
     return result
 

@@ -87,3 +87,12 @@ def test_the_readme_snippet_reproduces_the_numbers(pytester, copy_dump):
     assert printed["MaxAbsErr"][0] > 1e-4  # the failure it reproduces
     assert printed["Cosine"][0] == pytest.approx(printed["Cosine"][1], abs=1e-12)
     assert printed["bench"] == [0.0] and printed["tested"] == [0.0]
+
+
+def test_a_folder_that_cannot_be_made_is_a_note_not_a_lost_verdict(pytester, copy_dump):
+    dump = copy_dump("pt_tensor_L1")
+    pytester.path.joinpath("taken").write_text("a file where the folder should go")
+    result = run(pytester, dump, "--msprobe-device", "recorded", "--msprobe-save-error-data", "taken")
+    assert result.parseoutcomes() == {"failed": FAILING, "passed": 59, "skipped": 1}
+    messages = {row["API Name"]: row["Message"] for row in read_csv(pytester.path / "out", "result")}
+    assert "error data not saved: NotADirectoryError" in messages["Functional.linear.1"]
