@@ -68,21 +68,15 @@ def test_killed_then_resumed_run_has_every_row_once(pytester, full_run, monkeypa
     assert not list(pytester.path.glob("accuracy_checking_*.csv"))  # appended, no new files
 
 
-def test_resume_of_a_finished_run_runs_nothing(pytester, full_run):
+def test_resume_of_a_finished_run_runs_nothing_by_option_or_ini(pytester, full_run):
     dump, full_result, _ = full_run
     result_csv = next((pytester.path / "full").glob("accuracy_checking_result_*.csv"))
     result = pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), "--msprobe-resume", str(result_csv))
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
     assert result.parseoutcomes() == {"deselected": 66}
     assert rows(pytester.path / "full", "result") == full_result
-
-
-def test_resume_from_the_ini_file(pytester, full_run):
-    dump, full_result, _ = full_run
-    result_csv = next((pytester.path / "full").glob("accuracy_checking_result_*.csv"))
     pytester.makeini(f"[pytest]\nmsprobe_resume = {result_csv.relative_to(pytester.path)}\n")
-    result = pytester.runpytest(*ARGS, "--msprobe-dump", str(dump))
-    assert result.parseoutcomes() == {"deselected": 66}
+    assert pytester.runpytest(*ARGS, "--msprobe-dump", str(dump)).parseoutcomes() == {"deselected": 66}
 
 
 def test_torn_tail_is_cut_and_its_api_runs_again(pytester, full_run):
