@@ -33,12 +33,12 @@ DTYPES: Dict[str, torch.dtype] = {
     "complex128": torch.complex128,
 }
 
-# How MindSpore 2.10 says that an op has no kernel for this device or dtype.
+# How MindSpore 2.10 says that an op has no kernel for this device (or for these dtypes).
 MISSING_KERNEL = (
-    re.compile(r"The kernel (\w+) unregistered"),
-    re.compile(r"Create kernelmod for op (\w+) failed"),
-    re.compile(r"Select \w+ operator\[(\w+)\] fail! Unsupported data type"),
-    re.compile(r"[Uu]nsupported op \[(\w+)\]"),
+    (re.compile(r"The kernel (\w+) unregistered"), ""),
+    (re.compile(r"Create kernelmod for op (\w+) failed"), ""),
+    (re.compile(r"Select \w+ operator\[(\w+)\] fail! Unsupported data type"), " for these input dtypes"),
+    (re.compile(r"[Uu]nsupported op \[(\w+)\]"), ""),
 )
 
 
@@ -156,11 +156,11 @@ def from_mindspore(value: Any) -> Any:
 
 
 def missing_kernel(exc: BaseException) -> Optional[str]:
-    """The kernel MindSpore says it lacks, or None for any other error."""
-    for pattern in MISSING_KERNEL:
+    """The kernel MindSpore says it lacks (`GeluExt`, `Exp for these input dtypes`), or None."""
+    for pattern, qualifier in MISSING_KERNEL:
         found = pattern.search(str(exc))
         if found:
-            return found.group(1)
+            return found.group(1) + qualifier
     return None
 
 
@@ -276,7 +276,7 @@ def run_tested(result: Run, name: EntryName, work: Callable[[], list]) -> Option
         kernel = missing_kernel(exc)
         if kernel is not None:
             ms = mindspore()
-            raise Unsupported(f"MindSpore {ms.__version__} has no {kernel} kernel on "
+            raise Unsupported(f"MindSpore {ms.__version__} has no kernel {kernel} on "
                               f"{_bound.get('device', 'this device')} for {name.api_type}.{name.api} "
                               f"({type(exc).__name__}: {pt._first_line(exc)})") from None
         result.tested_error = f"{type(exc).__name__}: {pt._first_line(exc)}"
