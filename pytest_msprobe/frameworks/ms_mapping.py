@@ -121,7 +121,7 @@ MINT: Dict[str, Equivalent] = same("torch", """
     baddbmm bitwise_and bitwise_or bitwise_xor bmm broadcast_to cat ceil chunk clamp clone cos cosh cummax
     cummin cumprod cumsum diag div dot einsum eq erf erfc erfinv exp exp2 expm1 eye flatten flip floor fmod
     full_like gather ge gt index_select inverse isclose isfinite isinf isnan le lerp log log10 log1p log2
-    logaddexp logical_and logical_not logical_or logical_xor logsumexp lt masked_fill matmul max maximum mean
+    logaddexp logical_and logical_not logical_or logical_xor logsumexp lt matmul max maximum mean
     median min minimum mm mul mv nan_to_num narrow ne neg norm ones_like outer permute pow prod reciprocal
     remainder repeat_interleave reshape roll round rsqrt scatter scatter_add select sigmoid sign sin sinc sinh
     softmax sort split sqrt square squeeze stack std sub sum swapaxes t tan tanh tile topk trace transpose
@@ -131,7 +131,7 @@ MINT: Dict[str, Equivalent] = same("torch", """
 MINT_FUNCTIONAL: Dict[str, Equivalent] = same("torch.nn.functional", """
     adaptive_avg_pool1d adaptive_avg_pool2d avg_pool2d batch_norm binary_cross_entropy
     binary_cross_entropy_with_logits conv1d conv2d cross_entropy elu embedding gelu glu group_norm hardshrink
-    hardsigmoid hardswish hardtanh instance_norm interpolate l1_loss layer_norm leaky_relu linear log_softmax
+    hardsigmoid hardswish hardtanh interpolate l1_loss layer_norm leaky_relu linear log_softmax
     logsigmoid max_pool2d mish mse_loss nll_loss normalize one_hot pad prelu relu relu6 selu sigmoid silu
     smooth_l1_loss softmax softplus softshrink tanh
 """)
