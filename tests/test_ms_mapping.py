@@ -25,6 +25,7 @@ def test_axis_and_keep_dims_become_dim_and_keepdim():
     assert torch.equal(total, X.sum(dim=-1, keepdim=True))
     assert torch.equal(bench("Functional", "softmax")(X, axis=0), torch.softmax(X, dim=0))
     assert torch.equal(bench("Functional", "cumsum")(X, axis=2), torch.cumsum(X, dim=2))
+    assert torch.equal(bench("Functional", "prod")(X, axis=None, keep_dims=False), X.prod())  # None: every dim
 
 
 def test_mint_keeps_torch_names_and_keywords():
@@ -43,6 +44,12 @@ def test_ops_with_other_positional_conventions():
     assert bench("Functional", "squeeze")(y[None], axis=0).shape == (3, 1, 5)
     assert bench("Functional", "cast")(X, torch.float16).dtype == torch.float16
     assert bench("Tensor", "astype")(X, torch.int32).dtype == torch.int32
+
+
+def test_an_index_list_with_slices_is_a_tuple():
+    getitem = bench("Tensor", "__getitem__")
+    assert torch.equal(getitem(X, [slice(0, 2, None), Ellipsis]), X[0:2, ...])
+    assert torch.equal(getitem(X, [0, 2]), X[[0, 2]])  # a plain list stays an index list
 
 
 def test_tensor_transpose_swaps_two_dims_and_permutes_all():
@@ -89,6 +96,7 @@ CONVENTIONS = [
     ("Functional", "transpose", ((2, 0, 1),), {}),
     ("Functional", "expand_dims", (1,), {}),
     ("Functional", "amax", (), {"axis": 1, "keepdims": True}),
+    ("Functional", "prod", (), {"axis": None, "keep_dims": False}),
     ("Tensor", "sum", (), {"axis": -1, "keepdims": True}),
     ("Tensor", "mean", (), {"axis": 0, "keep_dims": False}),
     ("Tensor", "transpose", (2, 0, 1), {}),

@@ -41,8 +41,17 @@ class Equivalent:
 
 
 def rename(kwargs: Dict[str, Any], renames: Mapping[str, str]) -> Dict[str, Any]:
-    """MindSpore keyword names in PyTorch's spelling."""
-    return {renames.get(key, key): value for key, value in kwargs.items()}
+    """MindSpore keyword names in PyTorch's spelling.
+
+    `axis=None` means every dim in MindSpore, which torch spells by leaving
+    `dim` out (torch.prod and others refuse dim=None, and then keepdim=False).
+    """
+    renamed = {renames.get(key, key): value for key, value in kwargs.items()}
+    if "dim" in renamed and renamed["dim"] is None and "axis" in kwargs:
+        del renamed["dim"]
+        if renamed.get("keepdim") is False:
+            del renamed["keepdim"]
+    return renamed
 
 
 def _resolve(dotted: str) -> Callable:
@@ -70,6 +79,13 @@ def tensor_transpose(self: torch.Tensor, *dims, **kwargs):
     if not dims and {"dim0", "dim1"} <= set(kwargs):
         return self.transpose(kwargs["dim0"], kwargs["dim1"])
     return self.permute(*(dims or range(self.dim() - 1, -1, -1)))  # no dims: reverse them all
+
+
+def tensor_getitem(self: torch.Tensor, index):
+    """msprobe writes an index tuple as a JSON list: `x[0:2, ...]` comes back as a list."""
+    if isinstance(index, list) and any(isinstance(i, (slice, type(Ellipsis), type(None))) for i in index):
+        index = tuple(index)
+    return self[index]
 
 
 def ops_squeeze(input: torch.Tensor, axis=None):
@@ -164,13 +180,15 @@ FUNCTIONAL: Dict[str, Equivalent] = {
 
 TENSOR: Dict[str, Equivalent] = {
     **same("torch.Tensor", """
-        __abs__ __add__ __and__ __eq__ __floordiv__ __ge__ __getitem__ __gt__ __le__ __lt__ __matmul__ __mod__
+        __abs__ __add__ __and__ __eq__ __floordiv__ __ge__ __gt__ __le__ __lt__ __matmul__ __mod__
         __mul__ __ne__ __neg__ __or__ __pow__ __radd__ __rmul__ __rpow__ __rsub__ __rtruediv__ __sub__
         __truediv__
         abs add bool chunk clamp clip clone contiguous cos cumsum div double exp expand expand_as flatten float
         half int log long masked_fill matmul mean mul neg permute pow prod reshape rsqrt sigmoid sin softmax
         split sqrt square squeeze sub sum t tanh tile to type_as unsqueeze view
     """, RENAMES),
+    "__getitem__": Equivalent("torch.Tensor.__getitem__ (an index list with slices read as a tuple)",
+                              adapter=tensor_getitem),
     "astype": Equivalent("Tensor.astype: torch.Tensor.to", adapter=cast),
     "transpose": Equivalent("Tensor.transpose: torch.Tensor.transpose (two dims) or permute (all dims)",
                             adapter=tensor_transpose),
