@@ -21,7 +21,7 @@ import torch
 from . import ms_mapping
 from . import torch as pt
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
-from ..inputs import REAL, Rebuilder, is_tensor_spec, tree_map
+from ..inputs import REAL, Rebuilder, tree_map
 from ..outcome import OutputPair, Run, Unsupported
 
 RECORDED = "recorded"
@@ -120,10 +120,14 @@ def bind(device: str) -> str:
     if "device" in _bound:
         raise Unsupported(f"MindSpore is bound to {_bound['device']} in this process, not {device}")
     ms = mindspore()
-    if target == "npu":
-        ms.set_device("Ascend", int(index or 0))
-    else:
-        ms.set_device("CPU")
+    wanted = ("Ascend", int(index or 0)) if target == "npu" else ("CPU", 0)
+    try:
+        ms.set_device(*wanted)
+    except RuntimeError as exc:
+        # MindSpore already ran a kernel in this process: it is bound to what it ran on.
+        current = ms.get_current_device()
+        if current[0] != wanted[0] or (target == "npu" and current[1] != wanted[1]):
+            raise Unsupported(f"MindSpore cannot move to {device}: {exc} (it runs on {current[0]}:{current[1]})")
     _bound["device"] = device
     return device
 
@@ -187,10 +191,7 @@ def resolve_tested(name: EntryName, call: pt.Call) -> Callable:
         cls = getattr(ms.ops, ms_mapping.primitive_class(api), None)
         if cls is None:
             raise Unsupported(f"Primitive {api}: no class {ms_mapping.primitive_class(api)} in mindspore.ops")
-        if cls.__name__ == "LayerNorm":
-            attrs = ms_mapping.LayerNormAttrs.of(call.args[0], call.args[1])
-            return cls(attrs.begin_norm_axis, attrs.begin_params_axis, attrs.epsilon)
-        return cls()
+        return cls(*resolve_bench(name).primitive_args(*call.args))
     roots = {"Mint": lambda: ms.mint, "MintFunctional": lambda: ms.mint.nn.functional,
              "Functional": lambda: ms.ops, "Tensor": lambda: ms.Tensor}
     target: Any = roots[api_type]()
@@ -212,8 +213,8 @@ def build_call(dump: Dump, name: EntryName, mode: str, seed: int) -> pt.Call:
     rebuilt = Rebuilder(CODEC, f"{name.prefix}.forward", dump.tensor_dir, mode, seed).rebuild(forward)
     call = pt.Call(name, None, equivalent.bench(), rebuilt.args, rebuilt.kwargs,
                    pt.flat_specs(forward.get("output", [])), list(rebuilt.notes))
-    if name.api_type == "Primitive" and ms_mapping.primitive_class(name.api) == "LayerNorm":
-        call.notes.append(ms_mapping.LayerNormAttrs.NOTE)
+    if equivalent.note:
+        call.notes.append(equivalent.note)
     return call
 
 
@@ -227,7 +228,7 @@ def floating(tree: Any) -> List[torch.Tensor]:
     return [t for t in pt.tensors(tree) if t.is_floating_point()]
 
 
-def on_mindspore(call: pt.Call, fn: Callable, leaves: Optional[list] = None) -> tuple:
+def on_mindspore(call: pt.Call, leaves: Optional[list] = None) -> tuple:
     """(args, kwargs) on MindSpore; the floating tensors replaced by `leaves` when given."""
     replacements = iter(leaves or [])
 
@@ -240,7 +241,7 @@ def on_mindspore(call: pt.Call, fn: Callable, leaves: Optional[list] = None) -> 
 
 
 def tested_forward(call: pt.Call, fn: Callable) -> list:
-    args, kwargs = on_mindspore(call, fn)
+    args, kwargs = on_mindspore(call)
     return pt.flat_outputs(from_mindspore(fn(*args, **kwargs)))
 
 
@@ -250,7 +251,7 @@ def tested_gradients(call: pt.Call, fn: Callable, grad_outputs: list) -> list:
     leaves = [to_mindspore(t) for t in floating([call.args, call.kwargs])]
 
     def forward(*xs):
-        args, kwargs = on_mindspore(call, fn, list(xs))
+        args, kwargs = on_mindspore(call, list(xs))
         return fn(*args, **kwargs)
 
     out, vjp = ms.vjp(forward, *leaves)

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 
 # MindSpore keyword -> PyTorch keyword, for ops and Tensor methods.
 RENAMES: Mapping[str, str] = {
@@ -30,6 +29,10 @@ class Equivalent:
     torch_name: str  # as a user reads it: "torch.matmul", "torch.Tensor.sum", or an adapter's description
     renames: Mapping[str, str] = field(default_factory=dict)
     adapter: Optional[Callable] = None  # for conventions a keyword rename cannot express
+    # Primitive entries: the primitive's constructor arguments, from the call's
+    # own arguments (msprobe records no attributes), and the assumption said in Message.
+    primitive_args: Optional[Callable[..., tuple]] = None
+    note: str = ""
 
     def bench(self) -> Callable:
         target = self.adapter or _resolve(self.torch_name)
@@ -103,30 +106,24 @@ def cast(input: torch.Tensor, dtype):
     return input.to(dtype)
 
 
-@dataclass(frozen=True)
-class LayerNormAttrs:
-    """The LayerNorm primitive's attributes: msprobe does not record them."""
+LAYER_NORM_EPSILON = 1e-7  # mindspore.nn.LayerNorm's default
+LAYER_NORM_NOTE = ("LayerNorm primitive: msprobe records no primitive attributes; assumed epsilon=1e-7 "
+                   "(mindspore.nn.LayerNorm's default) and normalisation over gamma's trailing dims")
 
-    begin_norm_axis: int
-    begin_params_axis: int
-    epsilon: float
 
-    NOTE = ("LayerNorm primitive: msprobe records no primitive attributes; assumed epsilon=1e-7 "
-            "(mindspore.nn.LayerNorm's default) and normalisation over gamma's trailing dims")
-
-    @classmethod
-    def of(cls, x, gamma) -> "LayerNormAttrs":
-        axis = x.dim() - gamma.dim()
-        return cls(axis, axis, 1e-7)
+def layer_norm_attrs(x, gamma, *rest) -> tuple:
+    """(begin_norm_axis, begin_params_axis, epsilon) of the LayerNorm primitive."""
+    axis = x.dim() - gamma.dim()
+    return axis, axis, LAYER_NORM_EPSILON
 
 
 def layer_norm_primitive(x, gamma, beta):
     """The LayerNorm primitive's three outputs: y, mean and (biased) variance, keepdim."""
-    attrs = LayerNormAttrs.of(x, gamma)
-    dims = tuple(range(attrs.begin_norm_axis, x.dim()))
+    begin_norm_axis, _, epsilon = layer_norm_attrs(x, gamma)
+    dims = tuple(range(begin_norm_axis, x.dim()))
     mean = x.mean(dim=dims, keepdim=True)
     variance = ((x - mean) ** 2).mean(dim=dims, keepdim=True)
-    y = (x - mean) / torch.sqrt(variance + attrs.epsilon) * gamma + beta
+    y = (x - mean) / torch.sqrt(variance + epsilon) * gamma + beta
     return y, mean, variance
 
 
@@ -195,9 +192,9 @@ TENSOR: Dict[str, Equivalent] = {
 }
 
 PRIMITIVE: Dict[str, Equivalent] = {
-    "Dense": Equivalent("torch.nn.functional.linear"),
+    "Dense": Equivalent("torch.nn.functional.linear", primitive_args=lambda *args: ()),
     "LayerNorm": Equivalent("LayerNorm primitive: layer norm over gamma's dims, with mean and variance",
-                            adapter=layer_norm_primitive),
+                            adapter=layer_norm_primitive, primitive_args=layer_norm_attrs, note=LAYER_NORM_NOTE),
 }
 
 TABLES: Dict[str, Dict[str, Equivalent]] = {
