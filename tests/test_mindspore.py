@@ -256,6 +256,10 @@ KERNEL_GAPS = {
                                               scalar("int", 1)]], {}, [tensor_spec([4, 2, 3])]),
     "Tensor.transpose.0.forward": forward([tensor_spec([2, 3, 4]), scalar("int", 0), scalar("int", 2)], {},
                                           [tensor_spec([4, 3, 2])]),
+    "Mint.permute.0.forward": forward([tensor_spec([2, 3, 4]), [scalar("int", 2), scalar("int", 0), scalar("int", 1)]],
+                                      {}, [tensor_spec([4, 2, 3])]),
+    "Functional.tile.0.forward": forward([tensor_spec([2, 3]), [scalar("int", 2), scalar("int", 1)]], {},
+                                         [tensor_spec([4, 3])]),
     "Tensor.astype.0.forward": forward([tensor_spec([2, 3]), scalar("mindspore.dtype", "Float16")], {},
                                        [tensor_spec([2, 3], "Float16")]),
     "MintDistributed.all_reduce.0.forward": forward([tensor_spec([3, 4])], {}, [tensor_spec([3, 4])]),
@@ -284,7 +288,7 @@ def test_ops_without_a_cpu_kernel_are_skips_naming_the_kernel(pytester):
     assert rows["MintFunctional.gelu.0"]["Backward Test Success"] == "SKIP"
     # the entries after a kernel gap are judged on their own, and the argument conventions translate
     for api in ("Mint.exp.0", "Mint.abs.0", "Functional.mean.0", "Tensor.sum.0", "Functional.transpose.0",
-                "Tensor.transpose.0", "Tensor.astype.0"):
+                "Tensor.transpose.0", "Tensor.astype.0", "Mint.permute.0", "Functional.tile.0"):
         assert rows[api]["Forward Test Success"] == "pass", rows[api]
     assert rows["Mint.exp.0"]["Backward Test Success"] == rows["Functional.mean.0"]["Backward Test Success"] == "pass"
     assert "collective" in rows["MintDistributed.all_reduce.0"]["Message"]

@@ -21,7 +21,7 @@ import torch
 from . import ms_mapping
 from . import torch as pt
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
-from ..inputs import REAL, Rebuilder, tree_map
+from ..inputs import REAL, Rebuilder, is_tensor_spec, tree_map
 from ..outcome import OutputPair, Run, Unsupported
 
 RECORDED = "recorded"
@@ -191,7 +191,11 @@ def resolve_tested(name: EntryName, call: pt.Call) -> Callable:
         cls = getattr(ms.ops, ms_mapping.primitive_class(api), None)
         if cls is None:
             raise Unsupported(f"Primitive {api}: no class {ms_mapping.primitive_class(api)} in mindspore.ops")
-        return cls(*resolve_bench(name).primitive_args(*call.args))
+        try:
+            return cls(*resolve_bench(name).primitive_args(*call.args))
+        except Exception as exc:  # noqa: BLE001 - arguments the attribute rule cannot read
+            raise Unsupported(f"Primitive {api}: cannot derive its attributes from the recorded arguments "
+                              f"({type(exc).__name__}: {exc})") from None
     roots = {"Mint": lambda: ms.mint, "MintFunctional": lambda: ms.mint.nn.functional,
              "Functional": lambda: ms.ops, "Tensor": lambda: ms.Tensor}
     target: Any = roots[api_type]()
@@ -237,7 +241,24 @@ def on_mindspore(call: pt.Call, leaves: Optional[list] = None) -> tuple:
             return next(replacements)
         return to_mindspore(value)
 
-    return tree_map(convert, call.args), tree_map(convert, call.kwargs)
+    args = [as_tuple(arg) for arg in call.args]
+    kwargs = {key: as_tuple(value) for key, value in call.kwargs.items()}
+    return tree_map(convert, args), tree_map(convert, kwargs)
+
+
+_INDEX_ITEMS = (int, slice, type(Ellipsis), type(None))
+
+
+def as_tuple(value: Any) -> Any:
+    """msprobe writes a tuple as a JSON list, and some MindSpore ops (mint.permute,
+    ops.tile) refuse a list of ints: a list of ints or index items is a tuple again.
+    Lists of tensors (mint.cat) stay lists."""
+    if not isinstance(value, list):
+        return value
+    items = [as_tuple(item) for item in value]
+    if items and all(isinstance(item, _INDEX_ITEMS) and not isinstance(item, bool) for item in items):
+        return tuple(items)
+    return items
 
 
 def tested_forward(call: pt.Call, fn: Callable) -> list:
@@ -256,6 +277,8 @@ def tested_gradients(call: pt.Call, fn: Callable, grad_outputs: list) -> list:
 
     out, vjp = ms.vjp(forward, *leaves)
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    if not all(isinstance(o, ms.Tensor) for o in outs):
+        raise Unsupported("an output is not a tensor: mindspore.vjp takes no sens for it")
     grads = pt.flat_outputs(grad_outputs)
     sens = []
     for i, o in enumerate(outs):
@@ -362,7 +385,7 @@ def align(specs: list, shapes: list) -> tuple:
     matched: Dict[int, int] = {}
     strays = []
     for position, spec in enumerate(specs):
-        if spec is None:
+        if not is_tensor_spec(spec):
             continue
         index = pt._input_of(position, list(spec.get("shape") or []), shapes, matched)
         if index is None:
