@@ -151,11 +151,11 @@ def from_mindspore(value: Any) -> Any:
     ms = mindspore()
     if isinstance(value, ms.Tensor):
         if value.dtype == ms.bfloat16:
-            return torch.from_numpy(value.astype(ms.float32).asnumpy()).to(torch.bfloat16)
-        return torch.from_numpy(contiguous(value.asnumpy()))
+            return torch.from_numpy(value.astype(ms.float32).asnumpy().copy()).to(torch.bfloat16)
+        # asnumpy() shares the tensor's memory: a copy outlives it.
+        return torch.from_numpy(np.array(value.asnumpy(), copy=True))
     if isinstance(value, (tuple, list)):
-        return type(value)(from_mindspore(v) for v in value) if isinstance(value, tuple) else [
-            from_mindspore(v) for v in value]
+        return [from_mindspore(v) for v in value]
     return value
 
 
