@@ -194,6 +194,25 @@ def test_altered_recorded_outputs_fail_and_the_untouched_pass(pytester, copy_dum
     result.stdout.fnmatch_lines(["*Mint.matmul.1.forward*NaN*"])
 
 
+@pytest.mark.parametrize("device", ["cpu", "recorded"])
+def test_ops_and_tensor_methods_in_mindspore_conventions(pytester, copy_dump, device):
+    """ms_ops_L1: ops.* and Tensor methods with axis/keep_dims, tuples written as lists, fp16."""
+    dump = copy_dump("ms_ops_L1")
+    result = run(pytester, dump, "--msprobe-device", device)
+    assert outcome_total(result) == len(api_entries(dump)) == 52
+    rows = {row["API Name"]: row for row in read_csv(pytester.path / "out", "result")}
+    for api in ("Functional.mean.0", "Functional.softmax.0", "Functional.transpose.0", "Mint.permute.0",
+                "Functional.expand_dims.0", "Tensor.squeeze.0", "Functional.tile.0", "Mint.max.0",
+                "Primitive.dense.Dense.0", "Functional.matmul.0"):
+        assert (rows[api]["Forward Test Success"], rows[api]["Backward Test Success"]) == ("pass", "pass"), rows[api]
+    # sum of a row whose mean was just subtracted: float32 cancellation noise, which the basic rule fails
+    assert rows["Tensor.sum.0"]["Forward Test Success"] == "error"
+    assert "Cosine" in rows["Tensor.sum.0"]["Message"] and "rounding budget" in rows["Tensor.sum.0"]["Message"]
+    skipped = [api for api, row in rows.items() if "SKIP" in (row["Forward Test Success"],
+                                                               row["Backward Test Success"])]
+    assert skipped == ([] if device == "cpu" else ["Functional.concat.0"])  # msprobe wrote `output: []`
+
+
 # -- statistics dumps: random inputs ---------------------------------------------------
 
 
