@@ -315,6 +315,76 @@ def test_ops_without_a_cpu_kernel_are_skips_naming_the_kernel(pytester):
     assert "Cell.net.Net.forward.0" not in rows
 
 
+class TensorDump:
+    """A MindSpore tensor dump laid out as msprobe writes one (.npy files, MindSpore dtype names)."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        (folder / "dump_tensor_data").mkdir(parents=True)
+        self.data = {}
+
+    def spec(self, value, name):
+        if not isinstance(value, torch.Tensor):
+            return [self.spec(v, f"{name}.{i}") for i, v in enumerate(value)] if isinstance(value, list) else \
+                scalar(type(value).__name__, value)
+        array = value.detach().float().numpy()
+        np.save(self.folder / "dump_tensor_data" / f"{name}.npy", array)
+        return {**tensor_spec(list(array.shape), "Float32", float(array.min()), float(array.max())),
+                "data_name": f"{name}.npy"}
+
+    def record(self, prefix, fn, *args, backward=False):
+        """The call run in float32 by torch, standing in for the device that dumped it."""
+        leaves = [a.requires_grad_(backward) for a in args if isinstance(a, torch.Tensor)]
+        out = fn(*args)
+        self.data[f"{prefix}.forward"] = forward([self.spec(a, f"{prefix}.forward.input.{i}")
+                                                  for i, a in enumerate(args)], {},
+                                                 [self.spec(out, f"{prefix}.forward.output.0")])
+        if backward:
+            grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+            grads = torch.autograd.grad(out, leaves, grad)
+            self.data[f"{prefix}.backward"] = {
+                "input": [self.spec(grad, f"{prefix}.backward.input.0")],
+                "output": [self.spec(g, f"{prefix}.backward.output.{i}") for i, g in enumerate(grads)]}
+
+    def write(self):
+        path = self.folder / "dump.json"
+        path.write_text(json.dumps({"task": "tensor", "level": "L1", "framework": "mindspore",
+                                    "dump_data_dir": "/elsewhere", "data": self.data}))
+        return path
+
+
+def test_ops_without_a_cpu_kernel_are_judged_from_a_recorded_dump(pytester):
+    """A dump taken on Ascend is checked here: only the bench runs, and it is PyTorch's."""
+    generator = torch.Generator().manual_seed(0)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator)
+
+    writer = TensorDump(pytester.path / "ascend")
+    F = torch.nn.functional
+    writer.record("MintFunctional.gelu.0", F.gelu, randn(4, 8), backward=True)
+    writer.record("MintFunctional.layer_norm.0", F.layer_norm, randn(4, 8), [8], randn(8), randn(8), backward=True)
+    writer.record("MintFunctional.conv2d.0", F.conv2d, randn(1, 3, 6, 6), randn(2, 3, 3, 3) * 0.3)
+    writer.record("Mint.baddbmm.0", torch.baddbmm, randn(2, 3, 5), randn(2, 3, 4), randn(2, 4, 5))
+    dump = writer.write()
+    # layer_norm's normalized_shape is recorded as a list of ints, as msprobe writes a tuple
+    body = json.loads(dump.read_text())
+    assert body["data"]["MintFunctional.layer_norm.0.forward"]["input_args"][1] == [scalar("int", 8)]
+    result = run(pytester, dump, "--msprobe-device", "recorded")
+    assert result.parseoutcomes() == {"passed": 6}
+    rows = {row["API Name"]: row for row in read_csv(pytester.path / "out", "result")}
+    assert rows["MintFunctional.layer_norm.0"]["Backward Test Success"] == "pass"
+    details = read_csv(pytester.path / "out", "details")
+    assert len([d for d in details if d["API Name"].startswith("MintFunctional.layer_norm.0.backward")]) == 3
+    # the same dump on this CPU: MindSpore has none of these kernels, each a SKIP that names its own
+    on_cpu = run(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "cpu")
+    assert on_cpu.parseoutcomes() == {"skipped": 6}
+    rows = read_csv(pytester.path / "cpu", "result")
+    kernels = {"MintFunctional.gelu.0": "GeluExt", "MintFunctional.layer_norm.0": "LayerNormExt",
+               "MintFunctional.conv2d.0": "Conv2DExt", "Mint.baddbmm.0": "Baddbmm"}
+    assert {row["API Name"]: row["Message"].split("has no kernel ")[1].split(" ")[0] for row in rows} == kernels
+
+
 def test_a_recorded_check_needs_no_mindspore_and_the_plugin_never_imports_it(tmp_path):
     """`recorded` judges a MindSpore dump on a machine with PyTorch alone."""
     script = f"""
