@@ -102,6 +102,13 @@ CONVENTIONS = [
     ("Tensor", "transpose", (2, 0, 1), {}),
     ("Tensor", "transpose", (0, 2), {}),
     ("Tensor", "softmax", (), {"axis": 1}),
+    ("Tensor", "flatten", (1,), {}),  # start_dim, as in torch (MindSpore 2.10)
+    ("Tensor", "prod", (1,), {}),
+    ("Tensor", "cumsum", (1,), {}),
+    ("Tensor", "tile", ((2, 1, 1),), {}),
+    ("Tensor", "permute", (2, 0, 1), {}),
+    ("Tensor", "__rsub__", (1.0,), {}),
+    ("Tensor", "__pow__", (2,), {}),
     ("Mint", "sum", (), {"dim": 1, "keepdim": True}),
     ("Mint", "transpose", (0, 2), {}),
     ("Mint", "softmax", (), {"dim": 1}),

@@ -19,6 +19,7 @@ import torch
 # MindSpore keyword -> PyTorch keyword, for ops and Tensor methods.
 RENAMES: Mapping[str, str] = {
     "axis": "dim", "keep_dims": "keepdim", "keepdims": "keepdim", "x": "input", "input_x": "input",
+    "logits": "input",
 }
 
 
