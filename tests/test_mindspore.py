@@ -385,6 +385,31 @@ def test_ops_without_a_cpu_kernel_are_judged_from_a_recorded_dump(pytester):
     assert {row["API Name"]: row["Message"].split("has no kernel ")[1].split(" ")[0] for row in rows} == kernels
 
 
+def test_a_kernel_error_is_not_blamed_on_the_next_entry_in_a_fresh_process(tmp_path):
+    """No conftest here, so nothing set up beforehand: every kernel error stays with its entry.
+
+    (The module turns launch_blocking on, and it also reads every output back
+    within the entry, which synchronises: either alone keeps this test green.)"""
+    dump = tmp_path / "dump.json"
+    dump.write_text(json.dumps({"task": "statistics", "framework": "mindspore", "data": KERNEL_GAPS}))
+    script = f"""
+from pytest_msprobe.check import Settings, check_entry
+from pytest_msprobe.dump import read_dump
+dump = read_dump({str(dump)!r})
+names = {{n.full: n for n in dump.api_names()}}
+for entry in ("MintFunctional.gelu.0.forward", "Mint.exp.0.forward", "MintFunctional.layer_norm.0.forward",
+              "Mint.abs.0.forward"):
+    result = check_entry(dump, names[entry], Settings(device="cpu"))
+    print(entry, result.status, result.message)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("Mint", "MintFunctional"))]
+    assert [line.split(" ")[:2] for line in lines] == [
+        ["MintFunctional.gelu.0.forward", "SKIP"], ["Mint.exp.0.forward", "pass"],
+        ["MintFunctional.layer_norm.0.forward", "SKIP"], ["Mint.abs.0.forward", "pass"]], done.stderr[-2000:]
+    assert "has no kernel GeluExt" in lines[0] and "has no kernel LayerNormExt" in lines[2]
+
+
 def test_a_recorded_check_needs_no_mindspore_and_the_plugin_never_imports_it(tmp_path):
     """`recorded` judges a MindSpore dump on a machine with PyTorch alone."""
     script = f"""
