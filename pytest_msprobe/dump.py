@@ -6,6 +6,8 @@ shared/spec/dump-format.md). Tensor files are never touched here.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import re
@@ -131,16 +133,71 @@ def read_dump(path: os.PathLike | str) -> Dump:
 
 # msprobe writes Python's bare NaN / Infinity / -Infinity, which strict parsers
 # reject. Quoted, they reach the statistics as strings that float() reads back.
-_BARE_CONSTANT = re.compile(rb"(?<=[:\[,])(\s*)(-?Infinity|NaN)(?=\s*[,\]}])")
+_BARE_WORDS = (b"NaN", b"Infinity")
+_SPACE = b" \t\r\n"
+
+
+def quote_bare_constants(raw: bytes) -> bytes:
+    """`"Max": NaN` -> `"Max": "NaN"`; words inside strings are left alone.
+
+    bytes.find and a look at the neighbours of each hit: a regex with a
+    lookbehind tries every offset and took 1.4 s on a 77 MB dump, this 0.2 s.
+    """
+    spans = []
+    for word in _BARE_WORDS:
+        start = raw.find(word)
+        while start != -1:
+            end = start + len(word)
+            begin = start - 1 if start and raw[start - 1] == 0x2D else start  # "-Infinity"
+            if _is_bare_value(raw, begin, end):
+                spans.append((begin, end))
+            start = raw.find(word, end)
+    if not spans:
+        return raw
+    parts, last = [], 0
+    for begin, end in sorted(spans):
+        parts += [raw[last:begin], b'"', raw[begin:end], b'"']
+        last = end
+    parts.append(raw[last:])
+    return b"".join(parts)
+
+
+def _is_bare_value(raw: bytes, begin: int, end: int) -> bool:
+    before, after = begin - 1, end
+    while before >= 0 and raw[before] in _SPACE:
+        before -= 1
+    while after < len(raw) and raw[after] in _SPACE:
+        after += 1
+    return before >= 0 and raw[before] in b":[," and after < len(raw) and raw[after] in b",]}"
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """The parse makes millions of containers, each allocation a chance for a
+    GC pass over all of them: orjson takes 1.07 s on a 77 MB dump with GC on,
+    0.34 s with it paused."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def parse_json(raw: bytes, path: Path) -> Any:
+    with _gc_paused():
+        document = _parse(raw, path)
+    # The index lives all session: out of the GC's sight, later passes (one
+    # per many item objects, five at pytest's exit) stop walking it again.
+    gc.freeze()
+    return document
+
+
+def _parse(raw: bytes, path: Path) -> Any:
     if orjson is not None:
-        text = raw
-        if b"NaN" in raw or b"Infinity" in raw:
-            text = _BARE_CONSTANT.sub(rb'\1"\2"', raw)
         try:
-            return orjson.loads(text)
+            return orjson.loads(quote_bare_constants(raw))
         except orjson.JSONDecodeError:
             pass  # let json name the position of the fault
     try:

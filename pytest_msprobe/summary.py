@@ -44,7 +44,12 @@ def _reason_class(message: str) -> str:
     """A skip reason with the entry-specific parts (names, shapes, numbers) folded."""
     reason = message.split("; ")[0]
     reason = re.sub(r"^[\w.]+\.(forward|backward): ", "", reason)
-    reason = re.sub(r"\[[^\]]*\]", "[...]", reason)
+    while True:  # innermost brackets first: shapes nest, `[[16, 64], [16, 32]]`
+        folded = re.sub(r"\[[^\[\]]*\]", "\0", reason)
+        if folded == reason:
+            break
+        reason = folded
+    reason = reason.replace("\0", "[...]")
     reason = re.sub(r"\b(API|op) [\w.]+", r"\1 ...", reason)
     return re.sub(r"\d+", "N", reason)
 

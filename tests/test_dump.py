@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import DATA, DUMPS
 from pytest_msprobe.dump import (
-    DumpError, entry_kind, find_dump_files, parse_entry_name, peek_task, read_dump,
+    DumpError, entry_kind, find_dump_files, parse_entry_name, parse_json, peek_task, read_dump,
 )
 
 
@@ -95,3 +98,30 @@ def test_peek_task_reads_the_header_only():
 def test_entries_keep_dump_order():
     path = DUMPS["pt_tensor_L1"] / "dump.json"
     assert list(read_dump(path).entries) == list(json.loads(path.read_text())["data"])
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.sampled_from(["NaN", "a, NaN]", "-Infinity", ": NaN,"]),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(deadline=None)  # parse time is not the point, and CI machines are busy
+@given(document=st.dictionaries(st.sampled_from(["Max", "Min", "x"]), _json_values), indent=st.sampled_from([None, 1]))
+def test_bare_constants_read_as_python_json_reads_them(document, indent):
+    raw = json.dumps({"data": document}, indent=indent).encode()
+    parsed = parse_json(raw, Path("dump.json"))
+    expected = json.loads(raw)
+    # Quoted bare words come back as strings that float() reads as the same value.
+    assert _normalised(parsed) == _normalised(expected)
+
+
+def _normalised(node):
+    if isinstance(node, dict):
+        return {key: _normalised(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_normalised(value) for value in node]
+    if isinstance(node, float) and not math.isfinite(node):
+        return "NaN" if math.isnan(node) else ("Infinity" if node > 0 else "-Infinity")
+    return node

@@ -460,8 +460,14 @@ def gradients(side: Side, call: Call, grad_outputs: list) -> list:
         if o.shape != g.shape:
             raise Unsupported(f"grad_output {i} has shape {list(g.shape)}, its output {list(o.shape)}")
     wanted = [leaf for leaf in leaves if leaf.requires_grad]
-    found = iter(torch.autograd.grad([o for o, _ in chosen], wanted, [g.to(o.dtype) for o, g in chosen],
-                                     allow_unused=True))
+    # d/do of sum(o * g) is g exactly, so this is backward with grad_outputs g;
+    # autograd.grad(..., grad_outputs=) imports sympy on first use (0.25-1.3 s a process).
+    if any(o.is_complex() for o, _ in chosen):  # a complex loss has no implicit grad
+        found = iter(torch.autograd.grad([o for o, _ in chosen], wanted, [g.to(o.dtype) for o, g in chosen],
+                                         allow_unused=True))
+    else:
+        loss = sum((o * g.to(o.dtype)).sum() for o, g in chosen)
+        found = iter(torch.autograd.grad(loss, wanted, allow_unused=True))
     return [next(found) if leaf.requires_grad else None for leaf in leaves]
 
 
