@@ -213,6 +213,27 @@ def test_ops_and_tensor_methods_in_mindspore_conventions(pytester, copy_dump, de
     assert skipped == ([] if device == "cpu" else ["Functional.concat.0"])  # msprobe wrote `output: []`
 
 
+@pytest.mark.parametrize("device", ["cpu", "recorded"])
+def test_primitives_and_cells_of_an_older_api_model(pytester, copy_dump, device):
+    """ms_cnn_mix: Cell entries are no items; primitives whose attributes the dump lacks say so."""
+    dump = copy_dump("ms_cnn_mix")
+    result = run(pytester, dump, "--msprobe-device", device)
+    entries = api_entries(dump)
+    assert outcome_total(result) == len([e for e in entries if not e.startswith("Cell.")]) == 48
+    result.stdout.fnmatch_lines(["msprobe: ms_cnn_mix/dump.json: mindspore tensor dump, 26 forward, 22 backward, "
+                                 "17 module entries"])
+    assert result.ret == 0
+    rows = {row["API Name"]: row for row in read_csv(pytester.path / "out", "result")}
+    for api in ("Primitive.matmul.MatMul.0", "Primitive.bias_add.BiasAdd.0", "Primitive.relu.ReLU.0",
+                "Functional.flatten.0", "Functional.gather.0", "Tensor.var.0", "Functional.gelu.0"):
+        assert (rows[api]["Forward Test Success"], rows[api]["Backward Test Success"]) == ("pass", "pass"), rows[api]
+    for api in ("Primitive.conv2d.Conv2D.0", "Primitive.max_pool.MaxPool.0", "Primitive.bn_infer.BatchNorm.0"):
+        assert rows[api]["Forward Test Success"] == "SKIP"
+        assert "msprobe records no primitive attributes" in rows[api]["Message"]
+    assert "BiasAdd primitive: msprobe records no attributes; data_format NCHW assumed" in rows[
+        "Primitive.bias_add.BiasAdd.0"]["Message"]
+
+
 # -- statistics dumps: random inputs ---------------------------------------------------
 
 
@@ -284,6 +305,8 @@ KERNEL_GAPS = {
     "MintDistributed.all_reduce.0.forward": forward([tensor_spec([3, 4])], {}, [tensor_spec([3, 4])]),
     "Functional.gather.0.forward": forward([tensor_spec([3, 4]), tensor_spec([2], "Int64", 0, 2), scalar("int", 0)],
                                            {}, [tensor_spec([2, 4])]),
+    "Primitive.conv2d.Conv2D.0.forward": forward([tensor_spec([1, 3, 8, 8]), tensor_spec([4, 3, 3, 3])], {},
+                                                 [tensor_spec([1, 4, 6, 6])]),
     "Functional.mean.0.backward": {"input": [tensor_spec([3, 1, 5])], "output": [tensor_spec([3, 4, 5])]},
     "MintFunctional.gelu.0.backward": {"input": [tensor_spec([2, 4])], "output": [tensor_spec([2, 4])]},
     "Mint.exp.0.backward": {"input": [tensor_spec([2, 4])], "output": [tensor_spec([2, 4])]},
@@ -307,11 +330,12 @@ def test_ops_without_a_cpu_kernel_are_skips_naming_the_kernel(pytester):
     assert rows["MintFunctional.gelu.0"]["Backward Test Success"] == "SKIP"
     # the entries after a kernel gap are judged on their own, and the argument conventions translate
     for api in ("Mint.exp.0", "Mint.abs.0", "Functional.mean.0", "Tensor.sum.0", "Functional.transpose.0",
-                "Tensor.transpose.0", "Tensor.astype.0", "Mint.permute.0", "Functional.tile.0"):
+                "Tensor.transpose.0", "Tensor.astype.0", "Mint.permute.0", "Functional.tile.0", "Functional.gather.0"):
         assert rows[api]["Forward Test Success"] == "pass", rows[api]
     assert rows["Mint.exp.0"]["Backward Test Success"] == rows["Functional.mean.0"]["Backward Test Success"] == "pass"
     assert "collective" in rows["MintDistributed.all_reduce.0"]["Message"]
-    assert "Functional.gather has no PyTorch equivalent" in rows["Functional.gather.0"]["Message"]
+    assert rows["Functional.gather.0"]["Forward Test Success"] == "pass"
+    assert "Primitive.conv2d.Conv2D has no PyTorch equivalent" in rows["Primitive.conv2d.Conv2D.0"]["Message"]
     assert "Cell.net.Net.forward.0" not in rows
 
 

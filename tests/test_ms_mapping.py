@@ -61,6 +61,31 @@ def test_tensor_transpose_swaps_two_dims_and_permutes_all():
     assert torch.equal(transpose(X[0], 1, 0), X[0].T)
 
 
+def test_ops_gather_takes_slices_and_ops_flatten_keeps_the_first_dim():
+    indices = torch.tensor([[0, 2], [1, 1]])
+    taken = bench("Functional", "gather")(X, indices, 1)
+    assert taken.shape == (3, 2, 2, 5)
+    assert torch.equal(taken[:, 1, 0], X[:, 1])
+    assert bench("Functional", "flatten")(X).shape == (3, 20)
+
+
+def test_tensor_var_defaults_to_numpy_ddof_0_unless_called_the_torch_way():
+    var = bench("Tensor", "var")
+    assert torch.equal(var(X), X.var(correction=0))
+    assert torch.equal(var(X, 1, 1, True), X.var(dim=1, correction=1, keepdim=True))
+    assert torch.equal(var(X, dim=1), X.var(dim=1))  # torch's overload: correction 1
+
+
+def test_matmul_primitive_reads_its_transposes_from_the_shapes():
+    attrs = ms_mapping.matmul_attrs
+    assert attrs(torch.zeros(4, 36), torch.zeros(5, 36)) == (False, True)  # nn.Dense
+    assert attrs(torch.zeros(4, 36), torch.zeros(36, 5)) == (False, False)
+    with pytest.raises(ValueError, match="fit 4 transpositions"):
+        attrs(torch.zeros(3, 3), torch.zeros(3, 3))
+    x, w = X[0], X[1, :, :3]
+    assert torch.equal(bench("Primitive", "matmul.MatMul")(x.T, w), x.T @ w)
+
+
 def test_layer_norm_primitive_gives_y_mean_and_variance():
     x, gamma, beta = X[0], torch.linspace(0.5, 1.5, 5, dtype=torch.float64), torch.full((5,), 0.1,
                                                                                        dtype=torch.float64)
@@ -71,7 +96,8 @@ def test_layer_norm_primitive_gives_y_mean_and_variance():
 
 
 def test_unmapped_apis_and_primitive_lookup():
-    assert lookup("Functional", "gather") is None  # ops.gather is not torch.gather: left out on purpose
+    assert lookup("Functional", "rank") is None
+    assert lookup("Primitive", "conv2d.Conv2D") is None  # stride, pad, ...: attributes msprobe does not record
     assert lookup("Mint", "no_such_api") is None
     assert lookup("Distributed", "all_reduce") is None
     assert lookup("Primitive", "dense.Dense").torch_name == "torch.nn.functional.linear"
@@ -109,6 +135,10 @@ CONVENTIONS = [
     ("Tensor", "permute", (2, 0, 1), {}),
     ("Tensor", "__rsub__", (1.0,), {}),
     ("Tensor", "__pow__", (2,), {}),
+    ("Functional", "flatten", (), {}),
+    ("Functional", "flatten", (), {"start_dim": 0}),
+    ("Tensor", "var", (), {}),
+    ("Tensor", "var", (1,), {"ddof": 1, "keepdims": True}),
     ("Mint", "sum", (), {"dim": 1, "keepdim": True}),
     ("Mint", "transpose", (0, 2), {}),
     ("Mint", "softmax", (), {"dim": 1}),
@@ -125,3 +155,19 @@ def test_mindspore_agrees_with_the_mapped_bench(api_type, api, args, kwargs):
     expected = bench(api_type, api)(x, *args, **kwargs).numpy()
     assert tested.shape == expected.shape
     np.testing.assert_allclose(tested, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_mindspore_gather_and_primitives_agree_with_the_mapped_bench():
+    ms = pytest.importorskip("mindspore")
+    x = X.to(torch.float32)
+    indices = torch.tensor([[0, 2], [1, 1]], dtype=torch.int32)
+    cases = [
+        (ms.ops.gather, "Functional", "gather", (x, indices, 1)),
+        (ms.ops.MatMul(False, True), "Primitive", "matmul.MatMul", (x[0], x[1, :2])),
+        (ms.ops.BiasAdd(), "Primitive", "bias_add.BiasAdd", (x, x[0, :, 0])),
+        (ms.ops.ReLU(), "Primitive", "relu.ReLU", (x,)),
+    ]
+    for fn, api_type, api, args in cases:
+        tested = fn(*(ms.Tensor(a.numpy()) if isinstance(a, torch.Tensor) else a for a in args)).asnumpy()
+        np.testing.assert_allclose(tested, bench(api_type, api)(*args).numpy(), rtol=1e-6, atol=1e-6,
+                                   err_msg=f"{api_type}.{api}")

@@ -177,6 +177,10 @@ def resolve_bench(name: EntryName) -> ms_mapping.Equivalent:
     if pt.NONDETERMINISTIC.search(name.api.rsplit(".", 1)[-1]):
         raise Unsupported(f"non-deterministic API {name.api}: two runs never agree")
     equivalent = ms_mapping.lookup(name.api_type, name.api)
+    if equivalent is None and name.api_type == "Primitive":
+        raise Unsupported(f"Primitive.{name.api} has no PyTorch equivalent in pytest-msprobe's MindSpore mapping "
+                          "table: msprobe records no primitive attributes, and only primitives whose attributes "
+                          f"the arguments tell are mapped ({', '.join(sorted(ms_mapping.PRIMITIVE))})")
     if equivalent is None:
         raise Unsupported(f"{name.api_type}.{name.api} has no PyTorch equivalent in pytest-msprobe's MindSpore "
                           "mapping table (frameworks/ms_mapping.py), so there is no benchmark for it")

@@ -92,6 +92,34 @@ def tensor_getitem(self: torch.Tensor, index):
     return self[index]
 
 
+def tensor_var(self: torch.Tensor, *args, **kwargs):
+    """Tensor.var has two overloads in MindSpore 2.10: numpy's (axis, ddof=0,
+    keepdims), the default, and torch's (dim, *, correction=1, keepdim)."""
+    if {"dim", "correction", "keepdim"} & kwargs.keys():
+        return self.var(*args, **kwargs)
+    names = ("axis", "ddof", "keepdims")
+    given = {**dict(zip(names, args)), **kwargs}
+    return torch.var(self, dim=given.get("axis"), correction=given.get("ddof", 0),
+                     keepdim=bool(given.get("keepdims", False)))
+
+
+def ops_flatten(input: torch.Tensor, order: str = "C", *, start_dim: int = 1, end_dim: int = -1):
+    """ops.flatten keeps the first dim by default (start_dim=1)."""
+    if order != "C":
+        raise ValueError(f"ops.flatten order={order!r} has no torch equivalent")
+    return torch.flatten(input, start_dim, end_dim)
+
+
+def ops_gather(input_params: torch.Tensor, input_indices: torch.Tensor, axis: int, batch_dims: int = 0):
+    """ops.gather takes whole slices along `axis` (numpy's take), not torch.gather's elements."""
+    if batch_dims:
+        raise ValueError("ops.gather with batch_dims has no torch equivalent here")
+    axis = axis % input_params.dim()
+    taken = input_params.index_select(axis, input_indices.reshape(-1).long())
+    shape = input_params.shape[:axis] + input_indices.shape + input_params.shape[axis + 1:]
+    return taken.reshape(shape)
+
+
 def ops_squeeze(input: torch.Tensor, axis=None):
     """ops.squeeze(input, axis=None): None drops every size-1 dim."""
     return torch.squeeze(input) if axis is None or axis == () else torch.squeeze(input, axis)
@@ -116,6 +144,30 @@ def layer_norm_attrs(x, gamma, *rest) -> tuple:
     """(begin_norm_axis, begin_params_axis, epsilon) of the LayerNorm primitive."""
     axis = x.dim() - gamma.dim()
     return axis, axis, LAYER_NORM_EPSILON
+
+
+def matmul_attrs(x, w, *rest) -> tuple:
+    """(transpose_a, transpose_b) of the MatMul primitive, read from the shapes.
+
+    msprobe records no attributes; of the four, exactly one must fit the
+    shapes (mindspore.nn.Dense uses transpose_b), else the check cannot be made.
+    """
+    fits = [(ta, tb) for ta in (False, True) for tb in (False, True)
+            if x.shape[-2 if ta else -1] == w.shape[-1 if tb else -2]]
+    if len(fits) != 1:
+        raise ValueError(f"the shapes {list(x.shape)} and {list(w.shape)} fit {len(fits)} transpositions, "
+                         "and msprobe does not record which one the primitive had")
+    return fits[0]
+
+
+def matmul_primitive(x, w):
+    transpose_a, transpose_b = matmul_attrs(x, w)
+    return torch.matmul(x.transpose(-2, -1) if transpose_a else x, w.transpose(-2, -1) if transpose_b else w)
+
+
+def bias_add_primitive(x, bias):
+    """BiasAdd with its default data_format NCHW: the bias runs along dim 1."""
+    return x + bias.reshape([1, -1] + [1] * (x.dim() - 2))
 
 
 def layer_norm_primitive(x, gamma, beta):
@@ -171,6 +223,9 @@ FUNCTIONAL: Dict[str, Equivalent] = {
     "less": Equivalent("torch.lt", RENAMES),
     "less_equal": Equivalent("torch.le", RENAMES),
     "not_equal": Equivalent("torch.ne", RENAMES),
+    "flatten": Equivalent("ops.flatten: torch.flatten (start_dim 1 by default)", adapter=ops_flatten),
+    "gather": Equivalent("ops.gather: index_select along axis, reshaped to the indices' shape",
+                         adapter=ops_gather),
     "squeeze": Equivalent("ops.squeeze: torch.squeeze (axis None: every size-1 dim)", adapter=ops_squeeze),
     "transpose": Equivalent("ops.transpose: torch.permute", adapter=ops_transpose),
     "cast": Equivalent("ops.cast: torch.Tensor.to", adapter=cast),
@@ -190,10 +245,17 @@ TENSOR: Dict[str, Equivalent] = {
     "astype": Equivalent("Tensor.astype: torch.Tensor.to", adapter=cast),
     "transpose": Equivalent("Tensor.transpose: torch.Tensor.transpose (two dims) or permute (all dims)",
                             adapter=tensor_transpose),
+    "var": Equivalent("Tensor.var: torch.var (numpy's ddof=0 overload by default)", adapter=tensor_var),
 }
 
 PRIMITIVE: Dict[str, Equivalent] = {
+    "BiasAdd": Equivalent("BiasAdd primitive: x + bias along dim 1 (data_format NCHW assumed)",
+                          adapter=bias_add_primitive, primitive_args=lambda *args: (),
+                          note="BiasAdd primitive: msprobe records no attributes; data_format NCHW assumed"),
     "Dense": Equivalent("torch.nn.functional.linear", primitive_args=lambda *args: ()),
+    "MatMul": Equivalent("MatMul primitive: torch.matmul, transposes read from the shapes", adapter=matmul_primitive,
+                         primitive_args=matmul_attrs),
+    "ReLU": Equivalent("torch.relu", primitive_args=lambda *args: ()),
     "LayerNorm": Equivalent("LayerNorm primitive: layer norm over gamma's dims, with mean and variance",
                             adapter=layer_norm_primitive, primitive_args=layer_norm_attrs, note=LAYER_NORM_NOTE),
 }

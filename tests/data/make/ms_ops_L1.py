@@ -1,4 +1,5 @@
-"""A second MindSpore model for validation: ops.* and Tensor methods with axis/keep_dims, fp16, tuples."""
+"""A MindSpore model for tests/data/ms_ops_L1: mindspore.ops and Tensor methods in MindSpore's
+conventions (axis, keep_dims, tuples), an fp16 mul. Run: python ms_ops_L1.py ms_ops_L1.json (msprobe 26.2.0)."""
 import sys, os
 import numpy as np
 import mindspore as ms
