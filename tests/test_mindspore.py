@@ -351,13 +351,15 @@ class TensorDump:
         (folder / "dump_tensor_data").mkdir(parents=True)
         self.data = {}
 
+    DTYPES = {torch.float32: "Float32", torch.bfloat16: "BFloat16"}
+
     def spec(self, value, name):
         if not isinstance(value, torch.Tensor):
             return [self.spec(v, f"{name}.{i}") for i, v in enumerate(value)] if isinstance(value, list) else \
                 scalar(type(value).__name__, value)
-        array = value.detach().float().numpy()
+        array = value.detach().float().numpy()  # msprobe stores bfloat16 as float32: .npy has no bfloat16
         np.save(self.folder / "dump_tensor_data" / f"{name}.npy", array)
-        return {**tensor_spec(list(array.shape), "Float32", float(array.min()), float(array.max())),
+        return {**tensor_spec(list(array.shape), self.DTYPES[value.dtype], float(array.min()), float(array.max())),
                 "data_name": f"{name}.npy"}
 
     def record(self, prefix, fn, *args, backward=False):
@@ -411,6 +413,25 @@ def test_ops_without_a_cpu_kernel_are_judged_from_a_recorded_dump(pytester):
     kernels = {"MintFunctional.gelu.0": "GeluExt", "MintFunctional.layer_norm.0": "LayerNormExt",
                "MintFunctional.conv2d.0": "Conv2DExt", "Mint.baddbmm.0": "Baddbmm"}
     assert {row["API Name"]: row["Message"].split("has no kernel ")[1].split(" ")[0] for row in rows} == kernels
+
+
+def test_a_bfloat16_dump_is_judged_in_bfloat16(pytester):
+    generator = torch.Generator().manual_seed(0)
+    x, y = (torch.randn(8, 16, generator=generator).to(torch.bfloat16) for _ in range(2))
+    writer = TensorDump(pytester.path / "bf16")
+    writer.record("Mint.matmul.0", torch.matmul, x, y.T.contiguous())
+    dump = writer.write()
+    run(pytester, dump, "--msprobe-device", "recorded")
+    row = read_csv(pytester.path / "out", "details")[0]
+    assert (row["Bench Dtype"], row["Tested Dtype"], row["Status"]) == ("torch.float64", "torch.bfloat16", "error")
+    exact = x.double() @ y.double().T  # the inputs as recorded, multiplied in float64
+    recorded = torch.matmul(x, y.T).double()
+    assert float(row["MaxAbsErr"]) == pytest.approx(float((recorded - exact).abs().max()), rel=1e-9)
+    assert "within the bf16 rounding budget" in row["Message"]
+    on_cpu = run(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "cpu")
+    assert on_cpu.parseoutcomes() == {"skipped": 1}  # MindSpore's CPU MatMul has no bfloat16 kernel
+    assert "has no kernel MatMul for these input dtypes on cpu" in read_csv(pytester.path / "cpu", "result")[0][
+        "Message"]
 
 
 def test_a_kernel_error_is_not_blamed_on_the_next_entry_in_a_fresh_process(tmp_path):
