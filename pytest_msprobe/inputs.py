@@ -191,7 +191,10 @@ class Rebuilder:
         found = self.codec.shape_of(tensor)
         if found != list(shape):
             raise self.error(f"{field_path}.shape", f"recorded {shape} but {path.name} holds {found}")
-        return tensor
+        # A file format without every dtype (.npy has no bfloat16) stores a
+        # wider one: the codec casts back to the recorded dtype.
+        cast = getattr(self.codec, "cast", None)
+        return tensor if cast is None else cast(tensor, dtype)
 
 
 _SCALARS: dict = {

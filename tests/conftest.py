@@ -13,6 +13,17 @@ import pytest
 # not survive a second import in one process: import it once, up front.
 import pytest_msprobe.frameworks.torch  # noqa: E402,F401
 
+# MindSpore likewise, where it is installed: imported once, in PyNative mode,
+# with kernel errors raised at the op that caused them (launch_blocking).
+try:
+    import mindspore  # noqa: F401
+except ImportError:
+    mindspore = None
+else:
+    from pytest_msprobe.frameworks import mindspore as ms_framework
+
+    ms_framework.mindspore()
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 DUMPS = {

@@ -1,0 +1,412 @@
+"""MindSpore: the API on MindSpore (tested), its PyTorch equivalent in float64 (bench).
+
+Imported only when a MindSpore entry is checked; MindSpore itself is imported
+only for a tested run (a `recorded` check needs PyTorch alone). Arguments are
+rebuilt as torch CPU tensors in the recorded dtypes: torch holds every
+MindSpore dtype exactly (numpy has no bfloat16), the bench runs on them
+through torch.py's machinery, and the tested run converts them to
+mindspore.Tensor at the call. Outputs of both sides come back as torch
+tensors, so Tested Dtype is spelled as torch spells it (reports.md).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import torch
+
+from . import ms_mapping
+from . import torch as pt
+from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
+from ..inputs import REAL, Rebuilder, is_tensor_spec, tree_map
+from ..outcome import OutputPair, Run, Unsupported
+
+RECORDED = "recorded"
+
+DTYPES: Dict[str, torch.dtype] = {
+    "bool": torch.bool, "bool_": torch.bool, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
+    "int64": torch.int64, "uint8": torch.uint8, "float16": torch.float16, "bfloat16": torch.bfloat16,
+    "float32": torch.float32, "float64": torch.float64, "complex64": torch.complex64,
+    "complex128": torch.complex128,
+}
+
+# How MindSpore 2.10 says that an op has no kernel for this device (or for these dtypes).
+MISSING_KERNEL = (
+    (re.compile(r"The kernel (\w+) unregistered"), ""),
+    (re.compile(r"Create kernelmod for op (\w+) failed"), ""),
+    (re.compile(r"Select \w+ operator\[(\w+)\] fail! Unsupported data type"), " for these input dtypes"),
+    (re.compile(r"[Uu]nsupported op \[(\w+)\]"), ""),
+)
+
+
+class MindSporeCodec:
+    """Specs of a MindSpore dump (`Float32`, `.npy`) -> torch CPU tensors (see inputs.Codec)."""
+
+    def dtype(self, name: str) -> torch.dtype:
+        key = str(name).lower().replace("mindspore.", "", 1)
+        if key not in DTYPES:
+            raise KeyError(name)
+        return DTYPES[key]
+
+    def dtype_kind(self, name: str) -> str:
+        dtype = self.dtype(name)
+        if dtype == torch.bool:
+            return "b"
+        if dtype.is_complex:
+            return "c"
+        return "f" if dtype.is_floating_point else "i"
+
+    def load(self, path: Path) -> torch.Tensor:
+        array = np.load(path, allow_pickle=False)
+        if not isinstance(array, np.ndarray):
+            raise TypeError("holds no single array")
+        return torch.from_numpy(contiguous(array))
+
+    def cast(self, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return tensor.to(dtype)
+
+    def from_array(self, array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+        return torch.from_numpy(contiguous(array)).to(dtype)
+
+    def shape_of(self, tensor: torch.Tensor) -> List[int]:
+        return list(tensor.shape)
+
+    def size(self, dims: List[int]) -> tuple:
+        return tuple(dims)
+
+
+CODEC = MindSporeCodec()
+
+
+def contiguous(array: np.ndarray) -> np.ndarray:
+    """For torch.from_numpy; unlike np.ascontiguousarray, a 0-d array stays 0-d."""
+    array = np.asarray(array)
+    return array if array.flags.c_contiguous else array.copy()
+
+
+# -- MindSpore itself, imported once and only for a tested run -----------------
+
+_bound: Dict[str, str] = {}
+
+
+def mindspore():
+    """The mindspore module, in PyNative mode with kernel errors raised where they happen."""
+    try:
+        import mindspore as ms
+    except ImportError as exc:
+        raise Unsupported(f"MindSpore is not installed ({exc}): pip install 'pytest-msprobe[mindspore]', "
+                          "or check the outputs a tensor dump recorded with --msprobe-device recorded") from None
+    if "mode" not in _bound:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        # Without it an op's kernel error surfaces at the next op: another entry's.
+        ms.runtime.launch_blocking()
+        _bound["mode"] = "pynative"
+    return ms
+
+
+def bind(device: str) -> str:
+    """Run MindSpore on `device` ("cpu" or "npu:<id>") in this process; the device string.
+
+    MindSpore binds a process to one device once: asking for another later is an error.
+    """
+    target, _, index = device.partition(":")
+    if target not in ("cpu", "npu"):
+        raise Unsupported(f"MindSpore entries run on cpu or npu, not {device!r}")
+    if _bound.get("device") == device:
+        return device
+    if "device" in _bound:
+        raise Unsupported(f"MindSpore is bound to {_bound['device']} in this process, not {device}")
+    ms = mindspore()
+    wanted = ("Ascend", int(index or 0)) if target == "npu" else ("CPU", 0)
+    try:
+        ms.set_device(*wanted)
+    except RuntimeError as exc:
+        # MindSpore already ran a kernel in this process: it is bound to what it ran on.
+        current = ms.get_current_device()
+        if current[0] != wanted[0] or (target == "npu" and current[1] != wanted[1]):
+            raise Unsupported(f"MindSpore cannot move to {device}: {exc} (it runs on {current[0]}:{current[1]})")
+    _bound["device"] = device
+    return device
+
+
+def to_mindspore(value: Any) -> Any:
+    """A torch value of the rebuilt call as MindSpore takes it."""
+    ms = mindspore()
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu()
+        if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16: through float32, exactly
+            return ms.Tensor(tensor.float().numpy()).astype(ms.bfloat16)
+        return ms.Tensor(tensor.numpy())
+    if isinstance(value, torch.dtype):
+        name = str(value).replace("torch.", "")
+        return getattr(ms, "bool_" if name == "bool" else name)
+    return value
+
+
+def from_mindspore(value: Any) -> Any:
+    """A MindSpore output as a torch tensor in the same dtype; tuples flattened by the caller."""
+    ms = mindspore()
+    if isinstance(value, ms.Tensor):
+        if value.dtype == ms.bfloat16:
+            return torch.from_numpy(value.astype(ms.float32).asnumpy().copy()).to(torch.bfloat16)
+        # asnumpy() shares the tensor's memory: a copy outlives it.
+        return torch.from_numpy(np.array(value.asnumpy(), copy=True))
+    if isinstance(value, (tuple, list)):
+        return [from_mindspore(v) for v in value]
+    return value
+
+
+def missing_kernel(exc: BaseException) -> Optional[str]:
+    """The kernel MindSpore says it lacks (`GeluExt`, `Exp for these input dtypes`), or None."""
+    for pattern, qualifier in MISSING_KERNEL:
+        found = pattern.search(str(exc))
+        if found:
+            return found.group(1) + qualifier
+    return None
+
+
+# -- resolving an entry --------------------------------------------------------
+
+
+def resolve_bench(name: EntryName) -> ms_mapping.Equivalent:
+    if name.api_type in DISTRIBUTED_TYPES:
+        raise Unsupported(f"{name.api_type} collective: it cannot be re-run alone, on one device")
+    if pt.NONDETERMINISTIC.search(name.api.rsplit(".", 1)[-1]):
+        raise Unsupported(f"non-deterministic API {name.api}: two runs never agree")
+    equivalent = ms_mapping.lookup(name.api_type, name.api)
+    if equivalent is None and name.api_type == "Primitive":
+        raise Unsupported(f"Primitive.{name.api} has no PyTorch equivalent in pytest-msprobe's MindSpore mapping "
+                          "table: msprobe records no primitive attributes, and only primitives whose attributes "
+                          f"the arguments tell are mapped ({', '.join(sorted(ms_mapping.PRIMITIVE))})")
+    if equivalent is None:
+        raise Unsupported(f"{name.api_type}.{name.api} has no PyTorch equivalent in pytest-msprobe's MindSpore "
+                          "mapping table (frameworks/ms_mapping.py), so there is no benchmark for it")
+    return equivalent
+
+
+def resolve_tested(name: EntryName, call: pt.Call) -> Callable:
+    """The MindSpore callable of the entry (a primitive is built with its attributes)."""
+    ms = mindspore()
+    api_type, api = name.api_type, name.api
+    if api_type == "Primitive":
+        cls = getattr(ms.ops, ms_mapping.primitive_class(api), None)
+        if cls is None:
+            raise Unsupported(f"Primitive {api}: no class {ms_mapping.primitive_class(api)} in mindspore.ops")
+        try:
+            return cls(*resolve_bench(name).primitive_args(*call.args))
+        except Exception as exc:  # noqa: BLE001 - arguments the attribute rule cannot read
+            raise Unsupported(f"Primitive {api}: cannot derive its attributes from the recorded arguments "
+                              f"({type(exc).__name__}: {exc})") from None
+    roots = {"Mint": lambda: ms.mint, "MintFunctional": lambda: ms.mint.nn.functional,
+             "Functional": lambda: ms.ops, "Tensor": lambda: ms.Tensor}
+    target: Any = roots[api_type]()
+    for part in api.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise Unsupported(f"{api_type}.{api} does not exist in MindSpore {ms.__version__}")
+    return target
+
+
+# -- the call ------------------------------------------------------------------
+
+
+def build_call(dump: Dump, name: EntryName, mode: str, seed: int) -> pt.Call:
+    equivalent = resolve_bench(name)
+    forward = dump.entries.get(f"{name.prefix}.forward")
+    if forward is None:
+        raise Unsupported(f"no forward entry {name.prefix}.forward in the dump to rebuild the call from")
+    rebuilt = Rebuilder(CODEC, f"{name.prefix}.forward", dump.tensor_dir, mode, seed).rebuild(forward)
+    call = pt.Call(name, None, equivalent.bench(), rebuilt.args, rebuilt.kwargs,
+                   pt.flat_specs(forward.get("output", [])), list(rebuilt.notes))
+    if equivalent.note:
+        call.notes.append(equivalent.note)
+    return call
+
+
+def recorded_values(dump: Dump, entry: str, specs: list, key: str) -> list:
+    """The tensors a dump recorded, loaded from its .npy files (None stays None)."""
+    rebuilder = Rebuilder(CODEC, entry, dump.tensor_dir, REAL, 0)
+    return [None if spec is None else rebuilder.value(spec, f"{key}[{i}]") for i, spec in enumerate(specs)]
+
+
+def floating(tree: Any) -> List[torch.Tensor]:
+    return [t for t in pt.tensors(tree) if t.is_floating_point()]
+
+
+def on_mindspore(call: pt.Call, leaves: Optional[list] = None) -> tuple:
+    """(args, kwargs) on MindSpore; the floating tensors replaced by `leaves` when given."""
+    replacements = iter(leaves or [])
+
+    def convert(value: Any) -> Any:
+        if leaves is not None and isinstance(value, torch.Tensor) and value.is_floating_point():
+            return next(replacements)
+        return to_mindspore(value)
+
+    args = [as_tuple(arg) for arg in call.args]
+    kwargs = {key: as_tuple(value) for key, value in call.kwargs.items()}
+    return tree_map(convert, args), tree_map(convert, kwargs)
+
+
+_INDEX_ITEMS = (int, slice, type(Ellipsis), type(None))
+
+
+def as_tuple(value: Any) -> Any:
+    """msprobe writes a tuple as a JSON list, and some MindSpore ops (mint.permute,
+    ops.tile) refuse a list of ints: a list of ints or index items is a tuple again.
+    Lists of tensors (mint.cat) stay lists."""
+    if not isinstance(value, list):
+        return value
+    items = [as_tuple(item) for item in value]
+    if items and all(isinstance(item, _INDEX_ITEMS) and not isinstance(item, bool) for item in items):
+        return tuple(items)
+    return items
+
+
+def tested_forward(call: pt.Call, fn: Callable) -> list:
+    args, kwargs = on_mindspore(call)
+    return pt.flat_outputs(from_mindspore(fn(*args, **kwargs)))
+
+
+def tested_gradients(call: pt.Call, fn: Callable, grad_outputs: list) -> list:
+    """Gradients of every floating input through mindspore.vjp, with the recorded sens."""
+    ms = mindspore()
+    leaves = [to_mindspore(t) for t in floating([call.args, call.kwargs])]
+
+    def forward(*xs):
+        args, kwargs = on_mindspore(call, list(xs))
+        return fn(*args, **kwargs)
+
+    out, vjp = ms.vjp(forward, *leaves)
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    if not all(isinstance(o, ms.Tensor) for o in outs):
+        raise Unsupported("an output is not a tensor: mindspore.vjp takes no sens for it")
+    grads = pt.flat_outputs(grad_outputs)
+    sens = []
+    for i, o in enumerate(outs):
+        g = grads[i] if i < len(grads) and isinstance(grads[i], torch.Tensor) else None
+        sens.append(to_mindspore(g).astype(o.dtype) if g is not None else
+                    ms.Tensor(np.zeros(o.shape, dtype=np.float32)).astype(o.dtype))
+    found = vjp(tuple(sens) if isinstance(out, (tuple, list)) else sens[0])
+    found = found if isinstance(found, (tuple, list)) else (found,)
+    return [from_mindspore(g) for g in found]
+
+
+def run_tested(result: Run, name: EntryName, work: Callable[[], list]) -> Optional[list]:
+    """The tested outputs; a missing kernel is a SKIP, any other error goes in result."""
+    try:
+        return work()
+    except Unsupported:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a device that raises is a finding
+        kernel = missing_kernel(exc)
+        if kernel is not None:
+            ms = mindspore()
+            raise Unsupported(f"MindSpore {ms.__version__} has no kernel {kernel} on "
+                              f"{_bound.get('device', 'this device')} for {name.api_type}.{name.api} "
+                              f"({type(exc).__name__}: {pt._first_line(exc)})") from None
+        result.tested_error = f"{type(exc).__name__}: {pt._first_line(exc)}"
+        return None
+
+
+# -- forward and backward ------------------------------------------------------
+
+
+def run(dump: Dump, name: EntryName, device: str, mode: str, seed: int) -> Run:
+    recorded = device == RECORDED
+    call = build_call(dump, name, REAL if recorded else mode, seed)
+    if not recorded:
+        bind(device)
+    if name.direction == BACKWARD:
+        return run_backward(dump, call, device, mode, seed)
+    bench_out, side, note = pt.run_bench(lambda s: pt.call_on(s, call)[0])
+    result = Run([], call.notes + ([note] if note else []), pt.input_scale(call))
+    bench = pt.flat_outputs(bench_out)
+    if recorded:
+        tested = recorded_values(dump, f"{name.prefix}.forward", call.output_specs, "output")
+    else:
+        fn = resolve_tested(name, call)
+        tested = run_tested(result, name, lambda: tested_forward(call, fn))
+        if tested is None:
+            return result
+    result.pairs = pt.pairs_of(tested, bench)
+    return result
+
+
+def run_backward(dump: Dump, call: pt.Call, device: str, mode: str, seed: int) -> Run:
+    name = call.name
+    body = dump.entries[name.full]
+    recorded = device == RECORDED
+    rebuilder = Rebuilder(CODEC, name.full, dump.tensor_dir, REAL if recorded else mode, seed)
+    grad_outputs = rebuilder.rebuild(body, "input", "").args
+    grad_specs = gradient_specs(name, call, pt.flat_specs(body.get("output", [])))
+    notes = call.notes + rebuilder.notes
+    if recorded and not any(spec is not None for spec in grad_specs):
+        raise Unsupported("the backward entry records no input gradient (msprobe wrote an empty output "
+                          "list), so there is nothing recorded to compare")
+    bench_grads, side, note = pt.run_bench(lambda s: pt.gradients(s, call, grad_outputs))
+    result = Run([], notes + ([note] if note else []), pt.input_scale(call))
+    shapes = [None if g is None else list(g.shape) for g in bench_grads]
+    matched, strays = align(grad_specs, shapes)
+    if recorded:
+        values = recorded_values(dump, name.full, grad_specs, "output")
+        tested = {index: values[position] for index, position in matched.items()}
+    else:
+        fn = resolve_tested(name, call)
+        grads = run_tested(result, name, lambda: tested_gradients(call, fn, grad_outputs))
+        if grads is None:
+            return result
+        if not matched and not strays:
+            result.notes.append("msprobe recorded no input gradient: the gradients of every floating input "
+                                "are compared")
+            matched = {i: i for i, s in enumerate(shapes) if s is not None}
+        tested = {index: grads[index] for index in matched}
+    result.pairs = gradient_pairs(tested, bench_grads, shapes, strays)
+    return result
+
+
+def gradient_specs(name: EntryName, call: pt.Call, specs: list) -> list:
+    """The recorded gradient specs, in the order of the call's tensor inputs.
+
+    msprobe records a primitive's input gradients last input first; and
+    one item per tensor input, null for those (bool, int) that take none.
+    """
+    if name.api_type == "Primitive":
+        specs = specs[::-1]
+    inputs = pt.tensors(call.args, call.kwargs)
+    if len(specs) == len(inputs):
+        specs = [spec for spec, tensor in zip(specs, inputs) if tensor.is_floating_point()]
+    return specs
+
+
+def align(specs: list, shapes: list) -> tuple:
+    """({floating input index: recorded position}, shapes recorded that match no input).
+
+    By position where the shape agrees, else to the one input of that shape.
+    """
+    matched: Dict[int, int] = {}
+    strays = []
+    for position, spec in enumerate(specs):
+        if not is_tensor_spec(spec):
+            continue
+        index = pt._input_of(position, list(spec.get("shape") or []), shapes, matched)
+        if index is None:
+            strays.append(spec.get("shape"))
+        else:
+            matched[index] = position
+    return matched, strays
+
+
+def gradient_pairs(tested: dict, bench: list, shapes: list, strays: list) -> List[OutputPair]:
+    pairs = []
+    for index in sorted(tested):
+        pair = pt.pairs_of([tested[index]], [bench[index]])[0]
+        pair.index = index
+        pairs.append(pair)
+    if strays:
+        for index in (i for i, s in enumerate(shapes) if s is not None and i not in tested):
+            pairs.append(OutputPair(index, skip=f"no recorded gradient has this input's shape {shapes[index]}: "
+                                               f"msprobe recorded {strays}, which match no input"))
+    return sorted(pairs, key=lambda p: p.index)
