@@ -252,36 +252,6 @@ PARSER_SCRIPT = textwrap.dedent('''\
     path, which, gc_mode = sys.argv[1], sys.argv[2], sys.argv[3]
     raw = open(path, "rb").read()
 
-    # The quoting proposed for pytest_msprobe.dump (bench/results_collect.md): bytes.find for
-    # the words, the context checked only where they are.
-    _BEFORE = re.compile(rb"[:\\[,][ \\t\\r\\n]*\\Z")
-    _AFTER = re.compile(rb"[ \\t\\r\\n]*[,\\]}]")
-    def find_quote(raw):
-        hits = []
-        for word in (b"NaN", b"Infinity"):
-            at = raw.find(word)
-            while at >= 0:
-                hits.append((at, at + len(word)))
-                at = raw.find(word, at + len(word))
-        if not hits:
-            return raw
-        hits.sort()
-        view, parts, last = memoryview(raw), [], 0
-        for start, end in hits:
-            if raw[start - 1:start] == b"-":
-                start -= 1
-            if _BEFORE.search(raw, max(0, start - 256), start) and _AFTER.match(raw, end):
-                parts += (view[last:start], b'"', view[start:end], b'"')
-                last = end
-        parts.append(view[last:])
-        return b"".join(parts)
-
-    def package_quote():
-        from pytest_msprobe import dump
-        if hasattr(dump, "quote_bare_constants"):
-            return dump.quote_bare_constants
-        return lambda raw: dump._BARE_CONSTANT.sub(rb'\\1"\\2"', raw)
-
     if gc_mode == "paused":
         gc.disable()
     start = time.perf_counter()
@@ -293,18 +263,15 @@ PARSER_SCRIPT = textwrap.dedent('''\
         doc = parse_json(raw, Path(path))
         if isinstance(doc, tuple):
             doc = doc[0]
-    elif which.startswith("NaN quoting alone, the package's"):
-        doc = package_quote()(raw)
-    elif which.startswith("NaN quoting alone, bytes.find"):
-        doc = find_quote(raw)
+    elif which.startswith("NaN quoting alone"):
+        from pytest_msprobe.dump import quote_bare_constants
+        doc = quote_bare_constants(raw)
     elif which.startswith("orjson.loads alone"):
         import orjson
-        text = find_quote(raw)
+        from pytest_msprobe.dump import quote_bare_constants
+        text = quote_bare_constants(raw)
         start = time.perf_counter()
         doc = orjson.loads(text)
-    elif which.startswith("orjson.loads + bytes.find quoting"):
-        import orjson
-        doc = orjson.loads(find_quote(raw))
     elif which == "ujson.loads":
         import ujson
         doc = ujson.loads(raw)
@@ -331,11 +298,9 @@ PARSER_SCRIPT = textwrap.dedent('''\
 
 PARSERS = (
     ("json.loads", None),
-    ("pytest_msprobe.dump.parse_json (as installed)", "orjson"),
-    ("NaN quoting alone, the package's (as installed)", "orjson"),
-    ("NaN quoting alone, bytes.find (proposed)", None),
+    ("pytest_msprobe.dump.parse_json (quoting + orjson, GC paused inside)", "orjson"),
+    ("NaN quoting alone (pytest_msprobe.dump.quote_bare_constants)", None),
     ("orjson.loads alone (input already quoted)", "orjson"),
-    ("orjson.loads + bytes.find quoting", "orjson"),
     ("ujson.loads", "ujson"),
     ("rapidjson.loads", "rapidjson"),
     ("simdjson.loads", "simdjson"),
