@@ -145,8 +145,9 @@ def check_ids_exist(kind: str, ids: List[int]) -> None:
     count = device_count(kind)
     missing = [i for i in ids if count is not None and not 0 <= i < count]
     if missing:
+        seen = f"ids 0-{count - 1}" if count else "none"
         raise DeviceError(f"--msprobe-devices: {kind} ids {', '.join(map(str, missing))} do not exist: "
-                          f"torch sees {count} {kind} device(s), ids 0-{count - 1}")
+                          f"torch sees {count} {kind} device(s) ({seen})")
 
 
 class DevicePool:
