@@ -34,7 +34,14 @@ def planned_workers(config: pytest.Config) -> int:
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         return int(workerinput.get("workercount", 1))
-    return len(config.option.tx) if distributing(config) else 1
+    if not distributing(config):
+        return 1
+    # As xdist's NodeManager reads them: `-n 4` is four `popen`, `--tx 3*popen` three.
+    count = 0
+    for spec in config.option.tx:
+        head, star, _ = spec.partition("*")
+        count += int(head) if star and head.isdigit() else 1
+    return count
 
 
 def device_id(config: pytest.Config, ids: List[int]) -> int:

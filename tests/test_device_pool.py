@@ -116,3 +116,11 @@ def test_a_crashed_entry_is_an_error_paired_with_the_other_direction():
     forward = EntryResult("Functional.relu.0", "forward", "pass")
     assert book.add(forward) == ("Functional.relu.0", forward, crashed)
     assert crash_result("run/dump.json::dump", "crashed") is None  # not an entry: no row
+
+
+@pytest.mark.parametrize("tx, workers", [(["popen"] * 4, 4), (["3*popen"], 3), (["2*popen", "ssh=host"], 3)])
+def test_workers_are_counted_as_xdist_counts_them(tx, workers):
+    from pytest_msprobe.workers import planned_workers
+
+    config = types.SimpleNamespace(option=types.SimpleNamespace(dist="load", tx=tx, collectonly=False))
+    assert planned_workers(config) == workers
