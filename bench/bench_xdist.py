@@ -53,15 +53,25 @@ def api_entries_only(source: Path, target: Path) -> Path:
     return target
 
 
-def commands(python: str, dump: Path, out: Path, workers: int) -> Dict[str, List[str]]:
+def commands(python: str, dump: Path, out: Path, workers: int, threads: int = 0) -> Dict[str, List[str]]:
     run = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--msprobe-dump", str(dump),
            "--msprobe-device", "cpu"]
-    return {
+    kinds = {
         "serial": run + ["--msprobe-out", str(out / "serial")],
         f"-n {workers}": run + ["--msprobe-out", str(out / "xdist"), "-n", str(workers)],
-        "collect": [python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "--msprobe-dump",
-                    str(dump), "--msprobe-device", "cpu"],
     }
+    if threads:  # the same -n run with the threads the user fixed instead of the split
+        kinds[f"-n {workers} OMP={threads}"] = kinds[f"-n {workers}"]
+    kinds["collect"] = [python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "--msprobe-dump",
+                        str(dump), "--msprobe-device", "cpu"]
+    return kinds
+
+
+def kind_env(kind: str, pythonpath: Optional[str]) -> Dict[str, str]:
+    env = clean_env(pythonpath)
+    if " OMP=" in kind:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = kind.rsplit("=", 1)[1]
+    return env
 
 
 def result_rows(folder: Path) -> Set[Tuple[str, ...]]:
@@ -72,7 +82,7 @@ def result_rows(folder: Path) -> Set[Tuple[str, ...]]:
 
 def bench(dump: Path, work: Path, args) -> Dict[str, dict]:
     out = work / "out"
-    cmds = commands(args.python, dump, out, args.workers)
+    cmds = commands(args.python, dump, out, args.workers, args.compare_threads)
     runs: Dict[str, List[Tuple[float, float, str, str]]] = {kind: [] for kind in cmds}
     outcomes: Dict[str, str] = {}
     for r in range(args.repeats):
@@ -81,7 +91,7 @@ def bench(dump: Path, work: Path, args) -> Dict[str, dict]:
                 shutil.rmtree(out)
             out.mkdir()
             before = load()
-            wall, _, cpu, rc, tail = measure(cmd, work, clean_env(args.msprobe_path), work / f"{kind}.log")
+            wall, _, cpu, rc, tail = measure(cmd, work, kind_env(kind, args.msprobe_path), work / f"{kind}.log")
             loads = f"{before}/{load()}"
             outcome = f"{collected(tail)} collected" if kind == "collect" else pytest_outcome(tail)
             if rc not in (0, 1) or "error" in outcome:
@@ -114,7 +124,7 @@ def table(label: str, entries: int, apis: int, best: Dict[str, dict], workers: i
     xdist = f"-n {workers}"
     head = ["dump", "entries", "kind", "best wall s", "all wall s", "best CPU s", "load avg before/after (best)"]
     lines = ["| " + " | ".join(head) + " |", "|---|---:|---|---:|---|---:|---|"]
-    for kind in ("serial", xdist, "collect"):
+    for kind in [k for k in best if isinstance(best[k], dict) and "wall" in best[k]]:
         b = best[kind]
         walls = ", ".join(f"{w:.2f}" for w in b["walls"])
         lines.append(f"| {label} | {entries} | {kind} | {b['wall']:.2f} | {walls} | {b['cpu']:.2f} | {b['load']} |")
@@ -126,6 +136,11 @@ def table(label: str, entries: int, apis: int, best: Dict[str, dict], workers: i
               f"{best['collect']['wall']:.2f} s wall; verdicts of every run equal: "
               f"{'yes' if best['same_verdicts'] else 'NO'}, whole result rows: {'yes' if best['same_rows'] else 'no'} "
               f"({apis} API calls)"]
+    unsplit = next((k for k in best if " OMP=" in k), None)
+    if unsplit:
+        lines.append(f"{unsplit} / {xdist} (the thread split's gain): wall "
+                     f"{best[unsplit]['wall'] / best[xdist]['wall']:.2f}x, CPU "
+                     f"{best[unsplit]['cpu'] / best[xdist]['cpu']:.2f}x")
     return "\n".join(lines)
 
 
@@ -135,6 +150,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--apis", type=int, default=250, help="API calls of the dump made of --dump's entries")
     parser.add_argument("--workers", type=int, default=2, help="-n of the xdist run")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--compare-threads", type=int, default=0, help="also run -n N with OMP_NUM_THREADS set "
+                        "to this (2: torch's default on 2 cores, no split), to measure the thread split")
     parser.add_argument("--python", default=sys.executable, help="the interpreter with pytest-msprobe installed")
     parser.add_argument("--msprobe-path", help="PYTHONPATH for the runs, e.g. a patched copy of the package")
     parser.add_argument("--work", help="work dir (default: a new temp dir, removed unless --keep)")
