@@ -9,10 +9,9 @@ one gets a free id; results come back on the workers' test reports.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
-
 import signal
 import subprocess
+from typing import Dict, List, Optional
 
 import pytest
 

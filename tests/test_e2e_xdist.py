@@ -119,6 +119,13 @@ def test_a_crashed_worker_fails_its_entry_and_the_others_run(pytester, copy_dump
         assert held[replacement] == held[down]
 
 
+def test_device_ids_that_do_not_parse_are_a_usage_error(pytester, copy_dump):
+    dump = copy_dump("pt_tensor_L1")
+    result = run(pytester, "out", "--msprobe-devices", "0-x", "--msprobe-dump", str(dump))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--msprobe-devices: '0-x' is not an id or a range like 0-7"])
+
+
 def test_more_workers_than_device_ids_is_a_usage_error(pytester, copy_dump):
     dump = copy_dump("pt_tensor_L1")
     result = run(pytester, "out", "-n", "3", "--msprobe-devices", "0,1", "--msprobe-dump", str(dump))
