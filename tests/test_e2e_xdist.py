@@ -126,9 +126,13 @@ def test_device_ids_that_do_not_parse_are_a_usage_error(pytester, copy_dump):
     result.stderr.fnmatch_lines(["*--msprobe-devices: '0-x' is not an id or a range like 0-7"])
 
 
-def test_more_workers_than_device_ids_is_a_usage_error(pytester, copy_dump):
+@pytest.mark.parametrize("where", ["option", "ini"])
+def test_more_workers_than_device_ids_is_a_usage_error(pytester, copy_dump, where):
     dump = copy_dump("pt_tensor_L1")
-    result = run(pytester, "out", "-n", "3", "--msprobe-devices", "0,1", "--msprobe-dump", str(dump))
+    if where == "ini":
+        pytester.makeini("[pytest]\nmsprobe_devices = 0,1\n")
+    ids = ["--msprobe-devices", "0,1"] if where == "option" else []
+    result = run(pytester, "out", "-n", "3", *ids, "--msprobe-dump", str(dump))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*3 xdist workers but 2 device ids (0,1): each worker needs its own device; "
                                  "run with -n 2 or name 3 ids"])
