@@ -194,7 +194,7 @@ def write_results(path: Path, args, text: str, best: Dict[str, dict], loads: str
         "# Serial against pytest-xdist over a real tensor dump (issue 4)",
         "",
         f"Written by `python bench/bench_xdist.py {shlex.join(sys.argv[1:])}`".rstrip() + f" on {when}; machine: "
-        f"{machine()}, {len(os.sched_getaffinity(0))} of its cores given to the bench (taskset); 1-minute load average before / after the whole bench: {loads}.",
+        f"{machine()}, {len(os.sched_getaffinity(0))} of them in the bench's CPU affinity; 1-minute load average before / after the whole bench: {loads}.",
         "",
         f"Each command in a fresh process, the kinds interleaved, {args.repeats} runs each; the best wall time "
         "(with the load average around that run), every wall time, and the best CPU time (user + sys, "
