@@ -78,6 +78,12 @@ def relu(x, *args, **kwargs):
 
 
 F.relu = relu
+
+
+def pytest_runtest_setup(item):
+    """What each worker's torch really runs with: torch is imported here before the plugin sets it."""
+    with open(f"threads_{os.getpid()}", "w") as handle:
+        handle.write(str(torch.get_num_threads()))
 '''
 
 
@@ -110,6 +116,8 @@ def test_a_crashed_worker_fails_its_entry_and_the_others_run(pytester, copy_dump
     threads = max(1, len(os.sched_getaffinity(0)) // 2)
     result.stdout.fnmatch_lines([f"msprobe: [[]gw0[]] device cpu (id 0, unused on cpu), {threads} intra-op "
                                  "thread(s) of * cores"])
+    seen = [path.read_text() for path in pytester.path.glob("threads_*")]
+    assert len(seen) >= 2 and set(seen) == {str(threads)}  # every worker, the replacements included
     # Each replacement worker takes the id its crashed predecessor freed, never one still held.
     held = dict(re.findall(r"msprobe: \[(gw\d+)\] device cpu \(id (\d)", result.stdout.str()))
     crashed = re.findall(r"\[(gw\d+)\] node down", result.stdout.str())
