@@ -84,6 +84,13 @@ def pytest_runtest_setup(item):
     """What each worker's torch really runs with: torch is imported here before the plugin sets it."""
     with open(f"threads_{os.getpid()}", "w") as handle:
         handle.write(str(torch.get_num_threads()))
+
+
+def pytest_unconfigure(config):
+    """Whether a worker that ran to its end froze its heap for a cheap exit."""
+    if os.getpid() != int(os.environ["MSPROBE_TEST_PID"]):
+        with open(f"frozen_{os.getpid()}", "w") as handle:
+            handle.write(str(__import__("gc").get_freeze_count()))
 '''
 
 
@@ -118,6 +125,8 @@ def test_a_crashed_worker_fails_its_entry_and_the_others_run(pytester, copy_dump
                                  "thread(s) of * cores"])
     seen = [path.read_text() for path in pytester.path.glob("threads_*")]
     assert len(seen) >= 2 and set(seen) == {str(threads)}  # every worker, the replacements included
+    frozen = [int(path.read_text()) for path in pytester.path.glob("frozen_*")]
+    assert frozen and all(count > 0 for count in frozen)  # the replacements, which ran to the end
     # Each replacement worker takes the id its crashed predecessor freed, never one still held.
     held = dict(re.findall(r"msprobe: \[(gw\d+)\] device cpu \(id (\d)", result.stdout.str()))
     crashed = re.findall(r"\[(gw\d+)\] node down", result.stdout.str())
