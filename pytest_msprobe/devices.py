@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import List, Optional
+import os
+import sys
+from typing import Dict, List, Optional
 
 AUTO, NPU, CUDA, CPU, RECORDED = "auto", "npu", "cuda", "cpu", "recorded"
 CHOICES = (AUTO, NPU, CUDA, CPU, RECORDED)
@@ -104,9 +106,114 @@ def bind(kind: str, device_id: int) -> str:
         torch = import_torch()
         import_torch_npu()
         torch.npu.set_device(device_id)
-        return f"npu:{device_id}"
+    elif kind == CUDA:
+        import_torch().cuda.set_device(device_id)
+    return device_name(kind, device_id)
+
+
+def device_name(kind: str, device_id: int) -> str:
+    """`npu:3`, `cuda:0`; `cpu` and `recorded` have no ids."""
+    return f"{kind}:{device_id}" if kind in (NPU, CUDA) else kind
+
+
+def ids_for(text: Optional[str], workers: int) -> List[int]:
+    """The device ids of a run of `workers` processes: those named, or 0..workers-1 for `auto`."""
+    if (text or AUTO).strip() == AUTO:
+        return list(range(max(1, workers)))
+    ids = parse_ids(text)
+    if not ids:
+        raise DeviceError(f"--msprobe-devices names no id: {text!r}")
+    if len(ids) < workers:
+        # Not shared: two workers on one NPU compete for its memory and streams and
+        # the run reads as if each had its own; a user who asks for 8 ids wants 8 devices.
+        raise DeviceError(f"{workers} xdist workers but {len(ids)} device ids ({text}): each worker needs "
+                          f"its own device; run with -n {len(ids)} or name {workers} ids")
+    return ids
+
+
+def device_count(kind: str) -> Optional[int]:
+    """How many devices of `kind` the framework sees (None where ids mean nothing)."""
+    if kind == NPU:
+        import_torch_npu()
+        return import_torch().npu.device_count()
     if kind == CUDA:
-        torch = import_torch()
-        torch.cuda.set_device(device_id)
-        return f"cuda:{device_id}"
-    return kind
+        return import_torch().cuda.device_count()
+    return None
+
+
+def check_ids_exist(kind: str, ids: List[int]) -> None:
+    count = device_count(kind)
+    missing = [i for i in ids if count is not None and not 0 <= i < count]
+    if missing:
+        seen = f"ids 0-{count - 1}" if count else "none"
+        raise DeviceError(f"--msprobe-devices: {kind} ids {', '.join(map(str, missing))} do not exist: "
+                          f"torch sees {count} {kind} device(s) ({seen})")
+
+
+class DevicePool:
+    """The device ids of a distributed run, each held by at most one worker at a time.
+
+    A worker keeps its id until it goes down; a worker that replaces a crashed one
+    gets a free id (the one just released), never one another worker holds.
+    """
+
+    def __init__(self, ids: List[int]):
+        self.ids = list(ids)
+        self.holders: Dict[str, int] = {}
+
+    def allocate(self, worker: str) -> int:
+        if worker in self.holders:
+            return self.holders[worker]
+        busy = set(self.holders.values())
+        free = [i for i in self.ids if i not in busy]
+        if not free:
+            held = ", ".join(f"{w}: {i}" for w, i in self.holders.items())
+            raise DeviceError(f"no free device id for worker {worker}: every id is held ({held})")
+        self.holders[worker] = free[0]
+        return free[0]
+
+    def release(self, worker: str) -> Optional[int]:
+        return self.holders.pop(worker, None)
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on (taskset and cgroup cpusets included)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def threads_per_worker(cores: int, workers: int) -> int:
+    """Intra-op threads of each of `workers` processes sharing `cores`: torch's default of one
+    thread a core in every worker oversubscribes them, and small ops wait at OpenMP barriers."""
+    return max(1, cores // max(1, workers))
+
+
+def worker_threads(workers: int) -> Optional[int]:
+    """Intra-op threads for each of `workers` workers on this machine; None where the user
+    fixed them in OMP_NUM_THREADS (their choice wins)."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return None
+    return threads_per_worker(cpu_cores(), workers)
+
+
+def threads_text(threads: Optional[int]) -> str:
+    if threads is None:
+        return f"{os.environ.get('OMP_NUM_THREADS')} intra-op thread(s) (OMP_NUM_THREADS)"
+    return f"{threads} intra-op thread(s) of {cpu_cores()} cores"
+
+
+def limit_threads(threads: Optional[int]) -> None:
+    """Make the CPU side (the float64 benchmark, and the cpu device) use `threads` threads.
+
+    Before torch is imported the environment does it, for OpenMP and MKL alike; once it is
+    imported (by a conftest, say), torch.set_num_threads. torch is not imported for this.
+    """
+    if threads is None:
+        return
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
+    else:
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)

@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import pytest
 
-from . import devices, summary
+from . import devices, summary, workers
 from .check import Settings
 from .compare import BasicStandard
 from .dump import find_dump_files, peek_task
@@ -26,6 +26,8 @@ OPTIONS = [
     ("--msprobe-mode", "msprobe_mode", f"input data: {'|'.join(MODES)} (auto: real where the tensor file exists)",
      "auto"),
     ("--msprobe-device", "msprobe_device", f"device under test: {'|'.join(devices.CHOICES)}", "auto"),
+    ("--msprobe-devices", "msprobe_devices", "device ids, one per xdist worker: 0-7 or 0,1,2,3 (auto: 0..n-1; "
+     "without xdist the first)", "auto"),
     ("--msprobe-seed", "msprobe_seed", "seed of the random inputs (mixed with each entry's name)", "1234"),
     ("--msprobe-cosine", "msprobe_cosine", "basic standard: an output passes when Cosine > this", "0.99"),
     ("--msprobe-max-abs-err", "msprobe_max_abs_err", "basic standard: ... and MaxAbsErr < this", "1e-4"),
@@ -63,13 +65,17 @@ def pytest_configure(config: pytest.Config) -> None:
     paths = config.getoption("msprobe_dump") or [str(p) for p in config.getini("msprobe_dump")]
     if not paths:
         return
+    threads = workers.setup_worker(config)  # before anything imports torch
     run = MsprobeRun(config, paths)
+    if threads:
+        run.device_notes.append(threads)
     config.stash[RUN_KEY] = run
     config.pluginmanager.register(run, "msprobe-run")
     run.selection = Selection.from_config(config, config.invocation_params.dir, setting(config, "msprobe_resume"),
                                           setting(config, "msprobe_baseline"))
     config.pluginmanager.register(run.selection, "msprobe-selection")
     run.settings.error_data = error_data_folder(config, run.out_dir)
+    workers.register(config, run)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(CsvReporter(config, run), "msprobe-reporter")
     files = [str(p) for p in run.dump_files]
@@ -94,6 +100,7 @@ class MsprobeRun:
         except devices.DeviceError as exc:
             raise pytest.UsageError(str(exc)) from None
         self.check_recorded()
+        self.device_ids = self.choose_ids(config)
         self.settings = Settings(self.device_kind, self.mode, self.int_setting(config, "msprobe_seed"),
                                  make_standard(config))
         self.out_dir = base / setting(config, "msprobe_out")
@@ -111,6 +118,15 @@ class MsprobeRun:
                 raise pytest.UsageError(f"--msprobe-device recorded needs a tensor dump, but {path} is a "
                                         "statistics dump (no tensors); use --msprobe-device cpu, cuda or npu")
 
+    def choose_ids(self, config: pytest.Config) -> List[int]:
+        try:
+            ids = devices.ids_for(setting(config, "msprobe_devices"), workers.planned_workers(config))
+            if not hasattr(config, "workerinput"):  # the controller checked them for its workers
+                devices.check_ids_exist(self.device_kind, ids)
+        except devices.DeviceError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        return ids
+
     @staticmethod
     def int_setting(config: pytest.Config, ini: str) -> int:
         try:
@@ -119,8 +135,10 @@ class MsprobeRun:
             raise pytest.UsageError(f"{ini} must be an integer, not {setting(config, ini)!r}") from None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if workers.distributing(session.config):
+            return  # the controller runs no entry: it leaves the devices to its workers
         try:
-            self.settings.device = devices.bind(self.device_kind, 0)
+            self.settings.device = devices.bind(self.device_kind, workers.device_id(session.config, self.device_ids))
         except devices.DeviceError as exc:
             raise pytest.UsageError(str(exc)) from None
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
+from .compare import ERROR
 from .dump import BACKWARD, FORWARD, parse_entry_name
 from .outcome import EntryResult
 
@@ -130,6 +131,15 @@ def api_message(forward: Optional[EntryResult], backward: Optional[EntryResult])
     if backward and backward.message:
         return f"backward: {backward.message}" if forward else backward.message
     return forward.message if forward else ""
+
+
+def crash_result(node_id: str, message: str) -> Optional[EntryResult]:
+    """The result of an entry whose process died while checking it (a segfault, an abort,
+    the OOM killer): an error, so the API gets its row and the run its failure."""
+    name = parse_entry_name(node_id.rsplit("::", 1)[-1])
+    if name is None:
+        return None
+    return EntryResult(name.prefix, name.direction, ERROR, message, dump=node_id.split("::", 1)[0])
 
 
 class ApiBook:

@@ -1,0 +1,219 @@
+"""Serial against `pytest -n N` over a real tensor dump, and what each worker pays to collect (issue 4).
+
+On one dump, each command in a fresh process, the kinds interleaved, best of --repeats:
+
+- serial:    python -m pytest -q -p no:cacheprovider --msprobe-dump DUMP --msprobe-device cpu --msprobe-out OUT
+- -n N:      the same with -n N (pytest-xdist; each worker gets cores/N intra-op threads)
+- collect:   python -m pytest --collect-only -q -p no:cacheprovider --msprobe-dump DUMP --msprobe-device cpu
+             (what every worker does before its first entry: Python, pytest, the plugin, the dump's items)
+
+The dump: the API calls of --dump (default examples/pt_tensor_L1) over and over, renumbered, with
+their tensor files copied (bench_speed.replicate_dump), --apis calls in all; fewer calls than the
+dump has take its first --apis calls (tests/data/public/gpu_resnet --apis 40: the first 40 calls of
+a real ResNet training step, statistics, random inputs of the recorded shapes). CPU time is user + sys of the process and of
+the workers it waited for (os.wait4); the 1-minute load average is read before and after each run,
+since other processes on the machine share its cores.
+
+    python bench/bench_xdist.py [--apis 250] [--workers 2] [--repeats 3]
+
+prints a markdown table and writes it to bench/results_xdist.md (--results to change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_collect import clean_env, collected, load, machine, measure  # noqa: E402
+from bench_speed import EXAMPLE, counts, pytest_outcome, replicate_dump  # noqa: E402
+
+TARGET = 1.6  # -n 2 against serial on a 2-core machine
+
+
+def api_entries_only(source: Path, target: Path) -> Path:
+    """A copy of source's dump.json without its Module/Cell entries (not items, and not in the
+    `<Type>.<api>.<n>.<direction>` form replicate_dump renumbers), beside its tensor folder."""
+    document = json.loads((source / "dump.json").read_text())
+    document["data"] = {name: body for name, body in document["data"].items()
+                        if name.split(".", 1)[0] not in ("Module", "Cell")}
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "dump.json").write_text(json.dumps(document, indent=1))
+    if (source / "dump_tensor_data").is_dir() and not (target / "dump_tensor_data").exists():
+        (target / "dump_tensor_data").symlink_to(source / "dump_tensor_data")
+    return target
+
+
+def commands(python: str, dump: Path, out: Path, workers: int, threads: int = 0) -> Dict[str, List[str]]:
+    run = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--msprobe-dump", str(dump),
+           "--msprobe-device", "cpu"]
+    kinds = {
+        "serial": run + ["--msprobe-out", str(out / "serial")],
+        f"-n {workers}": run + ["--msprobe-out", str(out / "xdist"), "-n", str(workers)],
+    }
+    if threads:  # the same -n run with the threads the user fixed instead of the split
+        kinds[f"-n {workers} OMP={threads}"] = kinds[f"-n {workers}"]
+    kinds["collect"] = [python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "--msprobe-dump",
+                        str(dump), "--msprobe-device", "cpu"]
+    return kinds
+
+
+def kind_env(kind: str, pythonpath: Optional[str]) -> Dict[str, str]:
+    env = clean_env(pythonpath)
+    if " OMP=" in kind:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = kind.rsplit("=", 1)[1]
+    return env
+
+
+def result_rows(folder: Path) -> Set[Tuple[str, ...]]:
+    (path,) = folder.glob("accuracy_checking_result_*.csv")
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        return {tuple(row) for row in csv.reader(handle)}
+
+
+def bench(dump: Path, work: Path, args) -> Dict[str, dict]:
+    out = work / "out"
+    cmds = commands(args.python, dump, out, args.workers, args.compare_threads)
+    runs: Dict[str, List[Tuple[float, float, str, str]]] = {kind: [] for kind in cmds}
+    outcomes: Dict[str, str] = {}
+    for r in range(args.repeats):
+        for kind, cmd in cmds.items():  # interleaved, so drift in the load hits all kinds
+            if out.exists():
+                shutil.rmtree(out)
+            out.mkdir()
+            before = load()
+            wall, _, cpu, rc, tail = measure(cmd, work, kind_env(kind, args.msprobe_path), work / f"{kind}.log")
+            loads = f"{before}/{load()}"
+            outcome = f"{collected(tail)} collected" if kind == "collect" else pytest_outcome(tail)
+            if rc not in (0, 1) or "error" in outcome:
+                raise SystemExit(f"{kind}: exit {rc}:\n{tail}")
+            if kind != "collect":
+                outcomes[kind] = outcome
+                rows = result_rows(out / ("serial" if kind == "serial" else "xdist"))
+                outcomes[f"{kind} rows"] = str(len(rows))
+                runs[kind].append((wall, cpu, loads, sorted(rows)))
+            else:
+                runs[kind].append((wall, cpu, loads, []))
+            print(f"  {kind:8s} run {r + 1}: {wall:7.2f} s wall {cpu:7.2f} s CPU  load {loads}  {outcome}",
+                  flush=True)
+    tables = [run[3] for kind in cmds if kind != "collect" for run in runs[kind]]
+    same_rows = all(rows == tables[0] for rows in tables)
+    # API and verdicts: the Message quotes float32 metrics, whose last bits follow the thread count.
+    same_verdicts = all([row[:3] for row in rows] == [row[:3] for row in tables[0]] for rows in tables)
+    best = {}
+    for kind, values in runs.items():
+        fastest = min(values, key=lambda v: v[0])
+        best[kind] = {"wall": fastest[0], "cpu": min(v[1] for v in values), "load": fastest[2],
+                      "walls": [v[0] for v in values]}
+    best["same_rows"] = same_rows
+    best["same_verdicts"] = same_verdicts
+    best["outcomes"] = outcomes
+    return best
+
+
+def table(label: str, entries: int, apis: int, best: Dict[str, dict], workers: int) -> str:
+    xdist = f"-n {workers}"
+    head = ["dump", "entries", "kind", "best wall s", "all wall s", "best CPU s", "load avg before/after (best)"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---:|---|---:|---|---:|---|"]
+    for kind in [k for k in best if isinstance(best[k], dict) and "wall" in best[k]]:
+        b = best[kind]
+        walls = ", ".join(f"{w:.2f}" for w in b["walls"])
+        lines.append(f"| {label} | {entries} | {kind} | {b['wall']:.2f} | {walls} | {b['cpu']:.2f} | {b['load']} |")
+    speedup = best["serial"]["wall"] / best[xdist]["wall"]
+    target = TARGET if workers == 2 else None
+    verdict = "" if target is None else f" (target >= {target}x: {'met' if speedup >= target else 'NOT met'})"
+    lines += ["", f"serial / {xdist} wall: {speedup:.2f}x{verdict}; CPU {xdist} / serial: "
+              f"{best[xdist]['cpu'] / best['serial']['cpu']:.2f}x; a worker's collection "
+              f"{best['collect']['wall']:.2f} s wall; verdicts of every run equal: "
+              f"{'yes' if best['same_verdicts'] else 'NO'}, whole result rows: {'yes' if best['same_rows'] else 'no'} "
+              f"({apis} API calls)"]
+    unsplit = next((k for k in best if " OMP=" in k), None)
+    if unsplit:
+        lines.append(f"{unsplit} / {xdist} (the thread split's gain): wall "
+                     f"{best[unsplit]['wall'] / best[xdist]['wall']:.2f}x, CPU "
+                     f"{best[unsplit]['cpu'] / best[xdist]['cpu']:.2f}x")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dump", default=str(EXAMPLE), help="folder of a real tensor dump")
+    parser.add_argument("--apis", type=int, default=250, help="API calls of the dump made of --dump's entries")
+    parser.add_argument("--workers", type=int, default=2, help="-n of the xdist run")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--compare-threads", type=int, default=0, help="also run -n N with OMP_NUM_THREADS set "
+                        "to this (2: torch's default on 2 cores, no split), to measure the thread split")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter with pytest-msprobe installed")
+    parser.add_argument("--msprobe-path", help="PYTHONPATH for the runs, e.g. a patched copy of the package")
+    parser.add_argument("--work", help="work dir (default: a new temp dir, removed unless --keep)")
+    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--results", default=str(Path(__file__).with_name("results_xdist.md")),
+                        help="markdown file for the table ('' for none)")
+    args = parser.parse_args(argv)
+
+    temp = None
+    if args.work:
+        work = Path(args.work).resolve()
+        work.mkdir(parents=True, exist_ok=True)
+    else:
+        temp = tempfile.TemporaryDirectory(prefix="bench_xdist_")
+        work = Path(temp.name)
+    try:
+        source = Path(args.dump).resolve()
+        source = api_entries_only(source, work / f"{source.name}_apis")
+        dump = replicate_dump(source, work / f"{Path(args.dump).name}_{args.apis}", args.apis)
+        entries, apis = counts(dump)
+        label = f"{Path(args.dump).name} x{args.apis} calls"
+        print(f"# {label}: {dump} ({entries} entries, {apis} API calls)", flush=True)
+        load_before = load()
+        best = bench(dump, work, args)
+        text = table(label, entries, apis, best, args.workers)
+        print("\n" + text + "\n")
+        if args.results:
+            write_results(Path(args.results), args, text, best, f"{load_before} / {load()}")
+    finally:
+        if temp is not None and not args.keep:
+            temp.cleanup()
+        elif temp is not None:
+            print(f"kept {work}")
+    return 0
+
+
+def write_results(path: Path, args, text: str, best: Dict[str, dict], loads: str) -> None:
+    when = time.strftime("%Y-%m-%d %H:%M")
+    lines = [
+        "# Serial against pytest-xdist over a real tensor dump (issue 4)",
+        "",
+        f"Written by `python bench/bench_xdist.py {shlex.join(sys.argv[1:])}`".rstrip() + f" on {when}; machine: "
+        f"{machine()}, {len(os.sched_getaffinity(0))} of them in the bench's CPU affinity; 1-minute load average before / after the whole bench: {loads}.",
+        "",
+        f"Each command in a fresh process, the kinds interleaved, {args.repeats} runs each; the best wall time "
+        "(with the load average around that run), every wall time, and the best CPU time (user + sys, "
+        "workers included):",
+        "",
+        "- serial: `python -m pytest -q -p no:cacheprovider --msprobe-dump DUMP --msprobe-device cpu "
+        "--msprobe-out OUT`",
+        f"- -n {args.workers}: the same with `-n {args.workers}`",
+        "- collect: `python -m pytest --collect-only -q -p no:cacheprovider --msprobe-dump DUMP "
+        "--msprobe-device cpu` (what each worker pays before its first entry)",
+        "",
+        text,
+        "",
+        "Outcomes of the last runs: " + "; ".join(f"{k}: {v}" for k, v in best["outcomes"].items()),
+        "",
+    ]
+    path.write_text("\n".join(lines))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""pytest-xdist glue: one device per worker, and a worker's crash as the error row of its entry.
+
+Registered only when pytest-xdist is there and the run is distributed, as pytest-randomly
+does with its xdist hooks. Data flows the xdist way: the controller hands each worker its
+device id and thread count through `workerinput` (pytest_configure_node) and takes the id
+back when the worker goes down (pytest_testnodedown), so a worker that replaces a crashed
+one gets a free id; results come back on the workers' test reports.
+"""
+
+from __future__ import annotations
+
+import gc
+import signal
+import subprocess
+from typing import Dict, List, Optional
+
+import pytest
+
+from . import devices
+from .report import crash_result
+
+DEVICE_ID = "msprobe_device_id"
+THREADS = "msprobe_threads"
+
+
+def distributing(config: pytest.Config) -> bool:
+    """This process is an xdist controller: it hands the items to workers and runs none."""
+    return (not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") != "no"
+            and bool(getattr(config.option, "tx", None)) and not config.option.collectonly)
+
+
+def planned_workers(config: pytest.Config) -> int:
+    """How many workers this run starts (1 without xdist)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return int(workerinput.get("workercount", 1))
+    if not distributing(config):
+        return 1
+    # As xdist's NodeManager reads them: `-n 4` is four `popen`, `--tx 3*popen` three.
+    count = 0
+    for spec in config.option.tx:
+        head, star, _ = spec.partition("*")
+        count += int(head) if star and head.isdigit() else 1
+    return count
+
+
+def device_id(config: pytest.Config, ids: List[int]) -> int:
+    """The id this process binds: the one its controller gave it, else the first named."""
+    return getattr(config, "workerinput", {}).get(DEVICE_ID, ids[0])
+
+
+def setup_worker(config: pytest.Config) -> Optional[str]:
+    """In a worker, before any entry runs: the thread count its controller chose.
+    Returns the header note, None outside a worker."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or THREADS not in workerinput:
+        return None
+    devices.limit_threads(workerinput[THREADS])
+    config.pluginmanager.register(Worker(), "msprobe-worker")
+    return devices.threads_text(workerinput[THREADS])
+
+
+def register(config: pytest.Config, run) -> None:
+    if config.pluginmanager.hasplugin("xdist") and distributing(config):
+        config.pluginmanager.register(Controller(config, run), "msprobe-xdist")
+
+
+class Worker:
+    """A worker's side: a process that ends with its session."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self) -> None:
+        # Collect once, then freeze what is left (torch's ~170,000 objects, the run's): pytest's
+        # five collections at exit and the interpreter's last one then skip it, a second or more
+        # of CPU a worker (bench/results_xdist.md). Never in-process, where it would keep cycles.
+        gc.collect()
+        gc.freeze()
+
+
+class Controller:
+    """The xdist controller's side: the device pool, the worker lines, crashed entries."""
+
+    def __init__(self, config: pytest.Config, run):
+        self.config = config
+        self.run = run
+        self.pool = devices.DevicePool(run.device_ids)
+        self.threads = devices.worker_threads(planned_workers(config))
+        self.down: Dict[str, str] = {}  # worker -> why it went down, for its crashed entry
+
+    def device(self, device_id: Optional[int]) -> str:
+        kind = self.run.device_kind
+        name = devices.device_name(kind, device_id)
+        return name if name != kind or device_id is None else f"{kind} (id {device_id}, unused on {kind})"
+
+    def pytest_report_header(self, config: pytest.Config) -> List[str]:
+        ids = ",".join(map(str, self.run.device_ids))
+        return [f"msprobe: {planned_workers(config)} xdist workers, one device each from ids {ids}, "
+                f"{devices.threads_text(self.threads)} each"]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        worker = node.gateway.id
+        device_id = self.pool.allocate(worker)
+        node.workerinput[DEVICE_ID] = device_id
+        node.workerinput[THREADS] = self.threads
+        self.say(f"msprobe: [{worker}] device {self.device(device_id)}, {devices.threads_text(self.threads)}")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        device_id = self.pool.release(node.gateway.id)
+        if error is not None:
+            self.down[node.gateway.id] = f"{self.device(device_id)}: {exit_cause(node) or error}"
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
+        message = (f"the xdist worker {worker} crashed while checking this entry on "
+                   f"{self.down.get(worker, 'its device')} (a segfault, an abort or the OOM killer in the API)")
+        result = crash_result(crashitem, message)
+        if result is not None:
+            report.msprobe = result.to_dict()  # the reporter writes its error row like any other
+            entry = crashitem.rsplit("::", 1)[-1]
+            report.longrepr = f"{entry}: {message}"
+            report.location = (report.location[0], None, entry)
+
+    def say(self, line: str) -> None:
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            terminal.ensure_newline()
+            terminal.write_line(line)
+
+
+def exit_cause(node) -> str:
+    """`killed by SIGSEGV`, `exit status 3`: how a worker's process ended, where execnet
+    started it here (its Popen is private to execnet, hence the care)."""
+    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+    if not isinstance(popen, subprocess.Popen):
+        return ""
+    try:
+        code = popen.wait(timeout=2)
+    except subprocess.TimeoutExpired:
+        return ""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"

@@ -1,0 +1,126 @@
+"""Device ids of a distributed run: the pool the xdist controller owns, the ids named, the threads."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_msprobe import devices
+from pytest_msprobe.compare import ERROR
+from pytest_msprobe.outcome import EntryResult
+from pytest_msprobe.report import ApiBook, crash_result
+
+
+def test_workers_take_the_ids_in_order_and_keep_them():
+    pool = devices.DevicePool([4, 5, 6, 7])
+    assert [pool.allocate(w) for w in ("gw0", "gw1", "gw2", "gw3")] == [4, 5, 6, 7]
+    assert pool.allocate("gw2") == 6  # asked again: the same id
+
+
+def test_a_restarted_worker_takes_the_id_its_crashed_predecessor_freed():
+    pool = devices.DevicePool([0, 1, 2])
+    for worker in ("gw0", "gw1", "gw2"):
+        pool.allocate(worker)
+    assert pool.release("gw1") == 1  # gw1 crashed: xdist calls testnodedown, then starts gw3
+    assert pool.allocate("gw3") == 1
+    assert sorted(pool.holders.values()) == [0, 1, 2]
+
+
+def test_no_id_is_handed_out_twice_while_held():
+    pool = devices.DevicePool([0, 1])
+    pool.allocate("gw0")
+    pool.allocate("gw1")
+    with pytest.raises(devices.DeviceError, match="no free device id for worker gw2.*gw0: 0, gw1: 1"):
+        pool.allocate("gw2")
+    assert pool.release("gw9") is None  # a worker that held nothing
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 7)), max_size=60), st.integers(1, 8))
+def test_live_workers_always_hold_distinct_named_ids(events, size):
+    """Any order of workers starting and going down (restarts get new names, as in xdist)."""
+    ids = list(range(10, 10 + size))
+    pool = devices.DevicePool(ids)
+    live, next_name = [], 0
+    for start, pick in events:
+        if start and len(live) < size:
+            worker = f"gw{next_name}"
+            next_name += 1
+            pool.allocate(worker)
+            live.append(worker)
+        elif live:
+            pool.release(live.pop(pick % len(live)))
+        held = [pool.holders[w] for w in live]
+        assert set(pool.holders) == set(live)
+        assert len(set(held)) == len(held) and set(held) <= set(ids)
+
+
+@pytest.mark.parametrize("text, workers, ids", [
+    ("auto", 8, list(range(8))),
+    ("auto", 1, [0]),
+    (None, 3, [0, 1, 2]),
+    ("0-7", 8, list(range(8))),
+    ("4-7", 2, [4, 5, 6, 7]),  # more ids than workers: the first ones are used
+    ("3", 1, [3]),
+])
+def test_ids_of_a_run(text, workers, ids):
+    assert devices.ids_for(text, workers) == ids
+
+
+def test_more_workers_than_ids_is_a_usage_error_that_says_what_to_do():
+    with pytest.raises(devices.DeviceError, match=r"8 xdist workers but 4 device ids \(0-3\).*-n 4"):
+        devices.ids_for("0-3", 8)
+    with pytest.raises(devices.DeviceError, match="names no id"):
+        devices.ids_for(",", 1)
+
+
+def test_cpu_ids_need_no_device():
+    devices.check_ids_exist(devices.CPU, [0, 1, 99])  # nothing to check, and torch not asked
+
+
+@pytest.mark.parametrize("cores, workers, threads", [(2, 2, 1), (2, 8, 1), (16, 8, 2), (192, 8, 24), (4, 1, 4)])
+def test_workers_share_the_cores(cores, workers, threads):
+    assert devices.threads_per_worker(cores, workers) == threads
+
+
+def test_the_users_thread_count_wins(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert devices.worker_threads(2) is None
+    assert devices.threads_text(None) == "3 intra-op thread(s) (OMP_NUM_THREADS)"
+
+
+def test_threads_go_to_torch_once_imported_and_to_the_environment_before(monkeypatch):
+    calls = []
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(set_num_threads=calls.append))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    devices.limit_threads(2)
+    assert calls == [2] and "OMP_NUM_THREADS" not in os.environ
+    monkeypatch.delitem(sys.modules, "torch")
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    devices.limit_threads(1)
+    assert (os.environ["OMP_NUM_THREADS"], os.environ["MKL_NUM_THREADS"]) == ("1", "1")
+
+
+def test_a_crashed_entry_is_an_error_paired_with_the_other_direction():
+    node_id = "run/dump.json::Functional.relu.0.backward"
+    crashed = crash_result(node_id, "the xdist worker gw1 crashed")
+    assert (crashed.api, crashed.direction, crashed.status) == ("Functional.relu.0", "backward", ERROR)
+    assert crashed.dump == "run/dump.json"
+    book = ApiBook()
+    book.expect(["run/dump.json::Functional.relu.0.forward", node_id])
+    assert book.add(crashed) is None  # the forward result is still to come
+    forward = EntryResult("Functional.relu.0", "forward", "pass")
+    assert book.add(forward) == ("Functional.relu.0", forward, crashed)
+    assert crash_result("run/dump.json::dump", "crashed") is None  # not an entry: no row
+
+
+@pytest.mark.parametrize("tx, workers", [(["popen"] * 4, 4), (["3*popen"], 3), (["2*popen", "ssh=host"], 3)])
+def test_workers_are_counted_as_xdist_counts_them(tx, workers):
+    from pytest_msprobe.workers import planned_workers
+
+    config = types.SimpleNamespace(option=types.SimpleNamespace(dist="load", tx=tx, collectonly=False))
+    assert planned_workers(config) == workers

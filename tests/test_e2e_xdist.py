@@ -1,0 +1,155 @@
+"""pytest -n 2 on real dumps, read as a user reads it: the CSV rows, the worker lines, a crashed worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import read_csv
+
+pytest.importorskip("xdist")
+
+
+def run(pytester, out, *args):
+    return pytester.runpytest("-p", "no:cacheprovider", "--msprobe-device", "cpu", "--msprobe-out", out, *args)
+
+
+def rows(folder: Path, kind: str):
+    return {tuple(row.items()) for row in read_csv(folder, kind)}
+
+
+@pytest.fixture
+def one_thread(monkeypatch):
+    """One intra-op thread in this process and in the workers (the user's OMP_NUM_THREADS wins
+    over the split): float32 sums on the cpu device differ in the last bits with the thread count."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_two_workers_write_the_rows_of_a_serial_run(pytester, copy_dump, one_thread):
+    dumps = [str(copy_dump("pt_tensor_L1")), str(copy_dump("pt_tensor_mix"))]
+    dump_args = [arg for dump in dumps for arg in ("--msprobe-dump", dump)]
+    serial = run(pytester, "serial", *dump_args)
+    spread = run(pytester, "xdist", "-n", "2", *dump_args)
+    assert serial.parseoutcomes() == spread.parseoutcomes()
+    assert spread.ret == serial.ret == 1  # the bf16 outputs fail the default rule in both
+    for kind in ("result", "details"):
+        assert rows(pytester.path / "xdist", kind) == rows(pytester.path / "serial", kind)
+    # Each worker's device, pytest's own progress, and the msprobe section ending with the two CSVs.
+    spread.stdout.fnmatch_lines([
+        "msprobe: 2 xdist workers, one device each from ids 0,1, 1 intra-op thread(s) (OMP_NUM_THREADS) each",
+        "msprobe: [[]gw?[]] device cpu (id ?, unused on cpu), 1 intra-op thread(s) (OMP_NUM_THREADS)",
+        "msprobe: [[]gw?[]] device cpu (id ?, unused on cpu), 1 intra-op thread(s) (OMP_NUM_THREADS)",
+        "*[[]100%[]]",
+        "*= msprobe =*",
+    ])
+    section = spread.outlines[spread.outlines.index(next(l for l in spread.outlines if " msprobe " in l)):]
+    paths = [line.split(None, 1) for line in section if line.startswith(("result:", "details:"))]
+    assert [name for name, _ in paths] == ["result:", "details:"]
+    assert all(Path(path).parent == pytester.path / "xdist" and Path(path).exists() for _, path in paths)
+    end = section.index(next(line for line in section if line.startswith("details:")))
+    assert section[end + 1].startswith("=")  # the paths close the section
+
+
+CRASHING_RELU = '''
+import os
+import signal
+
+import torch
+import torch.nn.functional as F
+
+_relu = F.relu
+
+
+def relu(x, *args, **kwargs):
+    """Kills its worker on the tested side (the bench runs in float64): forward by SIGSEGV,
+    backward as the OOM killer would. Never the test process, which loads this conftest too."""
+    if x.dtype != torch.float64 and os.getpid() != int(os.environ["MSPROBE_TEST_PID"]):
+        os.kill(os.getpid(), signal.SIGKILL if x.requires_grad else signal.SIGSEGV)
+    return _relu(x, *args, **kwargs)
+
+
+F.relu = relu
+
+
+def pytest_runtest_setup(item):
+    """What each worker's torch really runs with: torch is imported here before the plugin sets it."""
+    with open(f"threads_{os.getpid()}", "w") as handle:
+        handle.write(str(torch.get_num_threads()))
+
+
+def pytest_unconfigure(config):
+    """Whether a worker that ran to its end froze its heap for a cheap exit."""
+    if os.getpid() != int(os.environ["MSPROBE_TEST_PID"]):
+        with open(f"frozen_{os.getpid()}", "w") as handle:
+            handle.write(str(__import__("gc").get_freeze_count()))
+'''
+
+
+def test_a_crashed_worker_fails_its_entry_and_the_others_run(pytester, copy_dump, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MSPROBE_TEST_PID", str(os.getpid()))
+    monkeypatch.setattr(torch.nn.functional, "relu", torch.nn.functional.relu)  # undone after the test
+    dump = copy_dump("pt_tensor_L1")
+    pytester.makeconftest(CRASHING_RELU)
+    result = run(pytester, "xdist", "-n", "2", "--msprobe-dump", str(dump))
+    assert result.ret == 1
+    outcomes = result.parseoutcomes()
+    assert outcomes["failed"] == 6 + 2  # the six bf16 rounding failures, relu forward and backward
+    assert outcomes["failed"] + outcomes["passed"] == 66  # every entry has its verdict
+    result.stdout.fnmatch_lines(["Functional.relu.0.forward: the xdist worker gw? crashed while checking this "
+                                 "entry on cpu (id ?, unused on cpu): killed by SIGSEGV (a segfault, an abort or "
+                                 "the OOM killer in the API)"])
+    result.stdout.fnmatch_lines(["FAILED *::Functional.relu.0.forward - *"])
+    result.stdout.fnmatch_lines(["FAILED *::Functional.relu.0.backward - *"])
+    assert "INTERNALERROR" not in result.stdout.str()
+    by_api = {row["API Name"]: row for row in read_csv(pytester.path / "xdist", "result")}
+    data = json.loads(dump.read_text())["data"]
+    assert set(by_api) == {name.rsplit(".", 1)[0] for name in data if not name.startswith("Module.")}
+    relu = by_api["Functional.relu.0"]
+    assert (relu["Forward Test Success"], relu["Backward Test Success"]) == ("error", "error")
+    assert re.search(r"forward: the xdist worker gw\d crashed while checking this entry on cpu \(id \d, "
+                     r"unused on cpu\): killed by SIGSEGV", relu["Message"])
+    assert "backward: the xdist worker" in relu["Message"] and "killed by SIGKILL" in relu["Message"]
+    # Without OMP_NUM_THREADS the workers share the cores.
+    threads = max(1, len(os.sched_getaffinity(0)) // 2)
+    result.stdout.fnmatch_lines([f"msprobe: [[]gw0[]] device cpu (id 0, unused on cpu), {threads} intra-op "
+                                 "thread(s) of * cores"])
+    seen = [path.read_text() for path in pytester.path.glob("threads_*")]
+    assert len(seen) >= 2 and set(seen) == {str(threads)}  # every worker, the replacements included
+    frozen = [int(path.read_text()) for path in pytester.path.glob("frozen_*")]
+    assert frozen and all(count > 0 for count in frozen)  # the replacements, which ran to the end
+    # Each replacement worker takes the id its crashed predecessor freed, never one still held.
+    held = dict(re.findall(r"msprobe: \[(gw\d+)\] device cpu \(id (\d)", result.stdout.str()))
+    crashed = re.findall(r"\[(gw\d+)\] node down", result.stdout.str())
+    replacements = [w for w in held if w not in ("gw0", "gw1")]
+    assert len(crashed) == len(replacements) == 2
+    for down, replacement in zip(crashed, replacements):
+        assert held[replacement] == held[down]
+
+
+def test_device_ids_that_do_not_parse_are_a_usage_error(pytester, copy_dump):
+    dump = copy_dump("pt_tensor_L1")
+    result = run(pytester, "out", "--msprobe-devices", "0-x", "--msprobe-dump", str(dump))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--msprobe-devices: '0-x' is not an id or a range like 0-7"])
+
+
+@pytest.mark.parametrize("where", ["option", "ini"])
+def test_more_workers_than_device_ids_is_a_usage_error(pytester, copy_dump, where):
+    dump = copy_dump("pt_tensor_L1")
+    if where == "ini":
+        pytester.makeini("[pytest]\nmsprobe_devices = 0,1\n")
+    ids = ["--msprobe-devices", "0,1"] if where == "option" else []
+    result = run(pytester, "out", "-n", "3", *ids, "--msprobe-dump", str(dump))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*3 xdist workers but 2 device ids (0,1): each worker needs its own device; "
+                                 "run with -n 2 or name 3 ids"])
