@@ -71,8 +71,13 @@ def pytest_configure(config: pytest.Config) -> None:
         run.device_notes.append(threads)
     config.stash[RUN_KEY] = run
     config.pluginmanager.register(run, "msprobe-run")
-    run.selection = Selection.from_config(config, config.invocation_params.dir, setting(config, "msprobe_resume"),
-                                          setting(config, "msprobe_baseline"))
+    resume, baseline = setting(config, "msprobe_resume"), setting(config, "msprobe_baseline")
+    if len(run.dump_files) > 1 and (resume or baseline):
+        # Each dump of a run has its own result CSV: a resume or a baseline is one of them.
+        raise pytest.UsageError(f"--msprobe-{'resume' if resume else 'baseline'} takes the result CSV of one dump, "
+                                f"and {len(run.dump_files)} were given: run them one at a time "
+                                "(pytest --msprobe-dump step0/rank0/dump.json --msprobe-resume out/rank0/accuracy_checking_result_....csv)")
+    run.selection = Selection.from_config(config, config.invocation_params.dir, resume, baseline)
     config.pluginmanager.register(run.selection, "msprobe-selection")
     run.settings.error_data = error_data_folder(config, run.out_dir)
     workers.register(config, run)

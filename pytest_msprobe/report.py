@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .compare import ERROR
 from .dump import BACKWARD, FORWARD, parse_entry_name
@@ -88,9 +89,9 @@ class CsvWriter:
         self._details = self._open(self.details_path, DETAILS_COLUMNS)
 
     @classmethod
-    def in_folder(cls, folder: Path) -> "CsvWriter":
+    def in_folder(cls, folder: Path, stamp: Optional[str] = None) -> "CsvWriter":
         folder.mkdir(parents=True, exist_ok=True)
-        return cls(folder / f"{RESULT_PREFIX}{timestamp()}.csv")
+        return cls(folder / f"{RESULT_PREFIX}{stamp or timestamp()}.csv")
 
     @staticmethod
     def _open(path: Path, columns: List[str]):
@@ -142,40 +143,65 @@ def crash_result(node_id: str, message: str) -> Optional[EntryResult]:
     return EntryResult(name.prefix, name.direction, ERROR, message, dump=node_id.split("::", 1)[0])
 
 
+def dump_folders(dump_files: Sequence[Path]) -> Dict[Path, Path]:
+    """The CSV folder of each dump, relative to --msprobe-out.
+
+    One dump writes in --msprobe-out itself. Several (the ranks and steps of a
+    dump_path) share API names, so each gets its own pair of files, in its
+    folder relative to what the dumps' folders have in common: `rank0/`, `rank1/`.
+    """
+    if len(dump_files) <= 1:
+        return {path: Path() for path in dump_files}
+    common = Path(os.path.commonpath([path.parent for path in dump_files]))
+    return {path: path.parent.relative_to(common) for path in dump_files}
+
+
+class ApiRow(NamedTuple):
+    """A row of the result CSV: one API call of one dump, both directions."""
+
+    dump: str  # the dump's part of the node id, `step0/rank0/dump.json`
+    api: str
+    forward: Optional[EntryResult]
+    backward: Optional[EntryResult]
+
+
 class ApiBook:
     """Pairs the forward and backward results of each API and says when one is complete.
 
     An API is complete once every direction that was collected for it has a
-    result, whatever the order or process its items ran in.
+    result, whatever the order or process its items ran in. APIs are told apart
+    by dump too: the ranks of one step call the same APIs.
     """
 
     def __init__(self, skip: Iterable[str] = ()):
-        self.expected: Dict[str, Set[str]] = {}
-        self.results: Dict[str, Dict[str, EntryResult]] = {}
-        self.written: Set[str] = set(skip)
+        self.expected: Dict[Tuple[str, str], Set[str]] = {}
+        self.results: Dict[Tuple[str, str], Dict[str, EntryResult]] = {}
+        self.written: Set[Tuple[str, str]] = set()
+        self.skip = set(skip)  # APIs a resumed file already holds
 
     def expect(self, node_ids: Iterable[str]) -> None:
         for node_id in node_ids:
-            name = parse_entry_name(node_id.rsplit("::", 1)[-1])
+            dump, _, entry = node_id.rpartition("::")
+            name = parse_entry_name(entry)
             if name is not None:
-                self.expected.setdefault(name.prefix, set()).add(name.direction)
+                self.expected.setdefault((dump, name.prefix), set()).add(name.direction)
 
-    def add(self, result: EntryResult) -> Optional[Tuple[str, Optional[EntryResult], Optional[EntryResult]]]:
+    def add(self, dump: str, result: EntryResult) -> Optional[ApiRow]:
         """The API's row once this result completes it, else None."""
-        if result.api in self.written:
+        key = (dump, result.api)
+        if key in self.written or result.api in self.skip:
             return None
-        got = self.results.setdefault(result.api, {})
+        got = self.results.setdefault(key, {})
         got[result.direction] = result
-        expected = self.expected.get(result.api, {result.direction})
-        if expected <= set(got):
-            return self._take(result.api)
+        if self.expected.get(key, {result.direction}) <= set(got):
+            return self._take(key)
         return None
 
-    def leftovers(self) -> List[Tuple[str, Optional[EntryResult], Optional[EntryResult]]]:
-        """APIs with some results but not all (an interrupted run): written as they are."""
-        return [self._take(api) for api in list(self.results) if api not in self.written]
+    def leftovers(self) -> List[ApiRow]:
+        """APIs with some results but not all (an interrupted run)."""
+        return [self._take(key) for key in list(self.results) if key not in self.written]
 
-    def _take(self, api: str):
-        got = self.results.pop(api)
-        self.written.add(api)
-        return api, got.get(FORWARD), got.get(BACKWARD)
+    def _take(self, key: Tuple[str, str]) -> ApiRow:
+        got = self.results.pop(key)
+        self.written.add(key)
+        return ApiRow(*key, got.get(FORWARD), got.get(BACKWARD))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from pathlib import Path
+from typing import Dict, List
 
 import pytest
 
 from . import summary
 from .outcome import EntryResult
-from .report import ApiBook, CsvWriter
+from .report import ApiBook, ApiRow, CsvWriter, dump_folders, timestamp
 
 
 class CsvReporter:
@@ -18,9 +19,11 @@ class CsvReporter:
         self.config = config
         self.run = run
         self.book = ApiBook(skip=run.selection.finished)
-        self.writer: Optional[CsvWriter] = None
+        self.folders = dump_folders(run.dump_files)
+        self.stamp = timestamp()  # one for the run, whatever the number of dumps
+        self.writers: Dict[str, CsvWriter] = {}  # by the dump's part of the node id
         self.results: List[EntryResult] = []
-        self.unfinished: List[str] = []
+        self.unfinished: List[ApiRow] = []
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.book.expect(item.nodeid for item in session.items)
@@ -35,34 +38,35 @@ class CsvReporter:
             return
         result = EntryResult.from_dict(data)
         self.results.append(result)
-        row = self.book.add(result)
+        row = self.book.add(report.nodeid.rpartition("::")[0], result)
         if row is not None:
-            self.write(*row)
+            self.write(row)
 
-    def write(self, api, forward, backward) -> None:
-        self.open().write_api(api, forward, backward)
+    def write(self, row: ApiRow) -> None:
+        self.open(row.dump).write_api(row.api, row.forward, row.backward)
 
-    def open(self) -> CsvWriter:
-        if self.writer is None:
+    def open(self, dump: str) -> CsvWriter:
+        if dump not in self.writers:
             resumed = self.run.selection.resumed
-            self.writer = CsvWriter(resumed) if resumed else CsvWriter.in_folder(self.run.out_dir)
-        return self.writer
+            folder = self.folders.get((self.config.rootpath / dump).resolve(), Path())
+            self.writers[dump] = (CsvWriter(resumed) if resumed
+                                  else CsvWriter.in_folder(self.run.out_dir / folder, self.stamp))
+        return self.writers[dump]
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
         leftovers = self.book.leftovers()
         if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail:
             # Cut short by Ctrl-C, -x or --maxfail: left out, so that --msprobe-resume runs them whole.
-            self.unfinished = [api for api, _, _ in leftovers]
-            leftovers = []
-            if self.unfinished:
-                self.open()  # a file to resume, even with no API finished yet
+            self.unfinished, leftovers = leftovers, []
+            for row in self.unfinished:
+                self.open(row.dump)  # a file to resume, even with no API finished yet
         for row in leftovers:
-            self.write(*row)
-        if self.writer is not None:
-            self.writer.close()
+            self.write(row)
+        for writer in self.writers.values():
+            writer.close()
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        if not self.results and self.writer is None:
+        if not self.results and not self.writers:
             return
         terminalreporter.section("msprobe")
         lines = summary.summary_lines(self.results)
@@ -70,9 +74,11 @@ class CsvReporter:
             lines += self.run.selection.baseline.summary_lines(self.results)
         for line in lines:
             terminalreporter.write_line(line)
-        if self.writer is not None:
-            terminalreporter.write_line(f"result:  {self.writer.result_path}")
-            terminalreporter.write_line(f"details: {self.writer.details_path}")
-        if self.unfinished:
-            terminalreporter.write_line(f"{len(self.unfinished)} APIs unfinished when the run stopped, not written: "
-                                        f"--msprobe-resume {self.writer.result_path} runs them")
+        for dump in sorted({row.dump for row in self.unfinished}):
+            count = sum(row.dump == dump for row in self.unfinished)
+            where = f"{dump}: " if len(self.writers) > 1 else ""
+            terminalreporter.write_line(f"{where}{count} APIs unfinished when the run stopped, not written: "
+                                        f"--msprobe-resume {self.writers[dump].result_path} runs them")
+        for writer in self.writers.values():
+            terminalreporter.write_line(f"result:  {writer.result_path}")
+            terminalreporter.write_line(f"details: {writer.details_path}")

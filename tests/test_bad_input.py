@@ -30,7 +30,7 @@ def test_a_file_that_is_not_json_is_one_failed_item_and_the_others_run(pytester,
     assert outcomes["failed"] >= 1 and outcomes["passed"] >= 30
     assert "INTERNALERROR" not in result.stdout.str()
     result.stdout.fnmatch_lines(["*broken/dump.json: not valid JSON*"])
-    assert len(read_csv(pytester.path / "out", "result")) == 26
+    assert len(read_csv(pytester.path / "out" / "pt_stats_L1", "result")) == 26  # a folder per dump
 
 
 def test_a_json_file_without_data_names_the_file(pytester):

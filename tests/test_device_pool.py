@@ -112,9 +112,9 @@ def test_a_crashed_entry_is_an_error_paired_with_the_other_direction():
     assert crashed.dump == "run/dump.json"
     book = ApiBook()
     book.expect(["run/dump.json::Functional.relu.0.forward", node_id])
-    assert book.add(crashed) is None  # the forward result is still to come
+    assert book.add("run/dump.json", crashed) is None  # the forward result is still to come
     forward = EntryResult("Functional.relu.0", "forward", "pass")
-    assert book.add(forward) == ("Functional.relu.0", forward, crashed)
+    assert book.add("run/dump.json", forward) == ("run/dump.json", "Functional.relu.0", forward, crashed)
     assert crash_result("run/dump.json::dump", "crashed") is None  # not an entry: no row
 
 

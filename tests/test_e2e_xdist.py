@@ -20,7 +20,9 @@ def run(pytester, out, *args):
 
 
 def rows(folder: Path, kind: str):
-    return {tuple(row.items()) for row in read_csv(folder, kind)}
+    """The rows of every dump's CSV under folder, with the dump's folder beside them."""
+    dumps = sorted({path.parent for path in folder.rglob(f"accuracy_checking_{kind}_*.csv")})
+    return {(dump.name, *row.items()) for dump in dumps for row in read_csv(dump, kind)}
 
 
 @pytest.fixture
@@ -43,6 +45,7 @@ def test_two_workers_write_the_rows_of_a_serial_run(pytester, copy_dump, one_thr
     assert spread.ret == serial.ret == 1  # the bf16 outputs fail the default rule in both
     for kind in ("result", "details"):
         assert rows(pytester.path / "xdist", kind) == rows(pytester.path / "serial", kind)
+    assert len(rows(pytester.path / "xdist", "result")) == 37 + 26
     # Each worker's device, pytest's own progress, and the msprobe section ending with the two CSVs.
     spread.stdout.fnmatch_lines([
         "msprobe: 2 xdist workers, one device each from ids 0,1, 1 intra-op thread(s) (OMP_NUM_THREADS) each",
@@ -53,9 +56,9 @@ def test_two_workers_write_the_rows_of_a_serial_run(pytester, copy_dump, one_thr
     ])
     section = spread.outlines[spread.outlines.index(next(l for l in spread.outlines if " msprobe " in l)):]
     paths = [line.split(None, 1) for line in section if line.startswith(("result:", "details:"))]
-    assert [name for name, _ in paths] == ["result:", "details:"]
-    assert all(Path(path).parent == pytester.path / "xdist" and Path(path).exists() for _, path in paths)
-    end = section.index(next(line for line in section if line.startswith("details:")))
+    assert [name for name, _ in paths] == ["result:", "details:"] * 2  # a pair per dump
+    assert all(Path(path).parent.parent == pytester.path / "xdist" and Path(path).exists() for _, path in paths)
+    end = max(i for i, line in enumerate(section) if line.startswith("details:"))
     assert section[end + 1].startswith("=")  # the paths close the section
 
 
@@ -153,3 +156,43 @@ def test_more_workers_than_device_ids_is_a_usage_error(pytester, copy_dump, wher
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*3 xdist workers but 2 device ids (0,1): each worker needs its own device; "
                                  "run with -n 2 or name 3 ids"])
+
+
+def dump_path_of_two_ranks(pytester, copy_dump):
+    """A dump_path as msprobe writes it for two ranks: step0/rank0, step0/rank1, the same APIs."""
+    copy_dump("pt_tensor_L1", "dump_path/step0/rank0")
+    rank1 = copy_dump("pt_tensor_L1", "dump_path/step0/rank1")
+    return rank1
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+def test_each_rank_of_a_dump_path_gets_its_own_rows(pytester, copy_dump, workers):
+    rank1 = dump_path_of_two_ranks(pytester, copy_dump)
+    # rank1's relu output, off by 1.0 in one element: rank0's relu is untouched.
+    output = rank1.parent / "dump_tensor_data" / "Functional.relu.0.forward.output.0.pt"
+    tensor = torch.load(output, weights_only=True)
+    tensor.view(-1)[0] += 1.0
+    torch.save(tensor, output)
+    result = pytester.runpytest("--msprobe-dump", "dump_path", "--msprobe-device", "recorded",
+                                "--msprobe-out", "out", *workers)
+    rows = {rank: read_csv(pytester.path / "out" / rank, "result") for rank in ("rank0", "rank1")}
+    assert [len(r) for r in rows.values()] == [37, 37]  # every API of both ranks, none lost
+    relu = {rank: next(r for r in rows[rank] if r["API Name"] == "Functional.relu.0") for rank in rows}
+    assert relu["rank0"]["Forward Test Success"] == "pass"
+    assert relu["rank1"]["Forward Test Success"] == "error"
+    assert {len(read_csv(pytester.path / "out" / rank, "details")) for rank in rows} == {80}
+    result.stdout.fnmatch_lines(["*result:  *out/rank0/accuracy_checking_result_*.csv",
+                                 "*details: *out/rank0/accuracy_checking_details_*.csv",
+                                 "*result:  *out/rank1/accuracy_checking_result_*.csv",
+                                 "*details: *out/rank1/accuracy_checking_details_*.csv"])
+    # One timestamp for the run: the two pairs differ only by folder.
+    names = {p.name for p in (pytester.path / "out").rglob("*.csv")}
+    assert len(names) == 2
+
+
+def test_a_resume_of_several_dumps_is_a_usage_error(pytester, copy_dump):
+    dump_path_of_two_ranks(pytester, copy_dump)
+    result = pytester.runpytest("--msprobe-dump", "dump_path", "--msprobe-device", "recorded",
+                                "--msprobe-resume", "out/accuracy_checking_result_1.csv")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--msprobe-resume takes the result CSV of one dump, and 2 were given*"])
