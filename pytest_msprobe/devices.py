@@ -11,7 +11,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 AUTO, NPU, CUDA, CPU, RECORDED = "auto", "npu", "cuda", "cpu", "recorded"
 CHOICES = (AUTO, NPU, CUDA, CPU, RECORDED)
@@ -56,29 +56,45 @@ def import_torch_npu():
         raise DeviceError(f"torch_npu is installed but cannot be imported ({exc}); {CANN_HINT}") from None
 
 
-def choose(requested: str, notes: Optional[List[str]] = None) -> str:
+def choose(requested: str, notes: Optional[List[str]] = None, frameworks: Iterable[str] = ("pytorch",)) -> str:
     """The kind of device under test: auto picks npu, else cuda, else cpu.
 
-    `notes` collects why auto passed over a device that is installed but broken.
+    `frameworks` are those of the run's dumps: MindSpore dumps run on MindSpore,
+    which needs no torch_npu on the NPU and has no CUDA path. `notes` collects
+    why auto passed over a device that is installed but broken.
     """
     if requested not in CHOICES:
         raise DeviceError(f"--msprobe-device must be one of {', '.join(CHOICES)}, not {requested!r}")
     if requested in (CPU, RECORDED):
         return requested
+    torch_dumps, mindspore_dumps = _torch_and_mindspore(frameworks)
     if requested == NPU:
-        import_torch_npu()
+        if torch_dumps:
+            import_torch_npu()
+        if mindspore_dumps and not has_module("mindspore"):
+            raise DeviceError("--msprobe-device npu: the MindSpore dumps need MindSpore, which is not installed "
+                              "here (pip install mindspore, the Ascend build, with the CANN toolkit)")
         return NPU
-    if requested == AUTO and has_module("torch_npu"):
+    if requested == AUTO and torch_dumps and has_module("torch_npu"):
         try:
             import_torch_npu()
             return NPU
         except DeviceError as exc:
             if notes is not None:
                 notes.append(f"auto did not choose npu: {exc}")
+    if requested == AUTO and not torch_dumps:
+        if notes is not None:
+            notes.append("auto chose cpu for MindSpore dumps: use --msprobe-device npu on Ascend")
+        return CPU
     cuda_ready = has_module("torch") and import_torch().cuda.is_available()
     if requested == CUDA and not cuda_ready:
         raise DeviceError("--msprobe-device cuda: torch sees no CUDA device here")
     return CUDA if cuda_ready else CPU
+
+
+def _torch_and_mindspore(frameworks: Iterable[str]) -> Tuple[bool, bool]:
+    names = set(frameworks)
+    return bool(names - {"mindspore"}), "mindspore" in names
 
 
 def parse_ids(text: Optional[str]) -> List[int]:
@@ -100,14 +116,23 @@ def parse_ids(text: Optional[str]) -> List[int]:
     return ids
 
 
-def bind(kind: str, device_id: int) -> str:
+def bind(kind: str, device_id: int, frameworks: Iterable[str] = ("pytorch",)) -> str:
     """Make `device_id` the current device of this process; the device string to run on."""
-    if kind == NPU:
+    torch_dumps, mindspore_dumps = _torch_and_mindspore(frameworks)
+    if kind == NPU and torch_dumps:
         torch = import_torch()
         import_torch_npu()
         torch.npu.set_device(device_id)
     elif kind == CUDA:
         import_torch().cuda.set_device(device_id)
+    if kind == NPU and mindspore_dumps:
+        from .frameworks import mindspore
+        from .outcome import Unsupported
+
+        try:  # before any MindSpore op: it binds a process to one device, once
+            mindspore.bind(device_name(kind, device_id))
+        except Unsupported as exc:
+            raise DeviceError(str(exc)) from None
     return device_name(kind, device_id)
 
 
@@ -131,8 +156,10 @@ def ids_for(text: Optional[str], workers: int) -> List[int]:
     return ids
 
 
-def device_count(kind: str) -> Optional[int]:
-    """How many devices of `kind` the framework sees (None where ids mean nothing)."""
+def device_count(kind: str, frameworks: Iterable[str] = ("pytorch",)) -> Optional[int]:
+    """How many devices of `kind` torch sees (None where ids mean nothing, or torch has no say)."""
+    if kind == NPU and not _torch_and_mindspore(frameworks)[0]:
+        return None  # MindSpore alone: it says so itself when it binds
     if kind == NPU:
         import_torch_npu()
         return import_torch().npu.device_count()
@@ -141,8 +168,8 @@ def device_count(kind: str) -> Optional[int]:
     return None
 
 
-def check_ids_exist(kind: str, ids: List[int]) -> None:
-    count = device_count(kind)
+def check_ids_exist(kind: str, ids: List[int], frameworks: Iterable[str] = ("pytorch",)) -> None:
+    count = device_count(kind, frameworks)
     missing = [i for i in ids if count is not None and not 0 <= i < count]
     if missing:
         seen = f"ids 0-{count - 1}" if count else "none"

@@ -256,3 +256,20 @@ def peek_task(path: Path, head_bytes: int = 65536) -> Tuple[Optional[str], Optio
     task = re.search(r'"task"\s*:\s*"([^"]*)"', head)
     framework = re.search(r'"framework"\s*:\s*"([^"]*)"', head)
     return (task.group(1) if task else None, framework.group(1) if framework else None)
+
+
+def peek_framework(path: Path) -> str:
+    """The framework of a dump from its head: the `framework` key, else the
+    spelling of its first tensors (older dumps have no key), else pytorch."""
+    task_and_framework = peek_task(path)
+    if task_and_framework[1]:
+        return task_and_framework[1]
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(65536)
+    except OSError:
+        return "pytorch"
+    torch_at, mindspore_at = head.find(b'"torch.'), head.find(b'"mindspore.')
+    if mindspore_at >= 0 and (torch_at < 0 or mindspore_at < torch_at):
+        return "mindspore"
+    return "pytorch"

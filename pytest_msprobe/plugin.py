@@ -14,7 +14,7 @@ import pytest
 from . import devices, summary, workers
 from .check import Settings
 from .compare import BasicStandard
-from .dump import find_dump_files, peek_task
+from .dump import find_dump_files, peek_framework, peek_task
 from .inputs import MODES, RANDOM
 from .items import RUN_KEY, DumpFile
 from .reporter import CsvReporter
@@ -101,7 +101,8 @@ class MsprobeRun:
             raise pytest.UsageError(f"--msprobe-mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         self.device_notes: List[str] = []
         try:
-            self.device_kind = devices.choose(setting(config, "msprobe_device"), self.device_notes)
+            self.frameworks = {peek_framework(path) for path in self.dump_files}
+            self.device_kind = devices.choose(setting(config, "msprobe_device"), self.device_notes, self.frameworks)
         except devices.DeviceError as exc:
             raise pytest.UsageError(str(exc)) from None
         self.check_recorded()
@@ -127,7 +128,7 @@ class MsprobeRun:
         try:
             ids = devices.ids_for(setting(config, "msprobe_devices"), workers.planned_workers(config))
             if not hasattr(config, "workerinput"):  # the controller checked them for its workers
-                devices.check_ids_exist(self.device_kind, ids)
+                devices.check_ids_exist(self.device_kind, ids, self.frameworks)
         except devices.DeviceError as exc:
             raise pytest.UsageError(str(exc)) from None
         return ids
@@ -143,7 +144,8 @@ class MsprobeRun:
         if workers.distributing(session.config):
             return  # the controller runs no entry: it leaves the devices to its workers
         try:
-            self.settings.device = devices.bind(self.device_kind, workers.device_id(session.config, self.device_ids))
+            self.settings.device = devices.bind(self.device_kind, workers.device_id(session.config, self.device_ids),
+                                                self.frameworks)
         except devices.DeviceError as exc:
             raise pytest.UsageError(str(exc)) from None
 

@@ -155,3 +155,56 @@ def test_an_npu_op_without_reference_is_a_skip_naming_it(pytester):
     result = run(pytester, writer.write())
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*NPU op npu_geglu has no CPU reference*"])
+
+
+@pytest.fixture
+def installed(monkeypatch):
+    """Pretend which of torch_npu and mindspore are installed."""
+
+    def set_installed(*names):
+        real = devices.has_module
+        monkeypatch.setattr(devices, "has_module",
+                            lambda name: name in names if name in ("torch_npu", "mindspore") else real(name))
+
+    return set_installed
+
+
+def test_mindspore_dumps_on_the_npu_need_mindspore_not_torch_npu(installed):
+    installed("mindspore")
+    assert devices.choose("npu", frameworks={"mindspore"}) == "npu"
+    with pytest.raises(devices.DeviceError, match="needs torch_npu"):
+        devices.choose("npu", frameworks={"mindspore", "pytorch"})  # the PyTorch dump does
+    installed()
+    with pytest.raises(devices.DeviceError, match="MindSpore dumps need MindSpore, which is not installed"):
+        devices.choose("npu", frameworks={"mindspore"})
+
+
+def test_auto_runs_mindspore_dumps_on_the_cpu_and_says_so(installed):
+    installed("mindspore", "torch_npu")
+    notes = []
+    assert devices.choose("auto", notes, frameworks={"mindspore"}) == "cpu"
+    assert notes == ["auto chose cpu for MindSpore dumps: use --msprobe-device npu on Ascend"]
+
+
+def test_binding_the_npu_for_mindspore_dumps_goes_through_mindspore(monkeypatch):
+    from pytest_msprobe.frameworks import mindspore
+
+    bound = []
+    monkeypatch.setattr(mindspore, "bind", lambda device: bound.append(device) or device)
+    monkeypatch.setattr(devices, "import_torch_npu", lambda: pytest.fail("torch_npu imported for MindSpore dumps"))
+    assert devices.bind("npu", 3, frameworks={"mindspore"}) == "npu:3"
+    assert bound == ["npu:3"]
+    assert devices.device_count("npu", frameworks={"mindspore"}) is None  # MindSpore checks the id itself
+
+
+def test_the_framework_is_read_from_the_head_of_a_dump():
+    from conftest import DATA
+    from pytest_msprobe.dump import peek_framework
+
+    assert peek_framework(DATA / "ms_tensor_L1" / "dump.json") == "mindspore"
+    assert peek_framework(DATA / "pt_stats_L1" / "dump.json") == "pytorch"
+    # No framework key: the tensor spelling tells.
+    assert peek_framework(DATA / "public" / "ascend-mstt__msprobe_test_mindspore_ut_api_accuracy_checker_files__"
+                                         "api_info_statistics.json") == "mindspore"
+    assert peek_framework(DATA / "public" / "ascend-mstt__msprobe_test_pytorch_ut_api_accuracy_checker_run_ut__"
+                                         "dump.json") == "pytorch"
