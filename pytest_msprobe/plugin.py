@@ -177,10 +177,10 @@ class MsprobeRun:
         if call.when == "call" and result is not None:
             # Plain data on the report: it travels to the xdist controller.
             report.msprobe = result.to_dict()
-            properties = summary.metric_properties(result)
-            report.user_properties.extend(properties)
-            # junitxml writes the properties of the teardown report, which copies the item's.
-            item.user_properties.extend(properties)
+            if item.config.option.xmlpath:
+                # junitxml writes the properties of the teardown report, which copies the
+                # item's; without it they would only weigh on every report sent to xdist.
+                item.user_properties.extend(summary.metric_properties(result))
         return report
 
 
