@@ -6,6 +6,8 @@ in the recorded dtype (by the CPU references, which stand in for the NPU).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -15,8 +17,8 @@ from pytest_msprobe import devices
 from pytest_msprobe.npu_reference import lookup
 
 
-def test_auto_chooses_cpu_on_a_machine_without_npu_or_cuda():
-    assert devices.choose("auto") == "cpu"
+def test_auto_chooses_cuda_where_torch_sees_it_else_cpu():
+    assert devices.choose("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def test_npu_without_torch_npu_is_a_clear_error():
@@ -43,7 +45,7 @@ def broken_torch_npu(pytester, monkeypatch):
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(
         'raise ImportError("libhccl.so: cannot open shared object file: No such file or directory")\n')
-    monkeypatch.setenv("PYTHONPATH", str(package.parent))
+    monkeypatch.setenv("PYTHONPATH", str(package.parent), prepend=os.pathsep)
 
 
 def test_npu_with_a_broken_torch_npu_says_what_to_set(pytester, copy_dump, broken_torch_npu):
@@ -60,7 +62,9 @@ def test_auto_passes_over_a_broken_torch_npu_and_says_so(pytester, copy_dump, br
     result = pytester.runpytest_subprocess("--msprobe-dump", str(dump), "--msprobe-device", "auto",
                                            "--collect-only")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["msprobe: device cpu,*", "msprobe: auto did not choose npu: torch_npu is installed*"])
+    device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    result.stdout.fnmatch_lines([f"msprobe: device {device},*",
+                                 "msprobe: auto did not choose npu: torch_npu is installed*"])
 
 
 def npu_calls():
