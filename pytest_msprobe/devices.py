@@ -211,18 +211,16 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
-def threads_per_worker(cores: int, workers: int) -> int:
-    """Intra-op threads of each of `workers` processes sharing `cores`: torch's default of one
-    thread a core in every worker oversubscribes them, and small ops wait at OpenMP barriers."""
-    return max(1, cores // max(1, workers))
+def cpu_threads() -> Optional[int]:
+    """Intra-op threads of a process that checks entries: one, and -n N for the cores.
 
-
-def worker_threads(workers: int) -> Optional[int]:
-    """Intra-op threads for each of `workers` workers on this machine; None where the user
-    fixed them in OMP_NUM_THREADS (their choice wins)."""
-    if os.environ.get("OMP_NUM_THREADS"):
-        return None
-    return threads_per_worker(cpu_cores(), workers)
+    A float sum on the CPU rounds differently with the thread count, so a row would
+    depend on it: one thread everywhere gives a -n run the rows of a serial run, and
+    any machine the rows of any other. None where the user fixed OMP_NUM_THREADS
+    (their choice wins: more speed for big float64 benchmarks, same rows only at
+    the same count).
+    """
+    return None if os.environ.get("OMP_NUM_THREADS") else 1
 
 
 def threads_text(threads: Optional[int]) -> str:

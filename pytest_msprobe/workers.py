@@ -49,15 +49,17 @@ def device_id(config: pytest.Config, ids: List[int]) -> int:
     return getattr(config, "workerinput", {}).get(DEVICE_ID, ids[0])
 
 
-def setup_worker(config: pytest.Config) -> Optional[str]:
-    """In a worker, before any entry runs: the thread count its controller chose.
-    Returns the header note, None outside a worker."""
+def setup_threads(config: pytest.Config) -> Optional[str]:
+    """Before anything imports torch, in a process that checks entries: its thread count
+    (a worker's from its controller). Returns the header note; None in the controller."""
     workerinput = getattr(config, "workerinput", None)
-    if workerinput is None or THREADS not in workerinput:
-        return None
-    devices.limit_threads(workerinput[THREADS])
-    config.pluginmanager.register(Worker(), "msprobe-worker")
-    return devices.threads_text(workerinput[THREADS])
+    if workerinput is None and distributing(config):
+        return None  # the controller checks no entry
+    threads = workerinput[THREADS] if workerinput and THREADS in workerinput else devices.cpu_threads()
+    devices.limit_threads(threads)
+    if workerinput is not None:
+        config.pluginmanager.register(Worker(), "msprobe-worker")
+    return devices.threads_text(threads)
 
 
 def register(config: pytest.Config, run) -> None:
@@ -84,7 +86,7 @@ class Controller:
         self.config = config
         self.run = run
         self.pool = devices.DevicePool(run.device_ids)
-        self.threads = devices.worker_threads(planned_workers(config))
+        self.threads = devices.cpu_threads()
         self.down: Dict[str, str] = {}  # worker -> why it went down, for its crashed entry
 
     def device(self, device_id: Optional[int]) -> str:

@@ -82,25 +82,23 @@ def test_cpu_ids_need_no_device():
     devices.check_ids_exist(devices.CPU, [0, 1, 99])  # nothing to check, and torch not asked
 
 
-@pytest.mark.parametrize("cores, workers, threads", [(2, 2, 1), (2, 8, 1), (16, 8, 2), (192, 8, 24), (4, 1, 4)])
-def test_workers_share_the_cores(cores, workers, threads):
-    assert devices.threads_per_worker(cores, workers) == threads
-
-
-def test_the_users_thread_count_wins(monkeypatch):
+def test_each_process_checks_with_one_thread_unless_the_user_says(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert devices.cpu_threads() == 1  # rows that do not depend on the thread count
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert devices.worker_threads(2) is None
+    assert devices.cpu_threads() is None
     assert devices.threads_text(None) == "3 intra-op thread(s) (OMP_NUM_THREADS)"
 
 
 def test_threads_go_to_torch_once_imported_and_to_the_environment_before(monkeypatch):
     calls = []
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(set_num_threads=calls.append))
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # set first, so that teardown removes what the test sets
+        monkeypatch.setenv(name, "0")
+        monkeypatch.delenv(name)
     devices.limit_threads(2)
     assert calls == [2] and "OMP_NUM_THREADS" not in os.environ
     monkeypatch.delitem(sys.modules, "torch")
-    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
     devices.limit_threads(1)
     assert (os.environ["OMP_NUM_THREADS"], os.environ["MKL_NUM_THREADS"]) == ("1", "1")
 
