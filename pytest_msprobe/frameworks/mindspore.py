@@ -42,22 +42,17 @@ MISSING_KERNEL = (
 )
 
 
-class MindSporeCodec:
-    """Specs of a MindSpore dump (`Float32`, `.npy`) -> torch CPU tensors (see inputs.Codec)."""
+class MindSporeCodec(pt.TorchCodec):
+    """Specs of a MindSpore dump (`Float32`, `.npy`) -> torch CPU tensors (see inputs.Codec).
+
+    Torch tensors, since numpy has no bfloat16; they become MindSpore tensors at the call.
+    """
 
     def dtype(self, name: str) -> torch.dtype:
         key = str(name).lower().replace("mindspore.", "", 1)
         if key not in DTYPES:
             raise KeyError(name)
         return DTYPES[key]
-
-    def dtype_kind(self, name: str) -> str:
-        dtype = self.dtype(name)
-        if dtype == torch.bool:
-            return "b"
-        if dtype.is_complex:
-            return "c"
-        return "f" if dtype.is_floating_point else "i"
 
     def load(self, path: Path) -> torch.Tensor:
         array = np.load(path, allow_pickle=False)
@@ -68,14 +63,8 @@ class MindSporeCodec:
     def cast(self, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return tensor.to(dtype)
 
-    def from_array(self, array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-        return torch.from_numpy(contiguous(array)).to(dtype)
-
-    def shape_of(self, tensor: torch.Tensor) -> List[int]:
-        return list(tensor.shape)
-
     def size(self, dims: List[int]) -> tuple:
-        return tuple(dims)
+        return tuple(dims)  # MindSpore takes shapes as tuples
 
 
 CODEC = MindSporeCodec()
