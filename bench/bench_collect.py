@@ -31,11 +31,12 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+from workdir import work_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = (ROOT / "tests/data/pt_stats_L1/dump.json", ROOT / "tests/data/public/gpu_resnet/dump.json")
@@ -413,14 +414,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
 
-    temp = None
-    if args.work:
-        work = Path(args.work).resolve()
-        work.mkdir(parents=True, exist_ok=True)
-    else:
-        temp = tempfile.TemporaryDirectory(prefix="bench_collect_")
-        work = Path(temp.name)
-    try:
+    with work_dir(args.work, args.keep, "bench_collect_") as work:
         load_before = load()
         rows = bench_collect(args.python, work, sizes, args.repeats, args.msprobe_path)
         table = collect_table(rows)
@@ -434,11 +428,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print("\n" + ptable + "\n")
         if args.results:
             write_results(Path(args.results), args, sizes, table, ptable, f"{load_before} / {load()}")
-    finally:
-        if temp is not None and not args.keep:
-            temp.cleanup()
-        elif temp is not None:
-            print(f"kept {work}")
     return 0
 
 

@@ -31,13 +31,13 @@ import re
 import shlex
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_collect import clean_env, load, machine, measure, write_floor_plugin  # noqa: E402
+from workdir import work_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "pt_tensor_L1"
@@ -235,14 +235,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.msprobe_python and not MSPROBE_SHIM.exists():
         raise SystemExit(f"{MSPROBE_SHIM} is not there: pass --msprobe-python '' to leave msprobe out")
 
-    temp = None
-    if args.work:
-        work = Path(args.work).resolve()
-        work.mkdir(parents=True, exist_ok=True)
-    else:
-        temp = tempfile.TemporaryDirectory(prefix="bench_speed_")
-        work = Path(temp.name)
-    try:
+    with work_dir(args.work, args.keep, "bench_speed_") as work:
         source = Path(args.dump).resolve()
         dumps = [(source.name, source / "dump.json")]
         if args.apis:
@@ -254,11 +247,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("\n" + text + "\n")
         if args.results:
             write_results(Path(args.results), args, rows, text, f"{load_before} / {load()}")
-    finally:
-        if temp is not None and not args.keep:
-            temp.cleanup()
-        elif temp is not None:
-            print(f"kept {work}")
     return 0
 
 

@@ -28,7 +28,6 @@ import os
 import shlex
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Tuple
@@ -36,6 +35,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_collect import clean_env, collected, load, machine, measure  # noqa: E402
 from bench_speed import EXAMPLE, counts, pytest_outcome, replicate_dump  # noqa: E402
+from workdir import work_dir  # noqa: E402
 
 TARGET = 1.6  # -n 2 against serial on a 2-core machine
 
@@ -160,14 +160,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="markdown file for the table ('' for none)")
     args = parser.parse_args(argv)
 
-    temp = None
-    if args.work:
-        work = Path(args.work).resolve()
-        work.mkdir(parents=True, exist_ok=True)
-    else:
-        temp = tempfile.TemporaryDirectory(prefix="bench_xdist_")
-        work = Path(temp.name)
-    try:
+    with work_dir(args.work, args.keep, "bench_xdist_") as work:
         source = Path(args.dump).resolve()
         source = api_entries_only(source, work / f"{source.name}_apis")
         dump = replicate_dump(source, work / f"{Path(args.dump).name}_{args.apis}", args.apis)
@@ -180,11 +173,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("\n" + text + "\n")
         if args.results:
             write_results(Path(args.results), args, text, best, f"{load_before} / {load()}")
-    finally:
-        if temp is not None and not args.keep:
-            temp.cleanup()
-        elif temp is not None:
-            print(f"kept {work}")
     return 0
 
 
