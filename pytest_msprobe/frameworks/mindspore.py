@@ -22,7 +22,7 @@ from . import ms_mapping
 from . import torch as pt
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, is_tensor_spec, tree_map
-from ..outcome import OutputPair, Run, Unsupported
+from ..outcome import Run, Unsupported
 
 RECORDED = "recorded"
 
@@ -352,7 +352,7 @@ def run_backward(dump: Dump, call: pt.Call, device: str, mode: str, seed: int) -
                                 "are compared")
             matched = {i: i for i, s in enumerate(shapes) if s is not None}
         tested = {index: grads[index] for index in matched}
-    result.pairs = gradient_pairs(tested, bench_grads, shapes, strays)
+    result.pairs = pt.gradient_pairs(tested, bench_grads, shapes, strays)
     return result
 
 
@@ -388,14 +388,3 @@ def align(specs: list, shapes: list) -> tuple:
     return matched, strays
 
 
-def gradient_pairs(tested: dict, bench: list, shapes: list, strays: list) -> List[OutputPair]:
-    pairs = []
-    for index in sorted(tested):
-        pair = pt.pairs_of([tested[index]], [bench[index]])[0]
-        pair.index = index
-        pairs.append(pair)
-    if strays:
-        for index in (i for i, s in enumerate(shapes) if s is not None and i not in tested):
-            pairs.append(OutputPair(index, skip=f"no recorded gradient has this input's shape {shapes[index]}: "
-                                               f"msprobe recorded {strays}, which match no input"))
-    return sorted(pairs, key=lambda p: p.index)

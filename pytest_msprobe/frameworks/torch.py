@@ -497,6 +497,12 @@ def recorded_gradient_pairs(tested: list, bench: list, specs: list) -> List[Outp
     """
     shapes = [None if g is None else list(g.shape) for g in bench]
     matched, strays = match_recorded_gradients(tested, bench, specs)
+    return gradient_pairs(matched, bench, shapes, strays)
+
+
+def gradient_pairs(matched: dict, bench: list, shapes: list, strays: list) -> List[OutputPair]:
+    """The matched recorded gradients against the bench's, and a SKIP for each input left
+    without one when some recorded gradient matched no input."""
     pairs = []
     for index in sorted(matched):
         pair = pairs_of([matched[index]], [bench[index]])[0]
