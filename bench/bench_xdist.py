@@ -9,10 +9,13 @@ On one dump, each command in a fresh process, the kinds interleaved, best of --r
 
 The dump: the API calls of --dump (default examples/pt_tensor_L1) over and over, renumbered, with
 their tensor files copied (bench_speed.replicate_dump), --apis calls in all; fewer calls than the
-dump has take its first --apis calls (tests/data/public/gpu_resnet --apis 40: the first 40 calls of
-a real ResNet training step, statistics, random inputs of the recorded shapes). CPU time is user + sys of the process and of
+dump has take its first --apis calls, and --apis 0 takes the dump as it is, every call once
+(tests/data/public/gpu_resnet --apis 0: a real ResNet-18 training step at batch 32, statistics, random
+inputs of the recorded shapes). CPU time is user + sys of the process and of
 the workers it waited for (os.wait4); the 1-minute load average is read before and after each run,
-since other processes on the machine share its cores.
+since other processes on the machine share its cores. Each checking run loads bench/process_cpu.py,
+which splits its CPU time by process (serial; controller and workers), and what each process had
+spent by the end of its first entry (its start: Python, pytest, collection, `import torch`).
 
     python bench/bench_xdist.py [--apis 250] [--workers 2] [--repeats 3]
 
@@ -54,7 +57,7 @@ def api_entries_only(source: Path, target: Path) -> Path:
 
 
 def commands(python: str, dump: Path, out: Path, workers: int, threads: int = 0) -> Dict[str, List[str]]:
-    run = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--msprobe-dump", str(dump),
+    run = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "process_cpu", "--msprobe-dump", str(dump),
            "--msprobe-device", "cpu"]
     kinds = {
         "serial": run + ["--msprobe-out", str(out / "serial")],
@@ -67,8 +70,10 @@ def commands(python: str, dump: Path, out: Path, workers: int, threads: int = 0)
     return kinds
 
 
-def kind_env(kind: str, pythonpath: Optional[str]) -> Dict[str, str]:
-    env = clean_env(pythonpath)
+def kind_env(kind: str, pythonpath: Optional[str], split: Path) -> Dict[str, str]:
+    # bench/ for process_cpu, after the package under test where one is given
+    env = clean_env(os.pathsep.join(filter(None, [pythonpath, str(Path(__file__).resolve().parent)])))
+    env["MSPROBE_BENCH_CPU"] = str(split)
     if " OMP=" in kind:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = kind.rsplit("=", 1)[1]
     return env
@@ -91,7 +96,9 @@ def bench(dump: Path, work: Path, args) -> Dict[str, dict]:
                 shutil.rmtree(out)
             out.mkdir()
             before = load()
-            wall, _, cpu, rc, tail = measure(cmd, work, kind_env(kind, args.msprobe_path), work / f"{kind}.log")
+            split = work / "process_cpu.jsonl"
+            split.unlink(missing_ok=True)
+            wall, _, cpu, rc, tail = measure(cmd, work, kind_env(kind, args.msprobe_path, split), work / f"{kind}.log")
             loads = f"{before}/{load()}"
             outcome = f"{collected(tail)} collected" if kind == "collect" else pytest_outcome(tail)
             if rc not in (0, 1) or "error" in outcome:
@@ -100,9 +107,9 @@ def bench(dump: Path, work: Path, args) -> Dict[str, dict]:
                 outcomes[kind] = outcome
                 rows = result_rows(out / ("serial" if kind == "serial" else "xdist"))
                 outcomes[f"{kind} rows"] = str(len(rows))
-                runs[kind].append((wall, cpu, loads, sorted(rows)))
+                runs[kind].append((wall, cpu, loads, sorted(rows), process_split(split)))
             else:
-                runs[kind].append((wall, cpu, loads, []))
+                runs[kind].append((wall, cpu, loads, [], []))
             print(f"  {kind:8s} run {r + 1}: {wall:7.2f} s wall {cpu:7.2f} s CPU  load {loads}  {outcome}",
                   flush=True)
     tables = [run[3] for kind in cmds if kind != "collect" for run in runs[kind]]
@@ -113,11 +120,29 @@ def bench(dump: Path, work: Path, args) -> Dict[str, dict]:
     for kind, values in runs.items():
         fastest = min(values, key=lambda v: v[0])
         best[kind] = {"wall": fastest[0], "cpu": min(v[1] for v in values), "load": fastest[2],
-                      "walls": [v[0] for v in values]}
+                      "walls": [v[0] for v in values], "split": fastest[4]}
     best["same_rows"] = same_rows
     best["same_verdicts"] = same_verdicts
     best["outcomes"] = outcomes
     return best
+
+
+def process_split(path: Path) -> List[dict]:
+    """The lines process_cpu wrote, the controller or the serial process first."""
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return sorted(lines, key=lambda line: (line["process"].startswith("gw"), line["process"]))
+
+
+def split_table(best: Dict[str, dict]) -> str:
+    lines = ["| kind | process | entries run | CPU s by the end of its first entry | CPU s |",
+             "|---|---|---:|---:|---:|"]
+    for kind, b in best.items():
+        for p in b.get("split", []) if isinstance(b, dict) else []:
+            first = "" if p["first_entry_cpu"] is None else f"{p['first_entry_cpu']:.2f}"
+            lines.append(f"| {kind} | {p['process']} | {p['entries']} | {first} | {p['cpu']:.2f} |")
+    return "\n".join(lines)
 
 
 def table(label: str, entries: int, apis: int, best: Dict[str, dict], workers: int) -> str:
@@ -136,6 +161,8 @@ def table(label: str, entries: int, apis: int, best: Dict[str, dict], workers: i
               f"{best['collect']['wall']:.2f} s wall; verdicts of every run equal: "
               f"{'yes' if best['same_verdicts'] else 'NO'}, whole result rows: {'yes' if best['same_rows'] else 'no'} "
               f"({apis} API calls)"]
+    lines += ["", "Where the CPU went in the fastest run of each kind (the controller counts the entries its "
+              "workers reported):", "", split_table(best)]
     unsplit = next((k for k in best if " OMP=" in k), None)
     if unsplit:
         lines.append(f"{unsplit} / {xdist} (the thread split's gain): wall "
@@ -147,7 +174,8 @@ def table(label: str, entries: int, apis: int, best: Dict[str, dict], workers: i
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dump", default=str(EXAMPLE), help="folder of a real tensor dump")
-    parser.add_argument("--apis", type=int, default=250, help="API calls of the dump made of --dump's entries")
+    parser.add_argument("--apis", type=int, default=250, help="API calls of the dump made of --dump's entries "
+                        "(0: the dump as it is, every call once)")
     parser.add_argument("--workers", type=int, default=2, help="-n of the xdist run")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--compare-threads", type=int, default=0, help="also run -n N with OMP_NUM_THREADS set "
@@ -163,9 +191,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with work_dir(args.work, args.keep, "bench_xdist_") as work:
         source = Path(args.dump).resolve()
         source = api_entries_only(source, work / f"{source.name}_apis")
-        dump = replicate_dump(source, work / f"{Path(args.dump).name}_{args.apis}", args.apis)
+        calls = args.apis or counts(source / "dump.json")[1]
+        dump = replicate_dump(source, work / f"{Path(args.dump).name}_{calls}", calls)
         entries, apis = counts(dump)
-        label = f"{Path(args.dump).name} x{args.apis} calls"
+        label = f"{Path(args.dump).name}, all {apis} calls" if not args.apis else f"{Path(args.dump).name} x{calls} calls"
         print(f"# {label}: {dump} ({entries} entries, {apis} API calls)", flush=True)
         load_before = load()
         best = bench(dump, work, args)
