@@ -65,7 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
     paths = config.getoption("msprobe_dump") or [str(p) for p in config.getini("msprobe_dump")]
     if not paths:
         return
-    threads = workers.setup_threads(config)  # before anything imports torch
+    threads = workers.setup_cpu(config)  # before anything imports torch
     run = MsprobeRun(config, paths)
     if threads:
         run.device_notes.append(threads)

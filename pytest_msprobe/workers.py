@@ -49,14 +49,16 @@ def device_id(config: pytest.Config, ids: List[int]) -> int:
     return getattr(config, "workerinput", {}).get(DEVICE_ID, ids[0])
 
 
-def setup_threads(config: pytest.Config) -> Optional[str]:
+def setup_cpu(config: pytest.Config) -> Optional[str]:
     """Before anything imports torch, in a process that checks entries: its thread count
-    (a worker's from its controller). Returns the header note; None in the controller."""
+    (a worker's from its controller) and torch's huge pages. Returns the header note on
+    the threads; None in the controller."""
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None and distributing(config):
         return None  # the controller checks no entry
     threads = workerinput[THREADS] if workerinput and THREADS in workerinput else devices.cpu_threads()
     devices.limit_threads(threads)
+    devices.use_huge_pages()
     if workerinput is not None:
         config.pluginmanager.register(Worker(), "msprobe-worker")
     return devices.threads_text(threads)

@@ -103,6 +103,20 @@ def test_threads_go_to_torch_once_imported_and_to_the_environment_before(monkeyp
     assert (os.environ["OMP_NUM_THREADS"], os.environ["MKL_NUM_THREADS"]) == ("1", "1")
 
 
+def test_torch_gets_huge_pages_before_it_is_imported_unless_the_user_says(monkeypatch):
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")  # set first, so that teardown removes what the test sets
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE")
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace())
+    devices.use_huge_pages()
+    assert "THP_MEM_ALLOC_ENABLE" not in os.environ  # torch has allocated: too late, and this process's own
+    monkeypatch.delitem(sys.modules, "torch")
+    devices.use_huge_pages()
+    assert os.environ["THP_MEM_ALLOC_ENABLE"] == "1"
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")
+    devices.use_huge_pages()
+    assert os.environ["THP_MEM_ALLOC_ENABLE"] == "0"
+
+
 def test_a_crashed_entry_is_an_error_paired_with_the_other_direction():
     node_id = "run/dump.json::Functional.relu.0.backward"
     crashed = crash_result(node_id, "the xdist worker gw1 crashed")
