@@ -56,7 +56,8 @@ def api_entries_only(source: Path, target: Path) -> Path:
     return target
 
 
-def commands(python: str, dump: Path, out: Path, workers: int, threads: int = 0) -> Dict[str, List[str]]:
+def commands(python: str, dump: Path, out: Path, workers: int, threads: int = 0,
+             settings: Sequence[str] = ()) -> Dict[str, List[str]]:
     run = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "process_cpu", "--msprobe-dump", str(dump),
            "--msprobe-device", "cpu"]
     kinds = {
@@ -65,6 +66,9 @@ def commands(python: str, dump: Path, out: Path, workers: int, threads: int = 0)
     }
     if threads:  # the same -n run with the threads the user fixed instead of the split
         kinds[f"-n {workers} OMP={threads}"] = kinds[f"-n {workers}"]
+    for setting in settings:  # both runs again under NAME=VALUE (kind_env sets it)
+        kinds[f"serial {setting}"] = kinds["serial"]
+        kinds[f"-n {workers} {setting}"] = kinds[f"-n {workers}"]
     kinds["collect"] = [python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "--msprobe-dump",
                         str(dump), "--msprobe-device", "cpu"]
     return kinds
@@ -74,8 +78,10 @@ def kind_env(kind: str, pythonpath: Optional[str], split: Path) -> Dict[str, str
     # bench/ for process_cpu, after the package under test where one is given
     env = clean_env(os.pathsep.join(filter(None, [pythonpath, str(Path(__file__).resolve().parent)])))
     env["MSPROBE_BENCH_CPU"] = str(split)
-    if " OMP=" in kind:
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = kind.rsplit("=", 1)[1]
+    for setting in kind.split()[1:]:  # `-n 2 OMP=2`, `serial THP_MEM_ALLOC_ENABLE=0`
+        if "=" in setting:
+            name, value = setting.split("=", 1)
+            env.update(dict.fromkeys(("OMP_NUM_THREADS", "MKL_NUM_THREADS") if name == "OMP" else (name,), value))
     return env
 
 
@@ -87,7 +93,7 @@ def result_rows(folder: Path) -> Set[Tuple[str, ...]]:
 
 def bench(dump: Path, work: Path, args) -> Dict[str, dict]:
     out = work / "out"
-    cmds = commands(args.python, dump, out, args.workers, args.compare_threads)
+    cmds = commands(args.python, dump, out, args.workers, args.compare_threads, args.compare_env)
     runs: Dict[str, List[Tuple[float, float, str, str]]] = {kind: [] for kind in cmds}
     outcomes: Dict[str, str] = {}
     for r in range(args.repeats):
@@ -105,7 +111,7 @@ def bench(dump: Path, work: Path, args) -> Dict[str, dict]:
                 raise SystemExit(f"{kind}: exit {rc}:\n{tail}")
             if kind != "collect":
                 outcomes[kind] = outcome
-                rows = result_rows(out / ("serial" if kind == "serial" else "xdist"))
+                rows = result_rows(out / ("serial" if kind.startswith("serial") else "xdist"))
                 outcomes[f"{kind} rows"] = str(len(rows))
                 runs[kind].append((wall, cpu, loads, sorted(rows), process_split(split)))
             else:
@@ -162,7 +168,14 @@ def table(label: str, entries: int, apis: int, best: Dict[str, dict], workers: i
               f"{'yes' if best['same_verdicts'] else 'NO'}, whole result rows: {'yes' if best['same_rows'] else 'no'} "
               f"({apis} API calls)"]
     lines += ["", "Where the CPU went in the fastest run of each kind (the controller counts the entries its "
-              "workers reported):", "", split_table(best)]
+              "workers reported):", "", split_table(best), ""]
+    for kind in [k for k in best if isinstance(best[k], dict) and "=" in k and " OMP=" not in k]:
+        base = kind.rsplit(" ", 1)[0]
+        lines.append(f"{kind} / {base}: wall {best[kind]['wall'] / best[base]['wall']:.2f}x, CPU "
+                     f"{best[kind]['cpu'] / best[base]['cpu']:.2f}x")
+        if base == "serial":
+            spread = f"{xdist} {kind.split(' ', 1)[1]}"
+            lines.append(f"{kind} / {spread} wall: {best[kind]['wall'] / best[spread]['wall']:.2f}x")
     unsplit = next((k for k in best if " OMP=" in k), None)
     if unsplit:
         lines.append(f"{unsplit} / {xdist} (the thread split's gain): wall "
@@ -180,6 +193,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--compare-threads", type=int, default=0, help="also run -n N with OMP_NUM_THREADS set "
                         "to this (2: torch's default on 2 cores, no split), to measure the thread split")
+    parser.add_argument("--compare-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="also run serial and -n N with this variable set (THP_MEM_ALLOC_ENABLE=0: "
+                        "without the huge pages the plugin turns on); repeatable")
     parser.add_argument("--python", default=sys.executable, help="the interpreter with pytest-msprobe installed")
     parser.add_argument("--msprobe-path", help="PYTHONPATH for the runs, e.g. a patched copy of the package")
     parser.add_argument("--work", help="work dir (default: a new temp dir, removed unless --keep)")
