@@ -10,7 +10,7 @@ On one dump, each command in a fresh process, the kinds interleaved, best of --r
 The dump: the API calls of --dump (default examples/pt_tensor_L1) over and over, renumbered, with
 their tensor files copied (bench_speed.replicate_dump), --apis calls in all; fewer calls than the
 dump has take its first --apis calls, and --apis 0 takes the dump as it is, every call once
-(tests/data/public/gpu_resnet --apis 0: a real ResNet-18 training step at batch 32, statistics, random
+(tests/data/public/gpu_resnet --apis 0: a real ResNet-50 training step at batch 32, statistics, random
 inputs of the recorded shapes). CPU time is user + sys of the process and of
 the workers it waited for (os.wait4); the 1-minute load average is read before and after each run,
 since other processes on the machine share its cores. Each checking run loads bench/process_cpu.py,
