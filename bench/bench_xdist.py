@@ -17,7 +17,7 @@ since other processes on the machine share its cores. Each checking run loads be
 which splits its CPU time by process (serial; controller and workers), and what each process had
 spent by the end of its first entry (its start: Python, pytest, collection, `import torch`).
 
-    python bench/bench_xdist.py [--apis 250] [--workers 2] [--repeats 3]
+    python bench/bench_xdist.py [--dump DIR] [--apis 250|0] [--workers 2] [--repeats 3] [--compare-env NAME=VALUE]
 
 prints a markdown table and writes it to bench/results_xdist.md (--results to change).
 """
@@ -169,18 +169,14 @@ def table(label: str, entries: int, apis: int, best: Dict[str, dict], workers: i
               f"({apis} API calls)"]
     lines += ["", "Where the CPU went in the fastest run of each kind (the controller counts the entries its "
               "workers reported):", "", split_table(best), ""]
-    for kind in [k for k in best if isinstance(best[k], dict) and "=" in k and " OMP=" not in k]:
-        base = kind.rsplit(" ", 1)[0]
-        lines.append(f"{kind} / {base}: wall {best[kind]['wall'] / best[base]['wall']:.2f}x, CPU "
+    for kind in [k for k in best if isinstance(best[k], dict) and "=" in k]:  # a run under NAME=VALUE
+        base, setting = kind.rsplit(" ", 1)
+        gain = " (the thread split's gain)" if setting.startswith("OMP=") else ""
+        lines.append(f"{kind} / {base}{gain}: wall {best[kind]['wall'] / best[base]['wall']:.2f}x, CPU "
                      f"{best[kind]['cpu'] / best[base]['cpu']:.2f}x")
         if base == "serial":
-            spread = f"{xdist} {kind.split(' ', 1)[1]}"
-            lines.append(f"{kind} / {spread} wall: {best[kind]['wall'] / best[spread]['wall']:.2f}x")
-    unsplit = next((k for k in best if " OMP=" in k), None)
-    if unsplit:
-        lines.append(f"{unsplit} / {xdist} (the thread split's gain): wall "
-                     f"{best[unsplit]['wall'] / best[xdist]['wall']:.2f}x, CPU "
-                     f"{best[unsplit]['cpu'] / best[xdist]['cpu']:.2f}x")
+            spread = best[f"{xdist} {setting}"]
+            lines.append(f"{kind} / {xdist} {setting} wall: {best[kind]['wall'] / spread['wall']:.2f}x")
     return "\n".join(lines)
 
 
@@ -210,7 +206,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         calls = args.apis or counts(source / "dump.json")[1]
         dump = replicate_dump(source, work / f"{Path(args.dump).name}_{calls}", calls)
         entries, apis = counts(dump)
-        label = f"{Path(args.dump).name}, all {apis} calls" if not args.apis else f"{Path(args.dump).name} x{calls} calls"
+        name = Path(args.dump).name
+        label = f"{name} x{calls} calls" if args.apis else f"{name}, all {apis} calls"
         print(f"# {label}: {dump} ({entries} entries, {apis} API calls)", flush=True)
         load_before = load()
         best = bench(dump, work, args)
