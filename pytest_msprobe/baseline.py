@@ -6,22 +6,21 @@ the forward failed before is a new failure. No pytest.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, List, Sequence, Set, Tuple
 
-from .compare import ERROR, PASS
 from .dump import BACKWARD, FORWARD
-from .outcome import EntryResult
 from .report import read_result_rows
+from .results import ERROR, PASS, EntryResult
 
 
 class Baseline:
-    def __init__(self, path: Path, failed: Iterable[Tuple[str, str]]):
+    def __init__(self, path: Path, failed: Iterable[tuple[str, str]]):
         self.path = path
-        self.failed: Set[Tuple[str, str]] = {tuple(pair) for pair in failed}
+        self.failed: set[tuple[str, str]] = {(api, direction) for api, direction in failed}
 
     @classmethod
-    def read(cls, path: Path) -> "Baseline":
+    def read(cls, path: Path) -> Baseline:
         """Raises report.ReportError naming the file when it is missing or not a result CSV."""
         failed = []
         for row in read_result_rows(path):
@@ -39,7 +38,7 @@ class Baseline:
     def describe(self) -> str:
         return f"baseline {self.path}: {len(self.failed)} known failures, expected to fail (xfail)"
 
-    def summary_lines(self, results: Sequence[EntryResult], limit: int = 20) -> List[str]:
+    def summary_lines(self, results: Sequence[EntryResult], limit: int = 20) -> list[str]:
         """Known failures that still fail, the ones that now pass, the new ones."""
         known = [r for r in results if self.failed_before(r.api, r.direction)]
         fixed = [f"{r.api}.{r.direction}" for r in known if r.status == PASS]
@@ -55,6 +54,6 @@ class Baseline:
         return lines
 
 
-def _listed(names: List[str], limit: int) -> List[str]:
+def _listed(names: list[str], limit: int) -> list[str]:
     return [f"  {name}" for name in names[:limit]] + (
         [f"  ... and {len(names) - limit} more"] if len(names) > limit else [])

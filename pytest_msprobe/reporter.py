@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List
 
 import pytest
 
 from . import summary
-from .outcome import EntryResult
 from .report import ApiBook, ApiRow, CsvWriter, dump_folders, timestamp
+from .results import REPORT_ATTRIBUTE, EntryResult
 
 
 class CsvReporter:
@@ -21,19 +20,19 @@ class CsvReporter:
         self.book = ApiBook(skip=run.selection.finished)
         self.folders = dump_folders(run.dump_files)
         self.stamp = timestamp()  # one for the run, whatever the number of dumps
-        self.writers: Dict[str, CsvWriter] = {}  # by the dump's part of the node id
-        self.results: List[EntryResult] = []
-        self.unfinished: List[ApiRow] = []
+        self.writers: dict[str, CsvWriter] = {}  # by the dump's part of the node id
+        self.results: list[EntryResult] = []
+        self.unfinished: list[ApiRow] = []
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.book.expect(item.nodeid for item in session.items)
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node, ids: List[str]) -> None:
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
         self.book.expect(ids)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        data = getattr(report, "msprobe", None)
+        data = getattr(report, REPORT_ATTRIBUTE, None)
         if data is None:
             return
         result = EntryResult.from_dict(data)

@@ -8,8 +8,8 @@ keeps appending rows to the resumed file.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Optional, Set
 
 import pytest
 
@@ -24,14 +24,14 @@ BASELINE_KEY = "msprobe_baseline_failed"
 
 
 class Selection:
-    def __init__(self, resumed: Optional[Path] = None, finished: Set[str] = frozenset(),
-                 baseline: Optional[Baseline] = None):
+    def __init__(self, resumed: Path | None = None, finished: Iterable[str] = (),
+                 baseline: Baseline | None = None):
         self.resumed = resumed  # the result CSV new rows are appended to
         self.finished = set(finished)
         self.baseline = baseline
 
     @classmethod
-    def from_config(cls, config: pytest.Config, base: Path, resume_arg: str, baseline_arg: str) -> "Selection":
+    def from_config(cls, config: pytest.Config, base: Path, resume_arg: str, baseline_arg: str) -> Selection:
         worker = getattr(config, "workerinput", None)
         resumed = base / resume_arg if resume_arg else None
         try:
@@ -75,13 +75,13 @@ class Selection:
         return lines
 
 
-def _finished(resumed: Path, worker: Optional[dict]) -> Set[str]:
+def _finished(resumed: Path, worker: dict | None) -> set[str]:
     if worker is None:
         return resume.prepare(resumed)  # the one process that writes: it also cuts a torn tail
     return set(worker[FINISHED_KEY]) if FINISHED_KEY in worker else read_finished_apis(resumed)
 
 
-def _baseline(path: Path, worker: Optional[dict]) -> Baseline:
+def _baseline(path: Path, worker: dict | None) -> Baseline:
     if worker is not None and BASELINE_KEY in worker:
         return Baseline(path, worker[BASELINE_KEY])
     return Baseline.read(path)

@@ -11,8 +11,9 @@ names it). Imported only with frameworks/mindspore.py, which imports torch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable
 
 import torch
 
@@ -29,10 +30,10 @@ class Equivalent:
 
     torch_name: str  # as a user reads it: "torch.matmul", "torch.Tensor.sum", or an adapter's description
     renames: Mapping[str, str] = field(default_factory=dict)
-    adapter: Optional[Callable] = None  # for conventions a keyword rename cannot express
+    adapter: Callable | None = None  # for conventions a keyword rename cannot express
     # Primitive entries: the primitive's constructor arguments, from the call's
     # own arguments (msprobe records no attributes), and the assumption said in Message.
-    primitive_args: Optional[Callable[..., tuple]] = None
+    primitive_args: Callable[..., tuple] | None = None
     note: str = ""
 
     def bench(self) -> Callable:
@@ -44,7 +45,7 @@ class Equivalent:
         return call
 
 
-def rename(kwargs: Dict[str, Any], renames: Mapping[str, str]) -> Dict[str, Any]:
+def rename(kwargs: dict[str, Any], renames: Mapping[str, str]) -> dict[str, Any]:
     """MindSpore keyword names in PyTorch's spelling.
 
     `axis=None` means every dim in MindSpore, which torch spells by leaving
@@ -65,7 +66,7 @@ def _resolve(dotted: str) -> Callable:
     return target
 
 
-def same(module: str, names: str, renames: Mapping[str, str] = {}) -> Dict[str, Equivalent]:  # noqa: B006
+def same(module: str, names: str, renames: Mapping[str, str] = {}) -> dict[str, Equivalent]:
     """`name` -> `<module>.name` for each name of a whitespace-separated list."""
     return {name: Equivalent(f"{module}.{name}", renames) for name in names.split()}
 
@@ -182,7 +183,7 @@ def layer_norm_primitive(x, gamma, beta):
 
 # -- the table -----------------------------------------------------------------
 
-MINT: Dict[str, Equivalent] = same("torch", """
+MINT: dict[str, Equivalent] = same("torch", """
     abs acos acosh add addmm all amax amin any arange argmax argmin argsort asin asinh atan atan2 atanh
     baddbmm bitwise_and bitwise_or bitwise_xor bmm broadcast_to cat ceil chunk clamp clone cos cosh cummax
     cummin cumprod cumsum diag div dot einsum eq erf erfc erfinv exp exp2 expm1 eye flatten flip floor fmod
@@ -194,7 +195,7 @@ MINT: Dict[str, Equivalent] = same("torch", """
     tril triu trunc unbind unsqueeze var where xlogy zeros_like
 """)
 
-MINT_FUNCTIONAL: Dict[str, Equivalent] = same("torch.nn.functional", """
+MINT_FUNCTIONAL: dict[str, Equivalent] = same("torch.nn.functional", """
     adaptive_avg_pool1d adaptive_avg_pool2d avg_pool2d batch_norm binary_cross_entropy
     binary_cross_entropy_with_logits conv1d conv2d cross_entropy elu embedding gelu glu group_norm hardshrink
     hardsigmoid hardswish hardtanh interpolate l1_loss layer_norm leaky_relu linear log_softmax
@@ -202,7 +203,7 @@ MINT_FUNCTIONAL: Dict[str, Equivalent] = same("torch.nn.functional", """
     smooth_l1_loss softmax softplus softshrink tanh
 """)
 
-FUNCTIONAL: Dict[str, Equivalent] = {
+FUNCTIONAL: dict[str, Equivalent] = {
     **same("torch", """
         abs add addmm amax amin argmax argmin atan2 bmm broadcast_to ceil clamp cos cumsum div eq erf exp
         floor ge gt isfinite isinf isnan le log logsumexp lt matmul maximum mean minimum mul ne neg pow prod
@@ -231,7 +232,7 @@ FUNCTIONAL: Dict[str, Equivalent] = {
     "cast": Equivalent("ops.cast: torch.Tensor.to", adapter=cast),
 }
 
-TENSOR: Dict[str, Equivalent] = {
+TENSOR: dict[str, Equivalent] = {
     **same("torch.Tensor", """
         __abs__ __add__ __and__ __eq__ __floordiv__ __ge__ __gt__ __le__ __lt__ __matmul__ __mod__
         __mul__ __ne__ __neg__ __or__ __pow__ __radd__ __rmul__ __rpow__ __rsub__ __rtruediv__ __sub__
@@ -248,7 +249,7 @@ TENSOR: Dict[str, Equivalent] = {
     "var": Equivalent("Tensor.var: torch.var (numpy's ddof=0 overload by default)", adapter=tensor_var),
 }
 
-PRIMITIVE: Dict[str, Equivalent] = {
+PRIMITIVE: dict[str, Equivalent] = {
     "BiasAdd": Equivalent("BiasAdd primitive: x + bias along dim 1 (data_format NCHW assumed)",
                           adapter=bias_add_primitive, primitive_args=lambda *args: (),
                           note="BiasAdd primitive: msprobe records no attributes; data_format NCHW assumed"),
@@ -260,7 +261,7 @@ PRIMITIVE: Dict[str, Equivalent] = {
                             adapter=layer_norm_primitive, primitive_args=layer_norm_attrs, note=LAYER_NORM_NOTE),
 }
 
-TABLES: Dict[str, Dict[str, Equivalent]] = {
+TABLES: dict[str, dict[str, Equivalent]] = {
     "Mint": MINT,
     "MintFunctional": MINT_FUNCTIONAL,
     "Functional": FUNCTIONAL,
@@ -274,7 +275,7 @@ def primitive_class(api: str) -> str:
     return api.rsplit(".", 1)[-1]
 
 
-def lookup(api_type: str, api: str) -> Optional[Equivalent]:
+def lookup(api_type: str, api: str) -> Equivalent | None:
     """The PyTorch equivalent of a MindSpore API, or None when the table has none."""
     table = TABLES.get(api_type)
     if table is None:
@@ -282,6 +283,6 @@ def lookup(api_type: str, api: str) -> Optional[Equivalent]:
     return table.get(primitive_class(api) if api_type == "Primitive" else api)
 
 
-def mapped_names() -> Tuple[str, ...]:
+def mapped_names() -> tuple[str, ...]:
     """Every mapped API as `<Type>.<api>`, for the README and the tests."""
     return tuple(f"{kind}.{name}" for kind, table in TABLES.items() for name in sorted(table))
