@@ -25,8 +25,9 @@ class Baseline:
         failed = []
         for row in read_result_rows(path):
             row = row + [""] * (3 - len(row))
-            failed += [(row[0], direction) for direction, status in ((FORWARD, row[1]), (BACKWARD, row[2]))
-                       if status == ERROR]
+            failed += [
+                (row[0], direction) for direction, status in ((FORWARD, row[1]), (BACKWARD, row[2])) if status == ERROR
+            ]
         return cls(path, failed)
 
     def failed_before(self, api: str, direction: str) -> bool:
@@ -43,10 +44,16 @@ class Baseline:
         known = [r for r in results if self.failed_before(r.api, r.direction)]
         fixed = [f"{r.api}.{r.direction}" for r in known if r.status == PASS]
         still = sum(r.status == ERROR for r in known)
-        new = [f"{r.api}.{r.direction}" for r in results
-               if r.status == ERROR and not self.failed_before(r.api, r.direction)]
-        lines = ["", f"baseline {self.path}:",
-                 f"{still} known failures still fail (xfailed), {len(fixed)} now pass, {len(new)} new failures"]
+        new = [
+            f"{r.api}.{r.direction}"
+            for r in results
+            if r.status == ERROR and not self.failed_before(r.api, r.direction)
+        ]
+        lines = [
+            "",
+            f"baseline {self.path}:",
+            f"{still} known failures still fail (xfailed), {len(fixed)} now pass, {len(new)} new failures",
+        ]
         if fixed:
             lines += ["now pass although the baseline failed them:", *_listed(fixed, limit)]
         if new:
@@ -56,4 +63,5 @@ class Baseline:
 
 def _listed(names: list[str], limit: int) -> list[str]:
     return [f"  {name}" for name in names[:limit]] + (
-        [f"  ... and {len(names) - limit} more"] if len(names) > limit else [])
+        [f"  ... and {len(names) - limit} more"] if len(names) > limit else []
+    )

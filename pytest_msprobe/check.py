@@ -56,8 +56,23 @@ class Checker:
     def output(self, name: EntryName, pair: OutputPair, run: Run) -> OutputResult:
         if pair.skip or pair.tested is None or pair.bench is None:
             return OutputResult(pair.index, SKIP, pair.bench_dtype, pair.tested_dtype, pair.shape, reasons=[pair.skip])
-        comparison = Comparison(pair.tested, pair.bench, pair.tested_dtype, name=f"{name.full}.output.{pair.index}",
-                                input_scale=run.input_scale)
+        comparison = Comparison(
+            pair.tested,
+            pair.bench,
+            pair.tested_dtype,
+            name=f"{name.full}.output.{pair.index}",
+            input_scale=run.input_scale,
+        )
         metrics, verdict = compare(comparison, self.standard)
-        return OutputResult(pair.index, verdict.status, pair.bench_dtype, pair.tested_dtype, pair.shape,
-                            metrics.cosine, metrics.max_abs_err, metrics.max_rel_err, verdict.reasons, verdict.floor)
+        return OutputResult(
+            pair.index,
+            verdict.status,
+            pair.bench_dtype,
+            pair.tested_dtype,
+            pair.shape,
+            metrics.cosine,
+            metrics.max_abs_err,
+            metrics.max_rel_err,
+            verdict.reasons,
+            verdict.floor,
+        )

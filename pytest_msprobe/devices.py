@@ -40,7 +40,8 @@ def import_torch():
     except ImportError as exc:
         if has_module("torch_npu"):
             raise DeviceError(
-                f"`import torch` fails because torch_npu is installed but broken ({exc}); {CANN_HINT}") from None
+                f"`import torch` fails because torch_npu is installed but broken ({exc}); {CANN_HINT}"
+            ) from None
         raise DeviceError(f"PyTorch is not installed ({exc}): pip install 'pytest-msprobe[torch]'") from None
     except OSError as exc:  # a missing libhccl.so and friends
         raise DeviceError(f"`import torch` fails: {exc}; {CANN_HINT}") from None
@@ -48,8 +49,10 @@ def import_torch():
 
 def import_torch_npu():
     if not has_module("torch_npu"):
-        raise DeviceError("--msprobe-device npu needs torch_npu, which is not installed here "
-                          "(pip install torch_npu matching your torch, on a machine with the CANN toolkit)")
+        raise DeviceError(
+            "--msprobe-device npu needs torch_npu, which is not installed here "
+            "(pip install torch_npu matching your torch, on a machine with the CANN toolkit)"
+        )
     import_torch()
     try:
         return importlib.import_module("torch_npu")
@@ -73,8 +76,10 @@ def choose(requested: str, notes: list[str] | None = None, frameworks: Iterable[
         if torch_dumps:
             import_torch_npu()
         if mindspore_dumps and not has_module("mindspore"):
-            raise DeviceError("--msprobe-device npu: the MindSpore dumps need MindSpore, which is not installed "
-                              "here (pip install mindspore, the Ascend build, with the CANN toolkit)")
+            raise DeviceError(
+                "--msprobe-device npu: the MindSpore dumps need MindSpore, which is not installed "
+                "here (pip install mindspore, the Ascend build, with the CANN toolkit)"
+            )
         return NPU
     if requested == AUTO and torch_dumps and has_module("torch_npu"):
         try:
@@ -151,8 +156,10 @@ def ids_for(text: str | None, workers: int) -> list[int]:
     if len(ids) < workers:
         # Not shared: two workers on one NPU compete for its memory and streams and
         # the run reads as if each had its own; a user who asks for 8 ids wants 8 devices.
-        raise DeviceError(f"{workers} xdist workers but {len(ids)} device ids ({text}): each worker needs "
-                          f"its own device; run with -n {len(ids)} or name {workers} ids")
+        raise DeviceError(
+            f"{workers} xdist workers but {len(ids)} device ids ({text}): each worker needs "
+            f"its own device; run with -n {len(ids)} or name {workers} ids"
+        )
     return ids
 
 
@@ -173,8 +180,10 @@ def check_ids_exist(kind: str, ids: list[int], frameworks: Iterable[str] = ("pyt
     missing = [i for i in ids if count is not None and not 0 <= i < count]
     if missing:
         seen = f"ids 0-{count - 1}" if count else "none"
-        raise DeviceError(f"--msprobe-devices: {kind} ids {', '.join(map(str, missing))} do not exist: "
-                          f"torch sees {count} {kind} device(s) ({seen})")
+        raise DeviceError(
+            f"--msprobe-devices: {kind} ids {', '.join(map(str, missing))} do not exist: "
+            f"torch sees {count} {kind} device(s) ({seen})"
+        )
 
 
 class DevicePool:

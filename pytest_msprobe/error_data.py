@@ -28,11 +28,13 @@ if TYPE_CHECKING:
 
 MANIFEST = "manifest.json"
 PARTS = ("inputs", "tested_outputs", "bench_outputs", "grad_outputs")
-TORCH_LOAD = ("torch.load(path, weights_only=True). inputs.pt: {'args': [...], 'kwargs': {...}} as rebuilt "
-              "(recorded dtypes, on CPU; a device argument is 'cpu'). tested_outputs.pt, bench_outputs.pt: "
-              "lists in the order of the details rows (output i is item i; for a backward, the gradient of "
-              "the i-th floating input, None where it has none). grad_outputs.pt: the gradients fed to the "
-              "outputs. The bench ran on CPU with floating tensors in its Bench Dtype.")
+TORCH_LOAD = (
+    "torch.load(path, weights_only=True). inputs.pt: {'args': [...], 'kwargs': {...}} as rebuilt "
+    "(recorded dtypes, on CPU; a device argument is 'cpu'). tested_outputs.pt, bench_outputs.pt: "
+    "lists in the order of the details rows (output i is item i; for a backward, the gradient of "
+    "the i-th floating input, None where it has none). grad_outputs.pt: the gradients fed to the "
+    "outputs. The bench ran on CPU with floating tensors in its Bench Dtype."
+)
 NUMPY_LOAD = "numpy.load(path): one array per value, keyed by where it sits (args[0], kwargs['x'], [1])."
 
 
@@ -47,15 +49,27 @@ def save(folder: Path, dump: Dump, result: EntryResult, kept: Kept, checker: Che
             continue
         value = tree_map(_portable, value)
         files[part] = _save_torch(target, part, value) if torch_values else _save_numpy(target, part, value)
-        values[part] = [{"at": at, "dtype": _dtype(leaf), "shape": _shape(leaf)} for at, leaf in leaves(value)
-                        if _shape(leaf) is not None]
+        values[part] = [
+            {"at": at, "dtype": _dtype(leaf), "shape": _shape(leaf)}
+            for at, leaf in leaves(value)
+            if _shape(leaf) is not None
+        ]
     manifest = {
-        "entry": f"{result.api}.{result.direction}", "api": result.api, "direction": result.direction,
-        "dump": str(dump.path), "framework": dump.framework, "status": result.status.value,
-        "message": entry_message(result), "device": checker.run.tested_on, "mode": checker.run.mode,
-        "seed": checker.run.seed, "standard": checker.standard.describe(),
+        "entry": f"{result.api}.{result.direction}",
+        "api": result.api,
+        "direction": result.direction,
+        "dump": str(dump.path),
+        "framework": dump.framework,
+        "status": result.status.value,
+        "message": entry_message(result),
+        "device": checker.run.tested_on,
+        "mode": checker.run.mode,
+        "seed": checker.run.seed,
+        "standard": checker.standard.describe(),
         "outputs": [output_row(result, output) for output in result.outputs],
-        "files": files, "values": values, "load": TORCH_LOAD if torch_values else NUMPY_LOAD,
+        "files": files,
+        "values": values,
+        "load": TORCH_LOAD if torch_values else NUMPY_LOAD,
     }
     (target / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
     return target
@@ -63,10 +77,17 @@ def save(folder: Path, dump: Dump, result: EntryResult, kept: Kept, checker: Che
 
 def output_row(result: EntryResult, output: OutputResult) -> dict[str, Any]:
     """An output as its details row says it."""
-    return {"name": result.output_name(output), "bench_dtype": output.bench_dtype,
-            "tested_dtype": output.tested_dtype, "shape": output.shape, "cosine": output.cosine,
-            "max_abs_err": output.max_abs_err, "max_rel_err": output.max_rel_err, "status": output.status.value,
-            "message": output_message(output)}
+    return {
+        "name": result.output_name(output),
+        "bench_dtype": output.bench_dtype,
+        "tested_dtype": output.tested_dtype,
+        "shape": output.shape,
+        "cosine": output.cosine,
+        "max_abs_err": output.max_abs_err,
+        "max_rel_err": output.max_rel_err,
+        "status": output.status.value,
+        "message": output_message(output),
+    }
 
 
 def dump_label(dump_path: Path) -> str:
@@ -128,4 +149,3 @@ def _shape(value: Any):
 
 def _dtype(value: Any) -> str:
     return str(getattr(value, "dtype", type(value).__name__))
-

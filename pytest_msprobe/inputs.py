@@ -268,8 +268,10 @@ def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
     if isinstance(tree, list):
         return [tree_map(fn, item) for item in tree]
     if isinstance(tree, tuple):
-        return type(tree)(*(tree_map(fn, item) for item in tree)) if hasattr(tree, "_fields") else tuple(
-            tree_map(fn, item) for item in tree
+        return (
+            type(tree)(*(tree_map(fn, item) for item in tree))
+            if hasattr(tree, "_fields")
+            else tuple(tree_map(fn, item) for item in tree)
         )
     if isinstance(tree, dict):
         return {key: tree_map(fn, item) for key, item in tree.items()}

@@ -63,17 +63,26 @@ class EntryItem(pytest.Item):
         checker = self.config.stash[RUN_KEY].checker
         entry = parse_entry_name(self.name)
         if entry is None:
-            self.result = EntryResult(self.name, "forward", SKIP, f"{self.name}: not an API entry name "
-                                      "(<Type>.<api>.<n>.<forward|backward>)", dump=str(self.path))
+            self.result = EntryResult(
+                self.name,
+                "forward",
+                SKIP,
+                f"{self.name}: not an API entry name (<Type>.<api>.<n>.<forward|backward>)",
+                dump=str(self.path),
+            )
         else:
             assert isinstance(self.parent, DumpFile)
             try:
                 self.result = checker.check(self.parent.dump, entry)
             except Exception as exc:
                 # A fault of the plugin: the item fails with its traceback, the CSV still gets a row.
-                self.result = EntryResult(entry.prefix, entry.direction, SKIP,
-                                          f"pytest-msprobe failed on this entry: {type(exc).__name__}: {exc}",
-                                          dump=str(self.path))
+                self.result = EntryResult(
+                    entry.prefix,
+                    entry.direction,
+                    SKIP,
+                    f"pytest-msprobe failed on this entry: {type(exc).__name__}: {exc}",
+                    dump=str(self.path),
+                )
                 raise
         if self.result.status == SKIP:
             pytest.skip(entry_message(self.result) or "nothing to compare")

@@ -99,8 +99,11 @@ def _one_of(choices: tuple[str, ...]) -> str:
 # The options that take one value; --msprobe-dump (repeatable), --msprobe-save-error-data
 # (a bare flag or a folder) and the ini key msprobe_tolerances (lines) are read by `parse` too.
 OPTIONS = (
-    Option("mode", "input data: real (the tensor files), random (from the statistics), auto (real where "
-           "the tensor file exists)", MODES),
+    Option(
+        "mode",
+        "input data: real (the tensor files), random (from the statistics), auto (real where the tensor file exists)",
+        MODES,
+    ),
     Option("device", "device under test", DEVICES),
     Option("devices", "device ids, one per xdist worker: 0-7 or 0,1,2,3 (auto: 0..n-1; without xdist the first)"),
     Option("seed", "seed of the random inputs (mixed with each entry's name)", read=int),

@@ -16,20 +16,35 @@ from .options import ERROR_DATA_FOLDER, OPTIONS, OptionError, Options, parse
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("msprobe", "precision pre-check of msprobe dumps")
-    group.addoption("--msprobe-dump", action="append", metavar="PATH", default=[],
-                    help="a dump.json, or a folder searched for dump.json files; repeatable")
+    group.addoption(
+        "--msprobe-dump",
+        action="append",
+        metavar="PATH",
+        default=[],
+        help="a dump.json, or a folder searched for dump.json files; repeatable",
+    )
     parser.addini("msprobe_dump", "dump.json files or folders to check", type="paths", default=[])
     for option in OPTIONS:
-        group.addoption(option.flag, dest=option.ini, default=None, metavar=option.metavar,
-                        help=option.describe())
+        group.addoption(option.flag, dest=option.ini, default=None, metavar=option.metavar, help=option.describe())
         parser.addini(option.ini, option.help, default="")
-    group.addoption("--msprobe-save-error-data", dest="msprobe_save_error_data", nargs="?", const=True,
-                    default=None, metavar="DIR", help="save inputs and outputs of every entry that is not pass, "
-                    f"with a manifest (default DIR: {ERROR_DATA_FOLDER} under --msprobe-out; "
-                    "ini msprobe_save_error_data)")
+    group.addoption(
+        "--msprobe-save-error-data",
+        dest="msprobe_save_error_data",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="DIR",
+        help="save inputs and outputs of every entry that is not pass, "
+        f"with a manifest (default DIR: {ERROR_DATA_FOLDER} under --msprobe-out; "
+        "ini msprobe_save_error_data)",
+    )
     parser.addini("msprobe_save_error_data", "folder for the error data, or true for the default", default="")
-    parser.addini("msprobe_tolerances", "dtype standard: per-API budgets, lines `pattern: rtol=.., atol=..`",
-                  type="linelist", default=[])
+    parser.addini(
+        "msprobe_tolerances",
+        "dtype standard: per-API budgets, lines `pattern: rtol=.., atol=..`",
+        type="linelist",
+        default=[],
+    )
 
 
 def read_options(config: pytest.Config, dumps: list[str]) -> Options:

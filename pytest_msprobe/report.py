@@ -22,7 +22,15 @@ from .results import ERROR, EntryResult
 
 RESULT_COLUMNS = ["API Name", "Forward Test Success", "Backward Test Success", "Message"]
 DETAILS_COLUMNS = [
-    "API Name", "Bench Dtype", "Tested Dtype", "Shape", "Cosine", "MaxAbsErr", "MaxRelativeErr", "Status", "Message",
+    "API Name",
+    "Bench Dtype",
+    "Tested Dtype",
+    "Shape",
+    "Cosine",
+    "MaxAbsErr",
+    "MaxRelativeErr",
+    "Status",
+    "Message",
 ]
 RESULT_PREFIX = "accuracy_checking_result_"
 DETAILS_PREFIX = "accuracy_checking_details_"
@@ -71,8 +79,10 @@ def read_result_rows(result_path: Path) -> list[list[str]]:
     if not rows:
         return []  # created, then killed before its header reached the disk
     if rows[0] != RESULT_COLUMNS:
-        raise ReportError(f"{result_path}: not an accuracy_checking_result CSV: its header is {rows[0][:4]}, "
-                          f"expected {RESULT_COLUMNS}")
+        raise ReportError(
+            f"{result_path}: not an accuracy_checking_result CSV: its header is {rows[0][:4]}, "
+            f"expected {RESULT_COLUMNS}"
+        )
     return [[untext(cell) for cell in row] for row in rows[1:] if row]
 
 
@@ -107,18 +117,27 @@ class CsvWriter:
         details = csv.writer(self._details)
         for result in (r for r in (forward, backward) if r is not None):
             for row in result.outputs:
-                details.writerow([
-                    text_cell(result.output_name(row)), text_cell(row.bench_dtype), text_cell(row.tested_dtype),
-                    text_cell(row.shape if row.shape is not None else ""), number_cell(row.cosine),
-                    number_cell(row.max_abs_err), number_cell(row.max_rel_err), row.status.value,
-                    text_cell(output_message(row)),
-                ])
-        csv.writer(self._result).writerow([
-            text_cell(api),
-            forward.status.value if forward else "",
-            backward.status.value if backward else "",
-            text_cell(api_message(forward, backward)),
-        ])
+                details.writerow(
+                    [
+                        text_cell(result.output_name(row)),
+                        text_cell(row.bench_dtype),
+                        text_cell(row.tested_dtype),
+                        text_cell(row.shape if row.shape is not None else ""),
+                        number_cell(row.cosine),
+                        number_cell(row.max_abs_err),
+                        number_cell(row.max_rel_err),
+                        row.status.value,
+                        text_cell(output_message(row)),
+                    ]
+                )
+        csv.writer(self._result).writerow(
+            [
+                text_cell(api),
+                forward.status.value if forward else "",
+                backward.status.value if backward else "",
+                text_cell(api_message(forward, backward)),
+            ]
+        )
         # Details first: a result row on disk always has its details beside it.
         self._details.flush()
         self._result.flush()

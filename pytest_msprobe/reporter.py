@@ -48,8 +48,9 @@ class CsvReporter:
         if dump not in self.writers:
             resumed = self.run.selection.resumed
             folder = self.folders.get((self.config.rootpath / dump).resolve(), Path())
-            self.writers[dump] = (CsvWriter(resumed) if resumed
-                                  else CsvWriter.in_folder(self.run.out_dir / folder, self.stamp))
+            self.writers[dump] = (
+                CsvWriter(resumed) if resumed else CsvWriter.in_folder(self.run.out_dir / folder, self.stamp)
+            )
         return self.writers[dump]
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
@@ -76,8 +77,10 @@ class CsvReporter:
         for dump in sorted({row.dump for row in self.unfinished}):
             count = sum(row.dump == dump for row in self.unfinished)
             where = f"{dump}: " if len(self.writers) > 1 else ""
-            terminalreporter.write_line(f"{where}{count} APIs unfinished when the run stopped, not written: "
-                                        f"--msprobe-resume {self.writers[dump].result_path} runs them")
+            terminalreporter.write_line(
+                f"{where}{count} APIs unfinished when the run stopped, not written: "
+                f"--msprobe-resume {self.writers[dump].result_path} runs them"
+            )
         for writer in self.writers.values():
             terminalreporter.write_line(f"result:  {writer.result_path}")
             terminalreporter.write_line(f"details: {writer.details_path}")

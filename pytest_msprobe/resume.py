@@ -66,8 +66,9 @@ def complete_records(path: Path, columns: list[str]) -> tuple[list[list[str]], l
     except csv.Error:
         pass  # a quoted field cut off mid-write: everything before it stands
     if rows and rows[0] != columns:
-        raise ReportError(f"{path}: not an accuracy_checking CSV of pytest-msprobe: its header is {rows[0][:4]}, "
-                          f"expected {columns}")
+        raise ReportError(
+            f"{path}: not an accuracy_checking CSV of pytest-msprobe: its header is {rows[0][:4]}, expected {columns}"
+        )
     if not rows and not ",".join(columns).encode().startswith(data[start:].rstrip(b"\r\n")):
         # Only a header torn mid-write is no header at all.
         raise ReportError(f"{path}: not an accuracy_checking CSV of pytest-msprobe: no header line")

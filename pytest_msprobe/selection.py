@@ -24,8 +24,7 @@ BASELINE_KEY = "msprobe_baseline_failed"
 
 
 class Selection:
-    def __init__(self, resumed: Path | None = None, finished: Iterable[str] = (),
-                 baseline: Baseline | None = None):
+    def __init__(self, resumed: Path | None = None, finished: Iterable[str] = (), baseline: Baseline | None = None):
         self.resumed = resumed  # the result CSV new rows are appended to
         self.finished = set(finished)
         self.baseline = baseline
@@ -68,8 +67,9 @@ class Selection:
     def pytest_report_header(self, config: pytest.Config):
         lines = []
         if self.resumed is not None:
-            lines.append(f"msprobe: resuming {self.resumed}: {len(self.finished)} APIs already finished "
-                         "are not run again")
+            lines.append(
+                f"msprobe: resuming {self.resumed}: {len(self.finished)} APIs already finished are not run again"
+            )
         if self.baseline is not None:
             lines.append(f"msprobe: {self.baseline.describe()}")
         return lines

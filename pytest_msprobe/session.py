@@ -78,11 +78,13 @@ class MsprobeRun:
             raise pytest.UsageError(
                 f"--msprobe-{'resume' if options.resume else 'baseline'} takes the result CSV of one dump, and "
                 f"{len(self.dump_files)} were given: run them one at a time (pytest --msprobe-dump "
-                "step0/rank0/dump.json --msprobe-resume out/rank0/accuracy_checking_result_....csv)")
+                "step0/rank0/dump.json --msprobe-resume out/rank0/accuracy_checking_result_....csv)"
+            )
         self.selection = Selection.from_config(config, base, options.resume, options.baseline)
         recorded = self.device_kind == devices.RECORDED
-        run_options = RunOptions(self.device_kind, Tested.RECORDED if recorded else Tested.DEVICE, options.mode,
-                                 options.seed)
+        run_options = RunOptions(
+            self.device_kind, Tested.RECORDED if recorded else Tested.DEVICE, options.mode, options.seed
+        )
         self.checker = Checker(run_options, make_standard(options), options.error_data_dir(base))
         self.collected: dict[str, Dump] = {}  # by node id, as DumpFile collects them
 
@@ -90,20 +92,23 @@ class MsprobeRun:
         if self.device_kind != devices.RECORDED:
             return
         if self.options.mode == RANDOM:
-            raise pytest.UsageError("--msprobe-device recorded compares the outputs a tensor dump recorded: "
-                                    "it needs the recorded inputs, not --msprobe-mode random")
+            raise pytest.UsageError(
+                "--msprobe-device recorded compares the outputs a tensor dump recorded: "
+                "it needs the recorded inputs, not --msprobe-mode random"
+            )
         for path in self.dump_files:
             task, _ = peek_task(path)
             if task == "statistics":
-                raise pytest.UsageError(f"--msprobe-device recorded needs a tensor dump, but {path} is a "
-                                        "statistics dump (no tensors); use --msprobe-device cpu, cuda or npu")
+                raise pytest.UsageError(
+                    f"--msprobe-device recorded needs a tensor dump, but {path} is a "
+                    "statistics dump (no tensors); use --msprobe-device cpu, cuda or npu"
+                )
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if workers.distributing(session.config) or self.checker.run.tested is Tested.RECORDED:
             return  # the controller runs no entry: it leaves the devices to its workers
         with usage_errors():
-            device = devices.bind(self.device_kind, workers.device_id(session.config, self.device_ids),
-                                  self.frameworks)
+            device = devices.bind(self.device_kind, workers.device_id(session.config, self.device_ids), self.frameworks)
         self.checker = replace(self.checker, run=replace(self.checker.run, device=device))
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

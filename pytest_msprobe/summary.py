@@ -74,8 +74,10 @@ def floor_line(results: Sequence[EntryResult]) -> list[str]:
         return []
     dtypes = ", ".join(f"{n} {dtype}" for dtype, n in at_floor.most_common())
     total = sum(at_floor.values())
-    return [f"{total} of {len(failed)} failing outputs are at the rounding floor of their dtype ({dtypes}); "
-            "--msprobe-standard dtype would pass them"]
+    return [
+        f"{total} of {len(failed)} failing outputs are at the rounding floor of their dtype ({dtypes}); "
+        "--msprobe-standard dtype would pass them"
+    ]
 
 
 def summary_lines(results: Sequence[EntryResult]) -> list[str]:
@@ -97,8 +99,10 @@ def failure_text(result: EntryResult, standard: str) -> str:
     lines = [f"{result.entry}: {len(failed)} of {len(result.outputs)} outputs break the standard {standard}"]
     for row in failed:
         cosine = "n/a" if row.cosine is None else f"{row.cosine:.6g}"
-        lines.append(f"  output.{row.index} {row.tested_dtype} {row.shape}: Cosine {cosine}, "
-                     f"MaxAbsErr {row.max_abs_err:.4g}, MaxRelativeErr {row.max_rel_err:.4g}")
+        lines.append(
+            f"  output.{row.index} {row.tested_dtype} {row.shape}: Cosine {cosine}, "
+            f"MaxAbsErr {row.max_abs_err:.4g}, MaxRelativeErr {row.max_rel_err:.4g}"
+        )
         lines.append(f"    {output_message(row)}")
     lines += [f"  note: {note}" for note in result.notes]
     return "\n".join(lines)
@@ -110,8 +114,11 @@ def metric_properties(result: EntryResult) -> list[tuple[str, str]]:
     for row in result.outputs:
         name = result.output_name(row)
         props.append((f"{name}.status", row.status.value))
-        for metric, value in (("cosine", row.cosine), ("max_abs_err", row.max_abs_err),
-                              ("max_rel_err", row.max_rel_err)):
+        for metric, value in (
+            ("cosine", row.cosine),
+            ("max_abs_err", row.max_abs_err),
+            ("max_rel_err", row.max_rel_err),
+        ):
             if value is not None:
                 props.append((f"{name}.{metric}", repr(value)))
     return props

@@ -25,8 +25,12 @@ THREADS = "msprobe_threads"
 
 def distributing(config: pytest.Config) -> bool:
     """This process is an xdist controller: it hands the items to workers and runs none."""
-    return (not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") != "no"
-            and bool(getattr(config.option, "tx", None)) and not config.option.collectonly)
+    return (
+        not hasattr(config, "workerinput")
+        and getattr(config.option, "dist", "no") != "no"
+        and bool(getattr(config.option, "tx", None))
+        and not config.option.collectonly
+    )
 
 
 def planned_workers(config: pytest.Config) -> int:
@@ -100,8 +104,10 @@ class Controller:
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         ids = ",".join(map(str, self.run.device_ids))
-        return [f"msprobe: {planned_workers(config)} xdist workers, one device each from ids {ids}, "
-                f"{devices.threads_text(self.threads)} each"]
+        return [
+            f"msprobe: {planned_workers(config)} xdist workers, one device each from ids {ids}, "
+            f"{devices.threads_text(self.threads)} each"
+        ]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
@@ -120,8 +126,10 @@ class Controller:
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
-        message = (f"the xdist worker {worker} crashed while checking this entry on "
-                   f"{self.down.get(worker, 'its device')} (a segfault, an abort or the OOM killer in the API)")
+        message = (
+            f"the xdist worker {worker} crashed while checking this entry on "
+            f"{self.down.get(worker, 'its device')} (a segfault, an abort or the OOM killer in the API)"
+        )
         result = crash_result(crashitem, message)
         if result is not None:
             setattr(report, REPORT_ATTRIBUTE, result.to_dict())  # the reporter writes its error row like any other

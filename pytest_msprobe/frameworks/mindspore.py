@@ -24,9 +24,18 @@ from . import OutputPair, Run, RunOptions, Unsupported, ms_mapping
 from . import torch_engine as engine
 
 DTYPES: dict[str, torch.dtype] = {
-    "bool": torch.bool, "bool_": torch.bool, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
-    "int64": torch.int64, "uint8": torch.uint8, "float16": torch.float16, "bfloat16": torch.bfloat16,
-    "float32": torch.float32, "float64": torch.float64, "complex64": torch.complex64,
+    "bool": torch.bool,
+    "bool_": torch.bool,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "uint8": torch.uint8,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "complex64": torch.complex64,
     "complex128": torch.complex128,
 }
 
@@ -83,8 +92,10 @@ def mindspore():
     try:
         import mindspore as ms
     except ImportError as exc:
-        raise Unsupported(f"MindSpore is not installed ({exc}): pip install 'pytest-msprobe[mindspore]', "
-                          "or check the outputs a tensor dump recorded with --msprobe-device recorded") from None
+        raise Unsupported(
+            f"MindSpore is not installed ({exc}): pip install 'pytest-msprobe[mindspore]', "
+            "or check the outputs a tensor dump recorded with --msprobe-device recorded"
+        ) from None
     if "mode" not in _bound:
         ms.set_context(mode=ms.PYNATIVE_MODE)
         # Without it an op's kernel error surfaces at the next op: another entry's.
@@ -114,7 +125,8 @@ def bind(device: str) -> str:
         current = ms.get_current_device()
         if current[0] != wanted[0] or (target == "npu" and current[1] != wanted[1]):
             raise Unsupported(
-                f"MindSpore cannot move to {device}: {exc} (it runs on {current[0]}:{current[1]})") from None
+                f"MindSpore cannot move to {device}: {exc} (it runs on {current[0]}:{current[1]})"
+            ) from None
     _bound["device"] = device
     return device
 
@@ -165,12 +177,16 @@ def resolve_bench(name: EntryName) -> ms_mapping.Equivalent:
         raise Unsupported(f"non-deterministic API {name.api}: two runs never agree")
     equivalent = ms_mapping.lookup(name.api_type, name.api)
     if equivalent is None and name.api_type == "Primitive":
-        raise Unsupported(f"Primitive.{name.api} has no PyTorch equivalent in pytest-msprobe's MindSpore mapping "
-                          "table: msprobe records no primitive attributes, and only primitives whose attributes "
-                          f"the arguments tell are mapped ({', '.join(sorted(ms_mapping.PRIMITIVE))})")
+        raise Unsupported(
+            f"Primitive.{name.api} has no PyTorch equivalent in pytest-msprobe's MindSpore mapping "
+            "table: msprobe records no primitive attributes, and only primitives whose attributes "
+            f"the arguments tell are mapped ({', '.join(sorted(ms_mapping.PRIMITIVE))})"
+        )
     if equivalent is None:
-        raise Unsupported(f"{name.api_type}.{name.api} has no PyTorch equivalent in pytest-msprobe's MindSpore "
-                          "mapping table (frameworks/ms_mapping.py), so there is no benchmark for it")
+        raise Unsupported(
+            f"{name.api_type}.{name.api} has no PyTorch equivalent in pytest-msprobe's MindSpore "
+            "mapping table (frameworks/ms_mapping.py), so there is no benchmark for it"
+        )
     return equivalent
 
 
@@ -186,10 +202,16 @@ def resolve_tested(name: EntryName, call: engine.Call) -> Callable:
         try:
             return cls(*attributes(*call.args))
         except Exception as exc:  # noqa: BLE001 - arguments the attribute rule cannot read
-            raise Unsupported(f"Primitive {api}: cannot derive its attributes from the recorded arguments "
-                              f"({type(exc).__name__}: {exc})") from None
-    roots = {"Mint": lambda: ms.mint, "MintFunctional": lambda: ms.mint.nn.functional,
-             "Functional": lambda: ms.ops, "Tensor": lambda: ms.Tensor}
+            raise Unsupported(
+                f"Primitive {api}: cannot derive its attributes from the recorded arguments "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
+    roots = {
+        "Mint": lambda: ms.mint,
+        "MintFunctional": lambda: ms.mint.nn.functional,
+        "Functional": lambda: ms.ops,
+        "Tensor": lambda: ms.Tensor,
+    }
     target: Any = roots[api_type]()
     for part in api.split("."):
         target = getattr(target, part, None)
@@ -205,8 +227,15 @@ def build_call(dump: Dump, name: EntryName, mode: str, seed: int) -> engine.Call
     equivalent = resolve_bench(name)
     forward = engine.forward_body(dump, name)
     rebuilt = Rebuilder(CODEC, f"{name.prefix}.forward", dump.tensor_dir, mode, seed).rebuild(forward)
-    call = engine.Call(name, None, equivalent.bench(), rebuilt.args, rebuilt.kwargs,
-                       engine.flat_specs(forward.get("output", [])), list(rebuilt.notes))
+    call = engine.Call(
+        name,
+        None,
+        equivalent.bench(),
+        rebuilt.args,
+        rebuilt.kwargs,
+        engine.flat_specs(forward.get("output", [])),
+        list(rebuilt.notes),
+    )
     if equivalent.note:
         call.notes.append(equivalent.note)
     return call
@@ -263,8 +292,11 @@ def tested_gradients(call: engine.Call, fn: Callable, grad_outputs: list) -> lis
     sens = []
     for i, o in enumerate(outs):
         g = grads[i] if i < len(grads) and isinstance(grads[i], torch.Tensor) else None
-        sens.append(to_mindspore(g).astype(o.dtype) if g is not None else
-                    ms.Tensor(np.zeros(o.shape, dtype=np.float32)).astype(o.dtype))
+        sens.append(
+            to_mindspore(g).astype(o.dtype)
+            if g is not None
+            else ms.Tensor(np.zeros(o.shape, dtype=np.float32)).astype(o.dtype)
+        )
     found = vjp(tuple(sens) if isinstance(out, (tuple, list)) else sens[0])
     found = found if isinstance(found, (tuple, list)) else (found,)
     return [from_mindspore(g) for g in found]
@@ -282,9 +314,11 @@ def on_device(name: EntryName, work: Callable[[], list]) -> Callable[[], list]:
             kernel = missing_kernel(exc)
             if kernel is None:
                 raise
-            raise Unsupported(f"MindSpore {mindspore().__version__} has no kernel {kernel} on "
-                              f"{_bound.get('device', 'this device')} for {name.api_type}.{name.api} "
-                              f"({type(exc).__name__}: {engine.first_line(exc)})") from None
+            raise Unsupported(
+                f"MindSpore {mindspore().__version__} has no kernel {kernel} on "
+                f"{_bound.get('device', 'this device')} for {name.api_type}.{name.api} "
+                f"({type(exc).__name__}: {engine.first_line(exc)})"
+            ) from None
 
     return tested
 
@@ -301,37 +335,40 @@ class MindSpore:
         call = build_call(dump, entry, REAL if options.recorded else options.mode, options.seed)
         if not options.recorded:
             bind(options.device)
-        sides = backward_sides(dump, call, options) if entry.direction == BACKWARD else forward_sides(
-            dump, call, options)
+        sides = (
+            backward_sides(dump, call, options) if entry.direction == BACKWARD else forward_sides(dump, call, options)
+        )
         return engine.run_sides(call, sides, options.keep)
 
 
 def forward_sides(dump: Dump, call: engine.Call, options: RunOptions) -> engine.Sides:
     name = call.name
     if options.recorded:
+
         def tested() -> list:
             return engine.recorded_values(CODEC, dump, f"{name.prefix}.forward", call.output_specs, "output")
     else:
+
         def tested() -> list:
             fn = resolve_tested(name, call)
             return on_device(name, lambda: tested_forward(call, fn))()
 
-    return engine.Sides(lambda side: engine.forward(side, call), tested, engine.pairs_of, call.notes,
-                        options.recorded)
+    return engine.Sides(lambda side: engine.forward(side, call), tested, engine.pairs_of, call.notes, options.recorded)
 
 
 def backward_sides(dump: Dump, call: engine.Call, options: RunOptions) -> engine.Sides:
     name = call.name
     body = dump.entries[name.full]
-    rebuilder = Rebuilder(CODEC, name.full, dump.tensor_dir, REAL if options.recorded else options.mode,
-                          options.seed)
+    rebuilder = Rebuilder(CODEC, name.full, dump.tensor_dir, REAL if options.recorded else options.mode, options.seed)
     grad_outputs = rebuilder.rebuild(body, "input", "").args
     grad_specs = gradient_specs(name, call, engine.flat_specs(body.get("output", [])))
     notes = call.notes + rebuilder.notes
     recorded_any = any(is_tensor_spec(spec) for spec in grad_specs)
     if options.recorded and not recorded_any:
-        raise Unsupported("the backward entry records no input gradient (msprobe wrote an empty output "
-                          "list), so there is nothing recorded to compare")
+        raise Unsupported(
+            "the backward entry records no input gradient (msprobe wrote an empty output "
+            "list), so there is nothing recorded to compare"
+        )
     if not options.recorded and not recorded_any:
         notes = [*notes, "msprobe recorded no input gradient: the gradients of every floating input are compared"]
 
@@ -339,9 +376,11 @@ def backward_sides(dump: Dump, call: engine.Call, options: RunOptions) -> engine
         return engine.gradients(side, call, grad_outputs)
 
     if options.recorded:
+
         def tested() -> list:
             return engine.recorded_values(CODEC, dump, name.full, grad_specs, "output")
     else:
+
         def tested() -> list:
             fn = resolve_tested(name, call)
             return on_device(name, lambda: tested_gradients(call, fn, grad_outputs))()

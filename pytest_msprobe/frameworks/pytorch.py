@@ -36,8 +36,26 @@ from .torch_engine import (
 )
 
 # Casts: their dtype argument is the point of the call, and never autocast.
-CASTS = frozenset({"to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long", "bool", "char",
-                   "byte", "short", "cpu", "cuda", "npu"})
+CASTS = frozenset(
+    {
+        "to",
+        "type",
+        "type_as",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "int",
+        "long",
+        "bool",
+        "char",
+        "byte",
+        "short",
+        "cpu",
+        "cuda",
+        "npu",
+    }
+)
 
 
 class PyTorch:
@@ -46,10 +64,16 @@ class PyTorch:
     name = "pytorch"
 
     def run(self, dump: Dump, entry: EntryName, options: RunOptions) -> Run:
-        call = build_call(dump, entry, resolve(entry, options.recorded, options.device),
-                          REAL if options.recorded else options.mode, options.seed)
-        sides = backward_sides(dump, call, options) if entry.direction == BACKWARD else forward_sides(
-            dump, call, options)
+        call = build_call(
+            dump,
+            entry,
+            resolve(entry, options.recorded, options.device),
+            REAL if options.recorded else options.mode,
+            options.seed,
+        )
+        sides = (
+            backward_sides(dump, call, options) if entry.direction == BACKWARD else forward_sides(dump, call, options)
+        )
         return run_sides(call, sides, options.keep)
 
 
@@ -80,8 +104,10 @@ def resolve_npu(api: str, recorded: bool, device: str) -> tuple[Callable | None,
     if recorded:
         return None, bench
     if not device.startswith("npu"):
-        raise Unsupported(f"NPU op {api} runs only on an NPU: use --msprobe-device npu, or recorded "
-                          "to check the outputs a tensor dump recorded")
+        raise Unsupported(
+            f"NPU op {api} runs only on an NPU: use --msprobe-device npu, or recorded "
+            "to check the outputs a tensor dump recorded"
+        )
     import torch_npu
 
     return getattr(torch_npu, api), bench
@@ -128,8 +154,11 @@ def build_call(dump: Dump, name: EntryName, fns: tuple[Callable | None, Callable
     rebuilt = Rebuilder(CODEC, f"{name.prefix}.forward", dump.tensor_dir, mode, seed).rebuild(forward_entry)
     output_specs = flat_specs(forward_entry.get("output", []))
     call = Call(name, fns[0], fns[1], rebuilt.args, rebuilt.kwargs, output_specs, list(rebuilt.notes))
-    call.grad_flags = [spec.get("requires_grad") is not False for spec in input_tensor_specs(forward_entry)
-                       if CODEC.dtype_kind(spec["dtype"]) == "f"]
+    call.grad_flags = [
+        spec.get("requires_grad") is not False
+        for spec in input_tensor_specs(forward_entry)
+        if CODEC.dtype_kind(spec["dtype"]) == "f"
+    ]
     recover_undescribed(call)
     call.autocast = autocast_dtype(call)
     if call.autocast is not None:
@@ -176,9 +205,11 @@ def autocast_dtype(call: Call) -> torch.dtype | None:
 def forward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
     name = call.name
     if options.recorded:
+
         def tested() -> list:
             return recorded_values(CODEC, dump, f"{name.prefix}.forward", call.output_specs, "output")
     else:
+
         def tested() -> list:
             return forward(tested_side(options.device, call), call)
 
@@ -211,8 +242,10 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
 
     if options.recorded:
         if returns_its_input(call):
-            raise Unsupported(f"{name.api} returned its input unchanged (a no-op cast), so it has no backward "
-                              "node of its own: the gradients msprobe recorded for it belong to other calls")
+            raise Unsupported(
+                f"{name.api} returned its input unchanged (a no-op cast), so it has no backward "
+                "node of its own: the gradients msprobe recorded for it belong to other calls"
+            )
 
         def recorded() -> list:
             return recorded_values(CODEC, dump, name.full, grad_specs, "output")
@@ -244,8 +277,11 @@ def returns_its_input(call: Call) -> bool:
         return False
     source = call.args[0]
     outputs = [s for s in call.output_specs if is_tensor_spec(s)]
-    return len(outputs) == 1 and outputs[0].get("dtype") == str(source.dtype) and outputs[0].get("shape") == list(
-        source.shape)
+    return (
+        len(outputs) == 1
+        and outputs[0].get("dtype") == str(source.dtype)
+        and outputs[0].get("shape") == list(source.shape)
+    )
 
 
 def match_recorded_gradients(tested: list, bench: list, specs: list) -> tuple[dict[int, Any], list]:
@@ -269,4 +305,3 @@ def match_recorded_gradients(tested: list, bench: list, specs: list) -> tuple[di
         else:
             matched[index] = t
     return matched, strays
-

@@ -90,9 +90,11 @@ class Call:
     @property
     def inplace(self) -> bool:
         api = self.name.api.rsplit(".", 1)[-1]
-        return (api.endswith("_") and not api.endswith("__")) or api.startswith("__i") or self.kwargs.get(
-            "inplace"
-        ) is True
+        return (
+            (api.endswith("_") and not api.endswith("__"))
+            or api.startswith("__i")
+            or self.kwargs.get("inplace") is True
+        )
 
 
 def forward_body(dump: Dump, name: EntryName) -> dict:
@@ -212,8 +214,11 @@ def run_bench(compute: Callable[[Side], list]) -> tuple[list, str]:
     errors: list[str] = []
     for side in bench_sides():
         try:
-            return compute(side), ("" if side.floating == torch.float64 else
-                                   f"benchmark ran in {side.floating}: float64 raised {errors[0]}")
+            return compute(side), (
+                ""
+                if side.floating == torch.float64
+                else f"benchmark ran in {side.floating}: float64 raised {errors[0]}"
+            )
         except Unsupported:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of the bench is reported
@@ -248,8 +253,9 @@ def gradients(side: Side, call: Call, grad_outputs: list) -> list:
     # d/do of sum(o * g) is g exactly, so this is backward with grad_outputs g;
     # autograd.grad(..., grad_outputs=) imports sympy on first use (0.25-1.3 s a process).
     if any(o.is_complex() for o, _ in chosen):  # a complex loss has no implicit grad
-        found = iter(torch.autograd.grad([o for o, _ in chosen], wanted, [g.to(o.dtype) for o, g in chosen],
-                                         allow_unused=True))
+        found = iter(
+            torch.autograd.grad([o for o, _ in chosen], wanted, [g.to(o.dtype) for o, g in chosen], allow_unused=True)
+        )
     else:
         loss = sum((o * g.to(o.dtype)).sum() for o, g in chosen)
         found = iter(torch.autograd.grad(loss, wanted, allow_unused=True))
@@ -318,8 +324,13 @@ def gradient_pairs(matched: dict[int, Any], bench: list, strays: list) -> list[O
         pairs.append(pair)
     if strays:
         for index in (i for i, s in enumerate(shapes) if s is not None and i not in matched):
-            pairs.append(OutputPair(index, skip=f"no recorded gradient has this input's shape {shapes[index]}: "
-                                               f"msprobe recorded {strays}, which match no input"))
+            pairs.append(
+                OutputPair(
+                    index,
+                    skip=f"no recorded gradient has this input's shape {shapes[index]}: "
+                    f"msprobe recorded {strays}, which match no input",
+                )
+            )
     return sorted(pairs, key=lambda p: p.index)
 
 

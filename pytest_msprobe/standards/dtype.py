@@ -116,8 +116,15 @@ BUDGETS = {
     "float32": Budget(FLOAT32, max_error=Limits(64, 16384), rms_error=Limits(64, 16384), input_ulps=1),
     "float64": Budget(FLOAT64, max_error=Limits(64, 16384), rms_error=Limits(64, 16384), input_ulps=1),
 }
-_ALIASES = {"bf16": "bfloat16", "half": "float16", "fp16": "float16", "float": "float32",
-            "fp32": "float32", "double": "float64", "fp64": "float64"}
+_ALIASES = {
+    "bf16": "bfloat16",
+    "half": "float16",
+    "fp16": "float16",
+    "float": "float32",
+    "fp32": "float32",
+    "double": "float64",
+    "fp64": "float64",
+}
 _RANK = {PASS: 0, WARNING: 1, ERROR: 2}
 
 
@@ -188,13 +195,21 @@ def read(c: Comparison, budget: Budget) -> Reading:
     input_scale = _finite_or_zero(c.input_scale)
     input_part = budget.input_ulps * fmt.ulp(input_scale) if input_scale else 0.0
     input_name = f"{budget.input_ulps:g} ULP of the input scale {input_scale:.3g}"
-    max_error = Check("max error", float(np.abs(t - b).max()) if t.size else 0.0, fmt.ulp(output_scale),
-                      f"the output scale {output_scale:.3g}", budget.max_error, input_part, input_name)
+    max_error = Check(
+        "max error",
+        float(np.abs(t - b).max()) if t.size else 0.0,
+        fmt.ulp(output_scale),
+        f"the output scale {output_scale:.3g}",
+        budget.max_error,
+        input_part,
+        input_name,
+    )
     # The RMS unit is continuous (eps x RMS): a binade step would halve it at random.
     # Below the normal range the spacing stops shrinking, and so does the unit.
     rms_unit = max(math.ldexp(rms, -fmt.mantissa_bits), fmt.ulp(0.0))
-    rms_error = Check("RMS error", _rms(t - b), rms_unit, f"the output's RMS {rms:.3g}",
-                      budget.rms_error, input_part, input_name)
+    rms_error = Check(
+        "RMS error", _rms(t - b), rms_unit, f"the output's RMS {rms:.3g}", budget.rms_error, input_part, input_name
+    )
     return Reading(budget, input_scale, max_error, rms_error)
 
 
@@ -227,8 +242,10 @@ class DtypeStandard:
             raise ValueError(f"msprobe_tolerances: {exc}") from None
 
     def describe(self) -> str:
-        text = (f"dtype (max/RMS error within ULP of the output scale/RMS: {_budgets('pass_ulps')};"
-                " fp32/fp64 + 1 ULP of the input scale")
+        text = (
+            f"dtype (max/RMS error within ULP of the output scale/RMS: {_budgets('pass_ulps')};"
+            " fp32/fp64 + 1 ULP of the input scale"
+        )
         if self.warning:
             text += f"; warning up to {_budgets('error_ulps')}"
         if self.tolerances:
@@ -263,8 +280,9 @@ class DtypeStandard:
 
 def _budgets(limit: str) -> str:
     """ "bf16 8/2, fp16 8/4, ...": one limit of the max and the RMS error per dtype."""
-    return ", ".join(f"{b.format.name} {getattr(b.max_error, limit):g}/{getattr(b.rms_error, limit):g}"
-                     for b in BUDGETS.values())
+    return ", ".join(
+        f"{b.format.name} {getattr(b.max_error, limit):g}/{getattr(b.rms_error, limit):g}" for b in BUDGETS.values()
+    )
 
 
 def _judge_basic(c: Comparison, m: Metrics) -> Verdict:

@@ -43,8 +43,13 @@ class Tolerance:
         if not off:
             return Verdict(PASS, [f"within tolerance {self.pattern}"])
         where = m.where()
-        return Verdict(ERROR, [f"tolerance {self.describe()}: {off} of {error.size} elements off, "
-                               f"max error {m.max_abs_err:.3g}{',' + where if where else ''}"])
+        return Verdict(
+            ERROR,
+            [
+                f"tolerance {self.describe()}: {off} of {error.size} elements off, "
+                f"max error {m.max_abs_err:.3g}{',' + where if where else ''}"
+            ],
+        )
 
 
 _SETTING = re.compile(r"^\s*(\w+)\s*=\s*([^\s,]+)\s*$")
