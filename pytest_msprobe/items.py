@@ -30,9 +30,11 @@ class DumpFile(pytest.File):
             yield UnreadableDump.from_parent(self, name="dump", message=str(exc))
             return
         self.config.stash[RUN_KEY].collected[self.nodeid] = self.dump
-        for name in self.dump.entries:
+        for position, name in enumerate(self.dump.entries):
             if entry_kind(name) != "module":
-                yield EntryItem.from_parent(self, name=name)
+                item: EntryItem = EntryItem.from_parent(self, name=name)
+                item.position = position  # its place in the dump: the order msprobe recorded the calls
+                yield item
 
 
 class UnreadableDump(pytest.Item):
@@ -58,6 +60,7 @@ class EntryItem(pytest.Item):
     """One API entry of a dump, checked on the device under test against the bench."""
 
     result: EntryResult | None = None
+    position: int | None = None
 
     def runtest(self) -> None:
         checker = self.config.stash[RUN_KEY].checker
@@ -73,7 +76,7 @@ class EntryItem(pytest.Item):
         else:
             assert isinstance(self.parent, DumpFile)
             try:
-                self.result = checker.check(self.parent.dump, entry)
+                self.result = checker.check(self.parent.dump, entry, self.position)
             except Exception as exc:
                 # A fault of the plugin: the item fails with its traceback, the CSV still gets a row.
                 self.result = EntryResult(

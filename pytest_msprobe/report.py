@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .dump import BACKWARD, FORWARD, parse_entry_name
-from .messages import api_message, output_message
+from .messages import api_message, details_message
 from .results import ERROR, EntryResult
 
 RESULT_COLUMNS = ["API Name", "Forward Test Success", "Backward Test Success", "Message"]
@@ -127,7 +127,7 @@ class CsvWriter:
                         number_cell(row.max_abs_err),
                         number_cell(row.max_rel_err),
                         row.status.value,
-                        text_cell(output_message(row)),
+                        text_cell(details_message(result, row)),
                     ]
                 )
         csv.writer(self._result).writerow(

@@ -12,15 +12,16 @@ import torch
 from conftest import run_msprobe, ROOT, read_csv
 
 FAILING = 6  # examples/pt_tensor_L1 under the default rule, on cpu and recorded alike
-NOT_PASS = {"cpu": FAILING, "recorded": FAILING + 1}  # recorded: one backward is a SKIP
+# Nothing is saved for a SKIP (recorded: Torch.matmul.0.backward, whose recorded gradients match no input).
+NOT_PASS = {"cpu": FAILING, "recorded": FAILING}
 
 
 
 def not_pass(folder):
-    """Entries whose status in the result CSV is neither pass nor empty."""
+    """Entries whose status in the result CSV is neither pass, SKIP nor empty."""
     return {f"{row['API Name']}.{direction}" for row in read_csv(folder, "result")
             for direction, column in (("forward", "Forward Test Success"), ("backward", "Backward Test Success"))
-            if row[column] not in ("", "pass")}
+            if row[column] not in ("", "pass", "SKIP")}
 
 
 @pytest.mark.parametrize("device,workers", [pytest.param("cpu", ["-n", "2"], marks=pytest.mark.slow), ("recorded", [])])
@@ -30,12 +31,16 @@ def test_every_entry_that_is_not_pass_has_its_values_and_manifest(pytester, copy
     saved = pytester.path / "out" / "msprobe_error_data" / "pt_tensor_L1"
     assert {p.name for p in saved.iterdir()} == not_pass(pytester.path / "out")
     assert len(list(saved.iterdir())) == NOT_PASS[device]
+    if device == "recorded":  # its SKIP is in the CSV, and nothing of it in the folder
+        skipped = {row["API Name"] for row in read_csv(pytester.path / "out", "result")
+                   if row["Backward Test Success"] == "SKIP"}
+        assert skipped == {"Torch.matmul.0"} and not (saved / "Torch.matmul.0.backward").exists()
     details = {d["API Name"]: d for d in read_csv(pytester.path / "out", "details")}
     checked = 0
     for entry in saved.iterdir():
         manifest = json.loads((entry / "manifest.json").read_text())
         assert (manifest["entry"], manifest["device"]) == (entry.name, device)
-        assert manifest["status"] == ("SKIP" if entry.name == "Torch.matmul.0.backward" else "error")
+        assert manifest["status"] == "error"
         parts = {"inputs", "tested_outputs", "bench_outputs"}
         parts |= {"grad_outputs"} if entry.name.endswith(".backward") else set()
         assert set(manifest["files"]) == parts

@@ -20,7 +20,7 @@ import torch
 
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, is_tensor_spec, tree_map
-from . import OutputPair, Run, RunOptions, Unsupported, ms_mapping
+from . import OutputPair, Recipe, Run, RunOptions, Unsupported, ms_mapping
 from . import torch_engine as engine
 
 DTYPES: dict[str, torch.dtype] = {
@@ -206,14 +206,8 @@ def resolve_tested(name: EntryName, call: engine.Call) -> Callable:
                 f"Primitive {api}: cannot derive its attributes from the recorded arguments "
                 f"({type(exc).__name__}: {exc})"
             ) from None
-    roots = {
-        "Mint": lambda: ms.mint,
-        "MintFunctional": lambda: ms.mint.nn.functional,
-        "Functional": lambda: ms.ops,
-        "Tensor": lambda: ms.Tensor,
-    }
-    target: Any = roots[api_type]()
-    for part in api.split("."):
+    target: Any = ms
+    for part in [*NAMESPACES[api_type].split(".")[1:], *api.split(".")]:
         target = getattr(target, part, None)
         if target is None:
             raise Unsupported(f"{api_type}.{api} does not exist in MindSpore {ms.__version__}")
@@ -338,7 +332,40 @@ class MindSpore:
         sides = (
             backward_sides(dump, call, options) if entry.direction == BACKWARD else forward_sides(dump, call, options)
         )
-        return engine.run_sides(call, sides, options.keep)
+        if options.keep:
+            sides.recipe = recipe(call)
+        return engine.run_sides(call, sides, options)
+
+
+# API type -> the MindSpore namespace of its APIs: a dump's `Mint.exp` is mindspore.mint.exp.
+NAMESPACES = {
+    "Mint": "mindspore.mint",
+    "MintFunctional": "mindspore.mint.nn.functional",
+    "Functional": "mindspore.ops",
+    "Tensor": "mindspore.Tensor",
+    "Primitive": "mindspore.ops",
+}
+
+
+def recipe(call: engine.Call) -> Recipe:
+    """The call as repro.py rebuilds it: the MindSpore callable, and the PyTorch bench as source."""
+    name = call.name
+    equivalent = resolve_bench(name)
+    if name.api_type == "Primitive":
+        attributes = equivalent.primitive_args or (lambda *args: ())
+        path = f"{NAMESPACES['Primitive']}.{ms_mapping.primitive_class(name.api)}"
+        return Recipe("mindspore", path, equivalent.source(), primitive_args=tuple(attributes(*call.args)))
+    return Recipe("mindspore", f"{NAMESPACES[name.api_type]}.{name.api}", equivalent.source())
+
+
+def probing(options: RunOptions, work: Callable[[], list]) -> Callable[[], list]:
+    """The fp32 probe's run on MindSpore: on the CPU when the tested side was recorded."""
+
+    def probe() -> list:
+        bind(options.probe_device)
+        return work()
+
+    return probe
 
 
 def forward_sides(dump: Dump, call: engine.Call, options: RunOptions) -> engine.Sides:
@@ -353,7 +380,18 @@ def forward_sides(dump: Dump, call: engine.Call, options: RunOptions) -> engine.
             fn = resolve_tested(name, call)
             return on_device(name, lambda: tested_forward(call, fn))()
 
-    return engine.Sides(lambda side: engine.forward(side, call), tested, engine.pairs_of, call.notes, options.recorded)
+    def probe() -> list:
+        widened = engine.in_fp32(call)
+        return tested_forward(widened, resolve_tested(name, widened))
+
+    return engine.Sides(
+        lambda side: engine.forward(side, call),
+        tested,
+        engine.pairs_of,
+        call.notes,
+        options.recorded,
+        probe=probing(options, probe),
+    )
 
 
 def backward_sides(dump: Dump, call: engine.Call, options: RunOptions) -> engine.Sides:
@@ -398,7 +436,13 @@ def backward_sides(dump: Dump, call: engine.Call, options: RunOptions) -> engine
         matched, strays = by_input(tested, bench)
         return engine.gradient_pairs(matched, bench, strays)
 
-    return engine.Sides(bench, tested, pair, notes, options.recorded, grad_outputs, in_bench_order)
+    def probe() -> list:
+        widened = engine.in_fp32(call)
+        return tested_gradients(widened, resolve_tested(name, widened), grad_outputs)
+
+    return engine.Sides(
+        bench, tested, pair, notes, options.recorded, grad_outputs, in_bench_order, probing(options, probe)
+    )
 
 
 def gradient_specs(name: EntryName, call: engine.Call, specs: list) -> list:

@@ -13,7 +13,7 @@ import torch
 
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, Undescribed, is_tensor_spec, tree_map
-from . import OutputPair, Run, RunOptions, Unsupported
+from . import OutputPair, Recipe, Run, RunOptions, Unsupported
 from .torch_engine import (
     CODEC,
     LOW_PRECISION,
@@ -25,6 +25,7 @@ from .torch_engine import (
     forward_body,
     gradient_pairs,
     gradients,
+    in_fp32,
     input_of,
     input_tensor_specs,
     pairs_of,
@@ -74,7 +75,32 @@ class PyTorch:
         sides = (
             backward_sides(dump, call, options) if entry.direction == BACKWARD else forward_sides(dump, call, options)
         )
-        return run_sides(call, sides, options.keep)
+        if options.keep:
+            sides.recipe = recipe(call)
+        return run_sides(call, sides, options)
+
+
+# API type -> the torch namespace of its APIs: a dump's `Functional.relu` is torch.nn.functional.relu.
+NAMESPACES = {
+    "Functional": "torch.nn.functional",
+    "Tensor": "torch.Tensor",
+    "Torch": "torch",
+    "VF": "torch._VF",
+    "Aten": "torch.ops.aten",
+    "NPU": "torch_npu",
+}
+
+
+def recipe(call: Call) -> Recipe:
+    """The call as repro.py rebuilds it; an NPU op's float64 reference is not rebuilt there."""
+    name = call.name
+    path = f"{NAMESPACES[name.api_type]}.{name.api}"
+    bench = (
+        ""
+        if name.api_type == "NPU"
+        else f'def bench(*args, **kwargs):\n    return resolve("{path}")(*args, **kwargs)\n'
+    )
+    return Recipe("pytorch", path, bench, str(call.autocast or ""), tuple(call.grad_flags), call.inplace)
 
 
 # -- resolving an entry --------------------------------------------------------
@@ -126,17 +152,10 @@ def _skip_unmodelled(api: str, reference: Callable, unsupported: type[Exception]
 
 
 def resolve_torch(api_type: str, api: str) -> Callable:
-    roots = {
-        "Functional": lambda: torch.nn.functional,
-        "Tensor": lambda: torch.Tensor,
-        "Torch": lambda: torch,
-        "VF": lambda: torch._VF,
-        "Aten": lambda: torch.ops.aten,
-    }
-    if api_type not in roots:
+    if api_type not in NAMESPACES or api_type == "NPU":
         raise Unsupported(f"unknown API type {api_type!r}")
-    target: Any = roots[api_type]()
-    for part in api.split("."):
+    target: Any = torch
+    for part in [*NAMESPACES[api_type].split(".")[1:], *api.split(".")]:
         try:
             target = getattr(target, part)
         except (AttributeError, RuntimeError):
@@ -216,7 +235,11 @@ def forward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
     def pair(tested: list, bench: list) -> list[OutputPair]:
         return skip_uncompared(name, pairs_of(tested, bench))
 
-    return Sides(lambda side: forward(side, call), tested, pair, call.notes, options.recorded)
+    def probe() -> list:
+        widened = in_fp32(call)
+        return forward(tested_side(options.probe_device, widened), widened)
+
+    return Sides(lambda side: forward(side, call), tested, pair, call.notes, options.recorded, probe=probe)
 
 
 def skip_uncompared(name: EntryName, pairs: list[OutputPair]) -> list[OutputPair]:
@@ -240,6 +263,10 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
     def bench(side: Any) -> list:
         return gradients(side, call, grad_outputs)
 
+    def probe() -> list:
+        widened = in_fp32(call)
+        return gradients(tested_side(options.probe_device, widened), widened, grad_outputs)
+
     if options.recorded:
         if returns_its_input(call):
             raise Unsupported(
@@ -258,7 +285,7 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
             matched, strays = match_recorded_gradients(tested, bench, grad_specs)
             return gradient_pairs(matched, bench, strays)
 
-        return Sides(bench, recorded, recorded_pairs, notes, True, grad_outputs, in_bench_order)
+        return Sides(bench, recorded, recorded_pairs, notes, True, grad_outputs, in_bench_order, probe)
 
     def tested() -> list:
         return gradients(tested_side(options.device, call), call, grad_outputs)
@@ -268,7 +295,7 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
         expected = [i < len(grad_specs) and grad_specs[i] is not None for i in range(len(bench))]
         return [p for p in pairs_of(tested, bench) if p.index < len(expected) and expected[p.index]]
 
-    return Sides(bench, tested, pair, notes, False, grad_outputs)
+    return Sides(bench, tested, pair, notes, False, grad_outputs, probe=probe)
 
 
 def returns_its_input(call: Call) -> bool:

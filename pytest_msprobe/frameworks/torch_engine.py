@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,7 +21,7 @@ import torch
 
 from ..dump import Dump, EntryName
 from ..inputs import REAL, Codec, Device, Rebuilder, is_tensor_spec, tree_map
-from . import BenchmarkFailed, Kept, OutputPair, Run, Unsupported
+from . import BenchmarkFailed, Kept, OutputPair, Probe, Recipe, Run, RunOptions, Unsupported
 
 # Random by design: two runs never agree, so there is nothing to check.
 NONDETERMINISTIC = re.compile(
@@ -133,6 +133,22 @@ def recorded_values(codec: Codec, dump: Dump, entry: str, specs: list, key: str)
     """The values a tensor dump recorded, loaded from its files (None stays None)."""
     rebuilder = Rebuilder(codec, entry, dump.tensor_dir, REAL, 0)
     return [None if spec is None else rebuilder.value(spec, f"{key}[{i}]") for i, spec in enumerate(specs)]
+
+
+def in_fp32(call: Call) -> Call:
+    """The call with its floating inputs in fp32 and no autocast: the fp32 probe's call."""
+
+    def widen(value: Any) -> Any:
+        return value.float() if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+
+    return replace(call, args=tree_map(widen, call.args), kwargs=tree_map(widen, call.kwargs), autocast=None)
+
+
+def round_like(value: Any, recorded: Any) -> Any:
+    """A probe's output back in the dtype of the output it stands for."""
+    if isinstance(value, torch.Tensor) and isinstance(recorded, torch.Tensor) and value.is_floating_point():
+        return value.to(recorded.dtype) if recorded.is_floating_point() else value
+    return value
 
 
 def input_scale(call: Call) -> float:
@@ -364,11 +380,14 @@ class Sides:
     notes: list[str] = field(default_factory=list)
     recorded: bool = False  # tested values read from the dump: failing to read them is a SKIP, not a finding
     grad_outputs: list | None = None  # backward: the gradients fed to the outputs
-    # The tested values in the order of the bench's, for the error data.
+    # The tested values in the order of the bench's, for the error data and the probe.
     kept_order: Callable[[list, list], list] = _as_recorded
+    # The tested side again with its floating inputs in fp32, its outputs in the bench's order.
+    probe: Callable[[], list] | None = None
+    recipe: Recipe | None = None  # how a standalone script rebuilds the call
 
 
-def run_sides(call: Call, sides: Sides, keep: bool) -> Run:
+def run_sides(call: Call, sides: Sides, options: RunOptions) -> Run:
     """The bench, then the tested side; an exception of the tested run is a finding."""
     bench, note = run_bench(sides.bench)
     run = Run([], [*sides.notes, *([note] if note else [])], input_scale(call))
@@ -382,10 +401,29 @@ def run_sides(call: Call, sides: Sides, keep: bool) -> Run:
             raise
         except Exception as exc:  # noqa: BLE001 - a device that raises is a finding
             run.tested_error = f"{type(exc).__name__}: {first_line(exc)}"
-    if keep:
+    if options.keep:
         grads = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
         kept = None if tested is None else sides.kept_order(tested, bench)
-        run.kept = Kept({"args": call.args, "kwargs": call.kwargs}, kept, bench, grads)
+        run.kept = Kept({"args": call.args, "kwargs": call.kwargs}, kept, bench, grads, sides.recipe)
     if tested is not None:
         run.pairs = sides.pair(tested, bench)
+        if options.probe and sides.probe is not None:
+            run.probe = probe_of(sides.probe, sides.kept_order(tested, bench), bench, run.pairs, options)
+            run.low_precision = call.autocast is not None or any(
+                t.dtype in LOW_PRECISION for t in floating(call.args, call.kwargs)
+            )
     return run
+
+
+def probe_of(
+    rerun: Callable[[], list], recorded: list, bench: list, pairs: list[OutputPair], options: RunOptions
+) -> Probe:
+    """The fp32 probe, to run later: its outputs rounded back to the recorded dtypes, and paired
+    with the bench's as the run paired the tested ones (the same outputs, by their index)."""
+    compared = {pair.index for pair in pairs if not pair.skip}
+
+    def probe_pairs() -> list[OutputPair]:
+        rounded = [round_like(value, like) for value, like in zip(rerun(), recorded)]
+        return [pair for pair in pairs_of(rounded, bench) if pair.index in compared]
+
+    return Probe(options.probe_device, probe_pairs)
