@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+import numpy as np
 import torch
 
 
@@ -80,6 +81,55 @@ class DumpWriter:
     def write(self, task: str = "tensor") -> Path:
         path = self.folder / "dump.json"
         document = {"task": task, "level": "L1", "framework": "pytorch",
+                    "dump_data_dir": str(self.tensor_dir), "data": self.data}
+        path.write_text(json.dumps(document, indent=1))
+        return path
+
+
+class MsDumpWriter:
+    """The same for MindSpore dumps, as msprobe writes them: `mindspore.Tensor` specs, dtypes
+    spelled `BFloat16`, one `.npy` per tensor (bfloat16 stored as float32, which holds it exactly).
+    Values are given as torch tensors; the caller computes the outputs."""
+
+    DTYPES = {torch.float32: "Float32", torch.float16: "Float16", torch.bfloat16: "BFloat16",
+              torch.int64: "Int64", torch.bool: "Bool"}
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.tensor_dir = self.folder / "dump_tensor_data"
+        self.tensor_dir.mkdir(parents=True, exist_ok=True)
+        self.data: Dict[str, Any] = {}
+
+    def spec(self, value: Any, name: str) -> Any:
+        if isinstance(value, torch.Tensor):
+            tensor = value.detach().cpu()
+            stored = tensor.float() if tensor.dtype == torch.bfloat16 else tensor
+            data_name = f"{name}.npy"
+            np.save(self.tensor_dir / data_name, stored.numpy())
+            stats = tensor.to(torch.float64)
+            return {"type": "mindspore.Tensor", "dtype": self.DTYPES[tensor.dtype], "shape": list(tensor.shape),
+                    "Max": float(stats.max()), "Min": float(stats.min()), "Mean": float(stats.mean()),
+                    "Norm": float(stats.norm()), "data_name": data_name}
+        return {"type": type(value).__name__, "value": value}
+
+    def record(self, prefix: str, args: List[Any], outputs: List[Any],
+               grad_outputs: Optional[List[Any]] = None, grad_inputs: Optional[List[Any]] = None) -> None:
+        forward = f"{prefix}.forward"
+        self.data[forward] = {
+            "input_args": [self.spec(a, f"{forward}.input.{i}") for i, a in enumerate(args)],
+            "input_kwargs": {},
+            "output": [self.spec(o, f"{forward}.output.{i}") for i, o in enumerate(outputs)],
+        }
+        if grad_outputs is not None:
+            backward = f"{prefix}.backward"
+            self.data[backward] = {
+                "input": [self.spec(g, f"{backward}.input.{i}") for i, g in enumerate(grad_outputs)],
+                "output": [self.spec(g, f"{backward}.output.{i}") for i, g in enumerate(grad_inputs or [])],
+            }
+
+    def write(self) -> Path:
+        path = self.folder / "dump.json"
+        document = {"task": "tensor", "level": "L1", "framework": "mindspore",
                     "dump_data_dir": str(self.tensor_dir), "data": self.data}
         path.write_text(json.dumps(document, indent=1))
         return path
