@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, read_csv, run_msprobe
+from conftest import read_csv, run_msprobe
 from pytest_msprobe import stack
 from pytest_msprobe.dump import parse_entry_name
 from pytest_msprobe.results import CallSite
