@@ -82,6 +82,7 @@ class Checker:
             metrics.max_rel_err,
             verdict.reasons,
             verdict.floor,
+            pair.note,
         )
 
     def probe(self, name: EntryName, run: Run, probe: Probe) -> ProbeResult:

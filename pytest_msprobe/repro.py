@@ -4,8 +4,9 @@
 
 - inputs.pt: the call's inputs as the run rebuilt them (recorded dtypes, on the CPU; random
   mode's generated values), the gradients fed to the outputs of a backward, the recorded
-  outputs where the tested side was recorded, and the bench outputs of an NPU op; plain
-  tensors and Python values, loadable with torch.load(weights_only=True);
+  outputs where the tested side was recorded (with the float64 gradients they were judged
+  against where msprobe took them inside the API's graph), and the bench outputs of an NPU
+  op; plain tensors and Python values, loadable with torch.load(weights_only=True);
 - verdict.json: the metrics, the rule and the verdict of this run;
 - repro.py: templates/repro.py with the entry's part written in, a script that needs torch
   and numpy only (torch_npu for an NPU, MindSpore for a MindSpore entry's tested side) and
@@ -62,6 +63,8 @@ def inputs(kept: Kept, recorded: bool) -> dict[str, Any]:
         data["grads"] = encode(kept.grad_outputs)
     if recorded and kept.tested is not None:
         data["recorded"] = encode(kept.tested)
+        if kept.bench_inside:  # the recorded gradients' float64 counterparts inside the API's graph
+            data["recorded_bench"] = encode(kept.bench)
     if kept.recipe is not None and not kept.recipe.bench_source:
         data["bench"] = encode(kept.bench)
     return data

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import read_csv, run_msprobe
+from dumpwriter import DumpWriter
 from pytest_msprobe import repro
 from pytest_msprobe.compare import Comparison, compare
 from pytest_msprobe.results import EntryResult, OutputResult
@@ -138,7 +139,10 @@ def test_recorded_and_random_mode_repros(pytester, copy_dump, tmp_path):
     recorded = copy_dump("pt_tensor_L1")
     _, details, folders = repro_run(pytester, recorded, "--msprobe-device", "recorded", out="recorded")
     assert not (folders / "Torch.matmul.0.backward").exists()  # a SKIP has no repro
-    for entry in ("Functional.linear.1.forward", "Torch.matmul.1.backward"):
+    # linear's weight gradient: msprobe took it inside the API's graph, transposed; the run judged it
+    # against the float64 gradient there, which inputs.pt keeps for the script.
+    assert "recorded_bench" in torch.load(folders / "Functional.linear.1.backward" / "inputs.pt", weights_only=True)
+    for entry in ("Functional.linear.1.forward", "Torch.matmul.1.backward", "Functional.linear.1.backward"):
         assert set(torch.load(folders / entry / "inputs.pt", weights_only=True)) >= {"args", "recorded"}
         report = run_alone(folders / entry, tmp_path / "recorded")  # its default: the recorded outputs
         assert report["device"] == "recorded"
@@ -184,7 +188,7 @@ def test_mindspore_repros_print_the_run_metrics_and_verdict(pytester, copy_dump,
         assert_reproduces(run_alone(folders / entry, tmp_path / "bf16"), details, entry)
 
 
-def test_nothing_is_written_for_passing_or_skipped_entries_and_the_ini_key(pytester, copy_dump):
+def test_a_folder_for_every_failing_entry_and_the_ini_key(pytester, copy_dump):
     dump = copy_dump("pt_tensor_L1")
     pytester.makeini("[pytest]\nmsprobe_repro = from-ini\n")
     result = run_msprobe(pytester, dump, "--msprobe-device", "recorded")
@@ -193,7 +197,22 @@ def test_nothing_is_written_for_passing_or_skipped_entries_and_the_ini_key(pytes
     statuses = {f"{row['API Name']}.{d}": row[f"{d.capitalize()} Test Success"]
                 for row in read_csv(pytester.path / "out", "result") for d in ("forward", "backward")}
     assert written == {entry for entry, status in statuses.items() if status in ("error", "warning")}
-    assert statuses["Torch.matmul.0.backward"] == "SKIP" and len(written) == 6
+    assert len(written) == 6
+
+
+def test_nothing_is_saved_for_a_skip_whose_check_ran(pytester):
+    """A backward whose gradients msprobe recorded none of runs both sides and has nothing to
+    compare: a SKIP. Neither --msprobe-repro nor --msprobe-save-error-data saves it (they did once)."""
+    writer = DumpWriter(pytester.path / "dump")
+    x, y = torch.randn(4, 4).to(torch.bfloat16), torch.randn(4, 4).to(torch.bfloat16)
+    writer.record("Torch.mul.0", torch.mul, [x, y], backward=True)
+    writer.data["Torch.mul.0.backward"]["output"] = [None, None]
+    result = run_msprobe(pytester, writer.write(), "--msprobe-device", "cpu", "--msprobe-repro", "repro",
+                         "--msprobe-save-error-data", "saved", "-rs")
+    assert result.parseoutcomes() == {"failed": 1, "skipped": 1}  # the bf16 forward breaks MaxAbsErr < 1e-4
+    result.stdout.fnmatch_lines(["*1 x no output to compare  (Torch.mul.0.backward)"])
+    for folder in ("repro", "saved"):
+        assert [p.name for p in (pytester.path / folder / "dump").iterdir()] == ["Torch.mul.0.forward"]
 
 
 # -- the template ------------------------------------------------------------------------

@@ -74,6 +74,7 @@ class OutputPair:
     bench_dtype: str = ""
     shape: list[int] | None = None
     skip: str = ""  # why this output cannot be compared
+    note: str = ""  # what the pairing had to do (a gradient judged at another node of the graph)
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class Kept:
     bench: list
     grad_outputs: list | None = None  # backward: the gradients fed to the outputs
     recipe: Recipe | None = None
+    bench_inside: bool = False  # some bench values are gradients inside the API's graph (recorded_gradients)
 
 
 @dataclass
