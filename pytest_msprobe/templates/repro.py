@@ -454,9 +454,11 @@ def within_budget(t: np.ndarray, b: np.ndarray, budget: dict, input_scale: float
             status = "warning"
         else:
             status = "error"
-        why.append(f"{statistic} {error / unit:.3g} ULP ({status} up to {pass_ulps:g}, error above {error_ulps:g})")
+        limit = error_ulps if warning else pass_ulps
+        why.append(f"{statistic} {error / unit:.3g} ULP (pass within {pass_ulps:g}, error beyond {limit:g})")
         worst = status if SEVERITY[status] > SEVERITY[worst] else worst
-    return worst, f"{budget['name']}: " + ", ".join(why)
+    scale_part = f"; each limit + {input_part:.3g} for the input scale" if input_part else ""
+    return worst, f"{budget['name']}: " + ", ".join(why) + scale_part
 
 
 def input_scale(call: dict) -> float:
@@ -501,12 +503,17 @@ def reproduce(call: dict, device: str, fp32: bool) -> dict[str, Any]:
 
 
 def show(report: dict[str, Any], run: dict[str, Any]) -> None:
-    """The report beside the run's (verdict.json), one line an output."""
+    """The report beside the run's (verdict.json; with --fp32, the run's fp32 probe), one line an output."""
     side = "in fp32, rounded back (the fp32 probe)" if report["fp32"] else "in the recorded dtypes"
     print(f"{ENTRY}: {TESTED} on {report['device']} {side}; bench: {report['bench']}")
     print(f"standard: {report['standard']}")
     if "raised" in report:
         print(f"the tested run raised {report['raised']}")
+    whose = "the run"
+    if report["fp32"]:
+        whose = "the run's probe"
+        run = {"outputs": [], "status": "not probed", **(run.get("probe") or {})}
+        run["outputs"] = [{**o, "name": f"output.{o['index']}"} for o in run["outputs"]]
     ran = {row["name"].rsplit(".", 1)[-1]: row for row in run.get("outputs", [])}
     for o in report["outputs"]:
         numbers = ", ".join(
@@ -519,10 +526,10 @@ def show(report: dict[str, Any], run: dict[str, Any]) -> None:
         theirs = ran.get(str(o["index"]))
         if theirs is not None:
             print(
-                f"  the run: Cosine {theirs['cosine']!r}, MaxAbsErr {theirs['max_abs_err']!r}, "
+                f"  {whose}: Cosine {theirs['cosine']!r}, MaxAbsErr {theirs['max_abs_err']!r}, "
                 f"MaxRelativeErr {theirs['max_rel_err']!r}: {theirs['status']}"
             )
-    print(f"verdict: {report['status'] or 'not reproduced'} (the run: {run.get('status', 'unknown')})")
+    print(f"verdict: {report['status'] or 'not reproduced'} ({whose}: {run.get('status') or 'unknown'})")
 
 
 def device_name(text: str) -> str:
