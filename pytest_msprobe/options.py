@@ -127,7 +127,7 @@ OPTIONS = (
     ),
     Option(
         "probe",
-        "fp32: run each failing fp16/bf16 entry again with its floating inputs in fp32, "
+        "fp32: run each failing fp16/bf16 entry again with its fp16/bf16 inputs in fp32, "
         "to tell autocast's rounding from a faulty kernel",
         PROBES,
     ),

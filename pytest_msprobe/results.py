@@ -72,7 +72,7 @@ class CallSite:
 
 @dataclass
 class ProbeResult:
-    """The fp32 probe of a failing fp16/bf16 entry: its tested side run again with the floating
+    """The fp32 probe of a failing fp16/bf16 entry: its tested side run again with the fp16/bf16
     inputs in fp32, the outputs rounded back to the recorded dtypes and judged by the run's standard."""
 
     api: str  # "Functional.linear": what to keep out of autocast

@@ -1,4 +1,4 @@
-"""--msprobe-probe fp32: a failing fp16/bf16 entry run again with its floating inputs in fp32
+"""--msprobe-probe fp32: a failing fp16/bf16 entry run again with its fp16/bf16 inputs in fp32
 tells a low-precision computation (keep it out of autocast) from a faulty kernel."""
 
 from __future__ import annotations

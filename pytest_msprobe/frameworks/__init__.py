@@ -106,7 +106,7 @@ class Kept:
 
 @dataclass
 class Probe:
-    """The fp32 probe of one entry, ready to run: the tested side again with its floating inputs
+    """The fp32 probe of one entry, ready to run: the tested side again with its fp16/bf16 inputs
     in fp32 and its outputs rounded back to the recorded dtypes. check.py runs it only for a
     failing fp16/bf16 entry, so the others never pay."""
 

@@ -136,10 +136,10 @@ def recorded_values(codec: Codec, dump: Dump, entry: str, specs: list, key: str)
 
 
 def in_fp32(call: Call) -> Call:
-    """The call with its floating inputs in fp32 and no autocast: the fp32 probe's call."""
+    """The call with its fp16/bf16 inputs in fp32 and no autocast: the fp32 probe's call."""
 
     def widen(value: Any) -> Any:
-        return value.float() if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+        return value.float() if isinstance(value, torch.Tensor) and value.dtype in LOW_PRECISION else value
 
     return replace(call, args=tree_map(widen, call.args), kwargs=tree_map(widen, call.kwargs), autocast=None)
 
@@ -438,7 +438,7 @@ class Sides:
     grad_outputs: list | None = None  # backward: the gradients fed to the outputs
     # (tested, bench) as they were compared, tested in the order of the bench's, for the error data.
     compared: Callable[[list, list], tuple[list, list]] = _as_compared
-    # The tested side again with its floating inputs in fp32, its outputs in the bench's order.
+    # The tested side again with its fp16/bf16 inputs in fp32, its outputs in the bench's order.
     probe: Callable[[], list] | None = None
     recipe: Recipe | None = None  # how a standalone script rebuilds the call
 

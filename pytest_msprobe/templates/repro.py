@@ -10,7 +10,7 @@ the run's. One intra-op thread, as the run had: on the CPU the numbers are the r
     python repro.py                 # on the kind of device the run tested (DEVICE below)
     python repro.py --device cpu    # cpu, cuda[:i], npu[:i] (torch_npu is imported only then),
                                     # recorded: the outputs the dump recorded, where the run judged those
-    python repro.py --fp32          # the fp32 probe: the tested side with its floating inputs in fp32
+    python repro.py --fp32          # the fp32 probe: the tested side with its fp16/bf16 inputs in fp32
                                     # (no autocast), its outputs rounded back to the recorded dtypes
     python repro.py --json          # the same, as JSON
 
@@ -115,7 +115,10 @@ def floating(*trees: Any) -> list[torch.Tensor]:
 
 
 def widen(value: Any) -> Any:
-    return value.float() if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+    """fp16 and bf16 to fp32, as the run's fp32 probe."""
+    return (
+        value.float() if isinstance(value, torch.Tensor) and value.dtype in (torch.float16, torch.bfloat16) else value
+    )
 
 
 def place(value: Any, device: str, dtype: torch.dtype | None) -> Any:
@@ -545,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         "--device", type=device_name, default=DEVICE, help=f"cpu, cuda[:i], npu[:i] or recorded (default {DEVICE})"
     )
     parser.add_argument(
-        "--fp32", action="store_true", help="the tested side with its floating inputs in fp32, rounded back"
+        "--fp32", action="store_true", help="the tested side with its fp16/bf16 inputs in fp32, rounded back"
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     options = parser.parse_args(argv)
