@@ -1,4 +1,4 @@
-"""Collection scale of pytest-msprobe against the floor (issue 2, item 9).
+"""Collection scale of pytest-msprobe against the floor: time and peak RSS of `--collect-only` on big dumps.
 
 Builds synthetic statistics dumps of 1,000 / 10,000 / 100,000 API entries from real msprobe
 entry bodies (tests/data/pt_stats_L1 and tests/data/public/gpu_resnet, written by msprobe
@@ -15,9 +15,10 @@ wall time and peak RSS (os.wait4's ru_maxrss of that process). It also times the
 on the largest dump, each in a fresh process: Python's json, orjson with the NaN quoting
 that pytest_msprobe.dump does, and any other parser importable here.
 
-    /work/venv/bin/python bench/bench_collect.py [--sizes 1000,10000,100000] [--repeats 3]
+    python -m bench.timing.collect [--sizes 1000,10000,100000] [--repeats 3]
 
-prints markdown tables and writes them to bench/results_collect.md (--results to change).
+run from the repository root with the interpreter that has pytest-msprobe installed; prints
+markdown tables and writes them to bench/timing/results_collect.md (--results to change).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from workdir import work_dir
+from bench.timing.workdir import work_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = (ROOT / "tests/data/pt_stats_L1/dump.json", ROOT / "tests/data/public/gpu_resnet/dump.json")
@@ -44,7 +45,7 @@ MODULE_TYPES = ("Module", "Cell")
 # One entry in NAN_EVERY gets non-finite statistics, rotating through these (as msprobe
 # writes them for a tensor holding inf / NaN values).
 NAN_EVERY = 37
-# Average bytes per entry in the file: the issue's dump is 77 MB for 100,000 entries.
+# Average bytes per entry in the file: the scale target's dump is 77 MB for 100,000 entries.
 MEAN_ENTRY_BYTES = 770
 SPECIALS = (
     {"Max": float("inf"), "Min": float("-inf")},
@@ -54,7 +55,7 @@ SPECIALS = (
 )
 
 FLOOR_PLUGIN = '''\
-"""The floor of issue 2: a bare plugin that parses the dump with Python's json and
+"""The floor of collection: a bare plugin that parses the dump with Python's json and
 yields one empty item per entry."""
 import json
 import pytest
@@ -119,7 +120,7 @@ def synthetic_entries(n: int, mean_bytes: int = MEAN_ENTRY_BYTES) -> Dict[str, d
 
     With mean_bytes, the templates larger than that (the ResNet's conv2d / batch_norm
     bodies) are each taken in the fraction of rounds that brings the mean entry to
-    mean_bytes (the issue's dump: 77 MB for 100,000 entries); 0 takes every template
+    mean_bytes (the scale target's dump: 77 MB for 100,000 entries); 0 takes every template
     every round.
     """
     templates = load_templates()
@@ -435,16 +436,16 @@ def write_results(path: Path, args, sizes: Sequence[int], table: str, ptable: st
     when = time.strftime("%Y-%m-%d %H:%M")
     argv = shlex.join(sys.argv[1:])
     text = [
-        "# Collection scale (issue 2, item 9)",
+        "# Collection scale",
         "",
-        f"Written by `python bench/bench_collect.py {argv}`".rstrip() + f" on {when}; machine: {machine()}; "
+        f"Written by `python -m bench.timing.collect {argv}`".rstrip() + f" on {when}; machine: {machine()}; "
         f"{versions(args.python)}; 1-minute load average before / after: {loads}"
         + (f"; pytest-msprobe from PYTHONPATH={args.msprobe_path}" if args.msprobe_path else "") + ".",
         "",
         f"Synthetic statistics dumps of {', '.join(f'{n:,}' for n in sizes)} distinct API entries (real msprobe "
         f"26.2.0 entry bodies from tests/data/pt_stats_L1 and tests/data/public/gpu_resnet, call indexes "
         f"renumbered, the larger ResNet bodies thinned to a mean of {MEAN_ENTRY_BYTES} bytes an entry as in the "
-        f"issue's 77 MB / 100,000-entry dump, one entry in {NAN_EVERY} with bare NaN / Infinity / -Infinity "
+        f"scale target's 77 MB / 100,000-entry dump, one entry in {NAN_EVERY} with bare NaN / Infinity / -Infinity "
         "statistics, written with json.dump(indent=1) as msprobe writes). Each command runs in a fresh process "
         f"in the dumps' work dir, the two kinds interleaved; best wall time and best CPU time (user + sys) of "
         f"{args.repeats}, highest peak RSS (ru_maxrss of that process) of {args.repeats}. The target is checked "

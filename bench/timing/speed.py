@@ -1,4 +1,4 @@
-"""A whole run over a real tensor dump: pytest-msprobe against msprobe and the floor (issue 2, item 11).
+"""A whole run over a real tensor dump: pytest-msprobe against msprobe and the floor, time and CPU.
 
 On the same dump and machine, each in a fresh process, best of --repeats:
 
@@ -9,17 +9,19 @@ On the same dump and machine, each in a fresh process, best of --repeats:
 - pytest-msprobe: python -m pytest -q -p no:cacheprovider --msprobe-dump DUMP --msprobe-device cpu
                   --msprobe-out OUT
                   (exits 1 on examples/pt_tensor_L1: a few bf16 entries fail the default rule)
-- msprobe:        VENV/bin/python shared/tools/msprobe_cpu_acc_check.py acc_check -api_info DUMP -o OUT
-                  (msprobe 26.2.0's own pre-check, its device forced to the CPU; in a separate venv:
-                  pip install torch==2.13.0 mindstudio-probe==26.2.0 "numpy<2" "pandas<3" "ml_dtypes<0.6")
+- msprobe:        VENV/bin/python bench/timing/msprobe_cpu_acc_check.py acc_check -api_info DUMP -o OUT
+                  (msprobe 26.2.0's own pre-check, its device forced to the CPU; VENV given by
+                  --msprobe-python, a separate venv made with pip install torch==2.13.0
+                  mindstudio-probe==26.2.0 "numpy<2" "pandas<3" "ml_dtypes<0.6")
 
 The dumps: examples/pt_tensor_L1 (real, 66 entries) and a bigger one of --apis API calls made of
 its entries: the same entries again with their call indexes renumbered (as a second and third
 training step would number them) and their tensor files copied under the new data_names.
 
-    /work/venv/bin/python bench/bench_speed.py [--apis 125] [--repeats 3] [--msprobe-repeats 2]
+    python -m bench.timing.speed --msprobe-python VENV/bin/python|'' [--apis 125] [--repeats 3] [--msprobe-repeats 2]
 
-prints a markdown table and writes it to bench/results_speed.md (--results to change).
+run from the repository root with the interpreter that has pytest-msprobe installed; prints a
+markdown table and writes it to bench/timing/results_speed.md (--results to change).
 """
 
 from __future__ import annotations
@@ -35,15 +37,12 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_collect import clean_env, load, machine, measure, write_floor_plugin  # noqa: E402
-from workdir import work_dir  # noqa: E402
+from bench.timing.collect import clean_env, load, machine, measure, write_floor_plugin
+from bench.timing.workdir import work_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "pt_tensor_L1"
-SHARED = ROOT.parent / "shared"
-MSPROBE_SHIM = SHARED / "tools" / "msprobe_cpu_acc_check.py"
-MSPROBE_PYTHON = Path("/work/venv-msprobe/bin/python")
+MSPROBE_SHIM = Path(__file__).with_name("msprobe_cpu_acc_check.py")
 
 
 # ---------------------------------------------------------------- the bigger real-entry dump
@@ -159,7 +158,7 @@ def run_one(kind: str, dump: Path, work: Path, python: str, msprobe_python: str,
 
 def bench(dumps: Sequence[Tuple[str, Path]], work: Path, args) -> List[dict]:
     plugins = work / "plugins"
-    write_floor_plugin(plugins, "floor_torch", "import torch  # the floor of item 11 imports torch")
+    write_floor_plugin(plugins, "floor_torch", "import torch  # the floor of a whole run imports torch")
     kinds = ["floor", "pytest-msprobe"]
     if args.msprobe_python:
         kinds.append("msprobe")
@@ -221,8 +220,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs of the floor and of pytest-msprobe")
     parser.add_argument("--msprobe-repeats", type=int, default=2, help="runs of msprobe (about 0.6 s an API)")
     parser.add_argument("--python", default=sys.executable, help="the interpreter with pytest-msprobe installed")
-    parser.add_argument("--msprobe-python", default=str(MSPROBE_PYTHON) if MSPROBE_PYTHON.exists() else "",
-                        help="the interpreter of the venv with mindstudio-probe ('' to leave msprobe out)")
+    parser.add_argument("--msprobe-python", required=True, help="the interpreter of the venv with "
+                        "mindstudio-probe (see the docstring), or '' to leave msprobe out")
     parser.add_argument("--msprobe-path", help="PYTHONPATH for the pytest-msprobe runs, e.g. a patched copy "
                         "of the package (default: the installed one)")
     parser.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS / MKL_NUM_THREADS for all three "
@@ -232,8 +231,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--results", default=str(Path(__file__).with_name("results_speed.md")),
                         help="markdown file for the table ('' for none)")
     args = parser.parse_args(argv)
-    if args.msprobe_python and not MSPROBE_SHIM.exists():
-        raise SystemExit(f"{MSPROBE_SHIM} is not there: pass --msprobe-python '' to leave msprobe out")
+    if args.msprobe_python and not Path(args.msprobe_python).exists():
+        raise SystemExit(f"--msprobe-python {args.msprobe_python} is not there: pass --msprobe-python '' to leave "
+                         "msprobe out")
 
     with work_dir(args.work, args.keep, "bench_speed_") as work:
         source = Path(args.dump).resolve()
@@ -254,9 +254,9 @@ def write_results(path: Path, args, rows: List[dict], text: str, loads: str) -> 
     when = time.strftime("%Y-%m-%d %H:%M")
     argv = shlex.join(sys.argv[1:])
     lines = [
-        "# A whole run over a real tensor dump (issue 2, item 11)",
+        "# A whole run over a real tensor dump",
         "",
-        f"Written by `python bench/bench_speed.py {argv}`".rstrip() + f" on {when}; machine: {machine()}; "
+        f"Written by `python -m bench.timing.speed {argv}`".rstrip() + f" on {when}; machine: {machine()}; "
         f"1-minute load average before / after: {loads}"
         + (f"; pytest-msprobe from PYTHONPATH={args.msprobe_path}" if args.msprobe_path else "")
         + (f"; OMP_NUM_THREADS=MKL_NUM_THREADS={args.threads} for all three" if args.threads else
@@ -269,7 +269,7 @@ def write_results(path: Path, args, rows: List[dict], text: str, loads: str) -> 
         "on PYTHONPATH: `import torch`, parses DUMP with json, one empty item per entry)",
         "- pytest-msprobe: `python -m pytest -q -p no:cacheprovider --msprobe-dump DUMP --msprobe-device cpu "
         "--msprobe-out OUT`",
-        "- msprobe: `/work/venv-msprobe/bin/python shared/tools/msprobe_cpu_acc_check.py acc_check -api_info DUMP "
+        "- msprobe: `MSPROBE_PYTHON bench/timing/msprobe_cpu_acc_check.py acc_check -api_info DUMP "
         "-o OUT` (mindstudio-probe 26.2.0, torch 2.13.0 CPU, in its own venv)",
         "",
         text,

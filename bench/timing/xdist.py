@@ -1,4 +1,4 @@
-"""Serial against `pytest -n N` over a real tensor dump, and what each worker pays to collect (issue 4).
+"""Serial against `pytest -n N` over a real tensor dump, and what each worker pays to collect.
 
 On one dump, each command in a fresh process, the kinds interleaved, best of --repeats:
 
@@ -8,18 +8,19 @@ On one dump, each command in a fresh process, the kinds interleaved, best of --r
              (what every worker does before its first entry: Python, pytest, the plugin, the dump's items)
 
 The dump: the API calls of --dump (default examples/pt_tensor_L1) over and over, renumbered, with
-their tensor files copied (bench_speed.replicate_dump), --apis calls in all; fewer calls than the
+their tensor files copied (bench.timing.speed.replicate_dump), --apis calls in all; fewer calls than the
 dump has take its first --apis calls, and --apis 0 takes the dump as it is, every call once
 (tests/data/public/gpu_resnet --apis 0: a real ResNet-50 training step at batch 32, statistics, random
 inputs of the recorded shapes). CPU time is user + sys of the process and of
 the workers it waited for (os.wait4); the 1-minute load average is read before and after each run,
-since other processes on the machine share its cores. Each checking run loads bench/process_cpu.py,
+since other processes on the machine share its cores. Each checking run loads bench/timing/process_cpu.py,
 which splits its CPU time by process (serial; controller and workers), and what each process had
 spent by the end of its first entry (its start: Python, pytest, collection, `import torch`).
 
-    python bench/bench_xdist.py [--dump DIR] [--apis 250|0] [--workers 2] [--repeats 3] [--compare-env NAME=VALUE]
+    python -m bench.timing.xdist [--dump DIR] [--apis 250|0] [--workers 2] [--repeats 3] [--compare-env NAME=VALUE]
 
-prints a markdown table and writes it to bench/results_xdist.md (--results to change).
+run from the repository root with the interpreter that has pytest-msprobe installed; prints a
+markdown table and writes it to bench/timing/results_xdist.md (--results to change).
 """
 
 from __future__ import annotations
@@ -35,12 +36,13 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_collect import clean_env, collected, load, machine, measure  # noqa: E402
-from bench_speed import EXAMPLE, counts, pytest_outcome, replicate_dump  # noqa: E402
-from workdir import work_dir  # noqa: E402
+from bench.timing.collect import clean_env, collected, load, machine, measure
+from bench.timing.speed import EXAMPLE, ROOT, counts, pytest_outcome, replicate_dump
+from bench.timing.workdir import work_dir
 
 TARGET = 1.6  # -n 2 against serial on a 2-core machine
+# The plugin that splits the CPU time by process, as the child pytest runs import it (-p).
+PROCESS_CPU = "bench.timing.process_cpu"
 
 
 def api_entries_only(source: Path, target: Path) -> Path:
@@ -58,7 +60,7 @@ def api_entries_only(source: Path, target: Path) -> Path:
 
 def commands(python: str, dump: Path, out: Path, workers: int, threads: int = 0,
              settings: Sequence[str] = ()) -> Dict[str, List[str]]:
-    run = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "process_cpu", "--msprobe-dump", str(dump),
+    run = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", PROCESS_CPU, "--msprobe-dump", str(dump),
            "--msprobe-device", "cpu"]
     kinds = {
         "serial": run + ["--msprobe-out", str(out / "serial")],
@@ -75,8 +77,9 @@ def commands(python: str, dump: Path, out: Path, workers: int, threads: int = 0,
 
 
 def kind_env(kind: str, pythonpath: Optional[str], split: Path) -> Dict[str, str]:
-    # bench/ for process_cpu, after the package under test where one is given
-    env = clean_env(os.pathsep.join(filter(None, [pythonpath, str(Path(__file__).resolve().parent)])))
+    # The repository root, where the child finds PROCESS_CPU, after the package under test where one is given
+    # (the root holds pytest_msprobe too: without --msprobe-path the child runs the checkout's).
+    env = clean_env(os.pathsep.join(filter(None, [pythonpath, str(ROOT)])))
     env["MSPROBE_BENCH_CPU"] = str(split)
     for setting in kind.split()[1:]:  # `-n 2 OMP=2`, `serial THP_MEM_ALLOC_ENABLE=0`
         if "=" in setting:
@@ -221,9 +224,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def write_results(path: Path, args, text: str, best: Dict[str, dict], loads: str) -> None:
     when = time.strftime("%Y-%m-%d %H:%M")
     lines = [
-        "# Serial against pytest-xdist over a real tensor dump (issue 4)",
+        "# Serial against pytest-xdist over a real tensor dump",
         "",
-        f"Written by `python bench/bench_xdist.py {shlex.join(sys.argv[1:])}`".rstrip() + f" on {when}; machine: "
+        f"Written by `python -m bench.timing.xdist {shlex.join(sys.argv[1:])}`".rstrip() + f" on {when}; machine: "
         f"{machine()}, {len(os.sched_getaffinity(0))} of them in the bench's CPU affinity; 1-minute load average before / after the whole bench: {loads}.",
         "",
         f"Each command in a fresh process, the kinds interleaved, {args.repeats} runs each; the best wall time "
