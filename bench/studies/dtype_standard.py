@@ -2,8 +2,9 @@
 
 Correct outputs come from two places:
 
-- real msprobe dumps (pt_tensor_L1_bf16: a tiny model in bfloat16; pt_tensor_L1_riskALL:
-  the same model in float32 with a few bf16/fp16 casts): every forward entry is
+- real msprobe dumps (pt_tensor_L1_bf16: a tiny model in bfloat16, tests/data/pt_tensor_L1_bf16;
+  pt_tensor_L1_riskALL: the same model in float32 with a few bf16/fp16 casts,
+  examples/pt_tensor_L1): every forward entry is
   recomputed in float64 from its recorded inputs, every backward entry by float64
   autograd from the forward inputs and the recorded grad_outputs, and compared with
   the outputs a correct CPU kernel recorded;
@@ -16,9 +17,11 @@ two rows swapped, one element +1.0, a NaN; fp32 outputs of matmul-like calls are
 recomputed the way TF32/HF32 (10-bit inputs) and bf16 (7-bit inputs) compute them.
 Every variant goes through compare.compare under the basic and the dtype standard.
 
-    python bench/dtype_standard_study.py [--dumps /work/shared/dumps] [--details]
+    python -m bench.studies.dtype_standard [--dumps DIR] [--details]
 
-prints markdown tables (kept in bench/dtype_standard_study.md).
+run from the repository root; prints markdown tables (kept in bench/studies/dtype_standard.md).
+--dumps DIR reads the two dumps from DIR/pt_tensor_L1_bf16 and DIR/pt_tensor_L1_riskALL instead
+of the repository's copies.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +38,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from pytest_msprobe.compare import ERROR, PASS, WARNING, BasicStandard, Comparison, compare  # noqa: E402
-from pytest_msprobe.dtype_standard import DtypeStandard, budget_for, read  # noqa: E402
+from pytest_msprobe.compare import Comparison, compare
+from pytest_msprobe.results import ERROR, PASS, WARNING
+from pytest_msprobe.standards.basic import BasicStandard
+from pytest_msprobe.standards.dtype import DtypeStandard, budget_for, read
 
-DUMPS = ("pt_tensor_L1_bf16", "pt_tensor_L1_riskALL")
+ROOT = Path(__file__).resolve().parents[2]
+# The real dumps by the names the tables give them, and the repository's copies of them.
+DUMPS = {
+    "pt_tensor_L1_bf16": ROOT / "tests" / "data" / "pt_tensor_L1_bf16",
+    "pt_tensor_L1_riskALL": ROOT / "examples" / "pt_tensor_L1",
+}
 CASTS = {"to", "float", "half", "bfloat16", "double", "type"}
 SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 # torch.testing.assert_close defaults (rtol, atol), for reference.
@@ -90,16 +98,16 @@ def _leaf(t: torch.Tensor) -> torch.Tensor:
 # --- correct outputs from the real dumps ------------------------------------------------
 
 
-def dump_outputs(root: Path) -> Iterator[Output]:
+def dump_outputs(label: str, root: Path) -> Iterator[Output]:
     data = json.loads((root / "dump.json").read_text())["data"]
     load = _loader(root / "dump_tensor_data")
     for name, body in data.items():
         if name.endswith(".forward"):
-            yield from _forward_entry(root.name, name, body, load)
+            yield from _forward_entry(label, name, body, load)
         elif name.endswith(".backward") and name[: -len("backward")] + "forward" in data:
             forward = data[name[: -len("backward")] + "forward"]
             if not _same_tensor_cast(name, forward):
-                yield from _backward_entry(root.name, name, body, forward, load)
+                yield from _backward_entry(label, name, body, forward, load)
 
 
 def _same_tensor_cast(name: str, forward: dict) -> bool:
@@ -425,10 +433,12 @@ def reductions() -> List[str]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dumps", type=Path, default=Path("/work/shared/dumps"))
+    parser.add_argument("--dumps", type=Path, help="a folder holding " + " and ".join(DUMPS)
+                        + " (default: the repository's copies)")
     parser.add_argument("--details", action="store_true", help="one row per correct output")
     options = parser.parse_args(argv)
-    outputs = [o for name in DUMPS for o in dump_outputs(options.dumps / name)]
+    folders = {name: options.dumps / name for name in DUMPS} if options.dumps else DUMPS
+    outputs = [o for name, folder in folders.items() for o in dump_outputs(name, folder)]
     outputs += list(synthetic_outputs())
     results = measure(outputs)
     print(f"{DtypeStandard().describe()}\n")

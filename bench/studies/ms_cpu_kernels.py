@@ -5,7 +5,7 @@ arguments; the first call that runs proves a kernel, a "kernel unregistered"
 error names the missing one, and an API no probe call fits stays unknown.
 Prints a table and records it in ms_cpu_kernels.txt beside this script.
 
-    python bench/ms_cpu_kernels.py
+    python -m bench.studies.ms_cpu_kernels
 """
 
 from __future__ import annotations
