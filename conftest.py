@@ -1,23 +1,17 @@
-"""The repository's test configuration: pytester, and the frameworks imported once.
+"""The repository's test configuration beside pyproject.toml's [tool.pytest.ini_options].
 
-pytester's in-process runs forget the modules a run imported, and torch does not
-survive a second import in one process: it is imported once, here, before any test.
-MindSpore likewise, where it is installed: imported once, in PyNative mode, with
-kernel errors raised at the op that caused them (launch_blocking).
-
-Tests that start processes (pytest-xdist workers, subprocess runs) are marked
-`slow`: `pytest -m "not slow"` is the quick set.
+pytester comes from `-p pytester` there (not `pytest_plugins` here: this file is
+also loaded, as a conftest below the rootdir, when a run started elsewhere
+checks one of the dumps in examples/). The frameworks are imported once by
+tests/conftest.py, where only the tests pay for them.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import pytest
 
-import pytest_msprobe.frameworks.torch_engine  # noqa: F401
 
-pytest_plugins = ["pytester"]
-
-if importlib.util.find_spec("mindspore") is not None:
-    from pytest_msprobe.frameworks import mindspore as ms_framework
-
-    ms_framework.mindspore()
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", 'slow: starts processes (pytest-xdist workers, subprocess runs); -m "not slow" leaves them out'
+    )

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import shutil
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
 import pytest
+
+# pytester's in-process runs forget the modules a run imported, and torch does
+# not survive a second import in one process: import it once, up front.
+import pytest_msprobe.frameworks.torch_engine  # noqa: F401
+
+# MindSpore likewise, where it is installed: imported once, in PyNative mode,
+# with kernel errors raised at the op that caused them (launch_blocking).
+if importlib.util.find_spec("mindspore") is not None:
+    from pytest_msprobe.frameworks import mindspore as ms_framework
+
+    ms_framework.mindspore()
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
