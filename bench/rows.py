@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, List
 
 ROOT = Path(__file__).resolve().parents[1]  # bench/rows.py: the repository root
 LEFT_OUT = {"gpu_resnet"}
 
 
-def real_dumps() -> Dict[str, Path]:
+def real_dumps() -> dict[str, Path]:
     found = {"pt_tensor_L1": ROOT / "examples" / "pt_tensor_L1" / "dump.json"}
     for path in sorted((ROOT / "tests" / "data").rglob("*.json")):
         if path.parent.name in LEFT_OUT or "make" in path.parts or "hostile" in path.parts:
@@ -56,7 +54,7 @@ def snapshot(dump: Path, side: str, standard: str, target: Path) -> None:
         (target / "outcome.txt").write_text(f"exit {done.returncode}\n{last.split(' in ')[0]}\n")
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dir")
     parser.add_argument("--dumps", default="", help="comma-separated dump names (default: all)")

@@ -30,9 +30,10 @@ import argparse
 import json
 import math
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Callable
 
 import numpy as np
 import torch
@@ -63,7 +64,7 @@ class Output:
     tested: torch.Tensor  # as the kernel wrote it, in its dtype
     bench: np.ndarray  # float64
     input_scale: float
-    recompute: Optional[Callable[[Callable], torch.Tensor]] = None  # runs the call on rounded inputs
+    recompute: Callable[[Callable], torch.Tensor] | None = None  # runs the call on rounded inputs
 
 
 def _floating(a) -> bool:
@@ -337,7 +338,7 @@ def judge(out: Output, variant: str, tested: torch.Tensor) -> Result:
     return Result(out, variant, changed, basic.status, verdict.status, max_ulps, rms_ulps, close)
 
 
-def measure(outputs: List[Output]) -> List[Result]:
+def measure(outputs: list[Output]) -> list[Result]:
     results = []
     for out in outputs:
         results.append(judge(out, "correct", out.tested))
@@ -352,19 +353,19 @@ def measure(outputs: List[Output]) -> List[Result]:
 # --- tables ------------------------------------------------------------------------------
 
 
-def table_head(*columns: str) -> List[str]:
+def table_head(*columns: str) -> list[str]:
     return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
-def _span(values: List[float]) -> str:
+def _span(values: list[float]) -> str:
     values = [v for v in values if math.isfinite(v)]
     return f"{min(values):.3g} .. {max(values):.3g}" if values else "-"
 
 
-def summary(results: List[Result], source: str) -> List[str]:
+def summary(results: list[Result], source: str) -> list[str]:
     rows = table_head("dtype", "variant", "outputs (changed)", "basic pass", "assert_close pass",
                       "dtype: pass / warning / error", "max error, ULP of output scale", "RMS error, ULP of RMS")
-    groups: Dict[tuple, List[Result]] = defaultdict(list)
+    groups: dict[tuple, list[Result]] = defaultdict(list)
     for r in results:
         if r.output.source == source:
             groups[(SHORT[r.output.dtype], r.variant)].append(r)
@@ -378,7 +379,7 @@ def summary(results: List[Result], source: str) -> List[str]:
     return rows
 
 
-def exceptions(results: List[Result]) -> List[str]:
+def exceptions(results: list[Result]) -> list[str]:
     """Correct outputs that do not pass, and changed faulty ones that are no error."""
     rows = table_head("output", "dtype", "variant", "dtype verdict", "max ULP", "RMS ULP", "output scale",
                       "input scale")
@@ -391,7 +392,7 @@ def exceptions(results: List[Result]) -> List[str]:
     return rows
 
 
-def details(results: List[Result]) -> List[str]:
+def details(results: list[Result]) -> list[str]:
     rows = table_head("output", "dtype", "n", "output scale", "input scale", "max error", "basic",
                       "max error, ULP of each element", "max error, ULP of output scale", "RMS error, ULP of RMS",
                       "dtype")
@@ -414,7 +415,7 @@ def element_ulps(o: Output) -> float:
     return float(np.max(np.abs(o.tested.double().numpy() - o.bench) / ulp))
 
 
-def reductions() -> List[str]:
+def reductions() -> list[str]:
     """fp32 sums and means of layer-normed values: error in fp32 ULP of the input scale."""
     rows = table_head("n", "sum: ULP of output scale", "sum: ULP of input scale",
                       "mean: ULP of output scale", "mean: ULP of input scale")

@@ -34,8 +34,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from bench.timing.workdir import work_dir
 
@@ -84,7 +84,7 @@ def pytest_collect_file(file_path, parent):
 
 # ---------------------------------------------------------------- synthetic dumps
 
-def load_templates() -> List[Tuple[str, int, str, dict]]:
+def load_templates() -> list[tuple[str, int, str, dict]]:
     """(type.api, call index, direction, body) of every API entry of the template dumps."""
     out = []
     for path in TEMPLATES:
@@ -114,7 +114,7 @@ def entry_bytes(name: str, body: dict) -> int:
     return len(text) + 2 * (text.count("\n") + 1) + len(name) + 8
 
 
-def synthetic_entries(n: int, mean_bytes: int = MEAN_ENTRY_BYTES) -> Dict[str, dict]:
+def synthetic_entries(n: int, mean_bytes: int = MEAN_ENTRY_BYTES) -> dict[str, dict]:
     """n distinct API entries: the templates over and over, each round with its call
     indexes shifted past the last round's (so forward/backward pairs stay pairs).
 
@@ -124,7 +124,7 @@ def synthetic_entries(n: int, mean_bytes: int = MEAN_ENTRY_BYTES) -> Dict[str, d
     every round.
     """
     templates = load_templates()
-    stride: Dict[str, int] = {}
+    stride: dict[str, int] = {}
     for head, index, _, _ in templates:
         stride[head] = max(stride.get(head, 0), index + 1)
     sizes = [entry_bytes(f"{h}.{i}.{d}", body) for h, i, d, body in templates]
@@ -134,7 +134,7 @@ def synthetic_entries(n: int, mean_bytes: int = MEAN_ENTRY_BYTES) -> Dict[str, d
         large = [s for s in sizes if s > mean_bytes]
         if large and small:
             keep = min(1.0, (mean_bytes * len(small) - sum(small)) / (sum(large) - mean_bytes * len(large)))
-    entries: Dict[str, dict] = {}
+    entries: dict[str, dict] = {}
     special = 0
     round_ = 0
     while len(entries) < n:
@@ -173,7 +173,7 @@ def make_dump(n: int, folder: Path) -> Path:
 
 # ---------------------------------------------------------------- measuring
 
-def clean_env(pythonpath: Optional[str] = None) -> Dict[str, str]:
+def clean_env(pythonpath: str | None = None) -> dict[str, str]:
     """This environment less PYTEST_* and PYTHONPATH, and with bytecode caching on as on a
     user's machine (PYTHONDONTWRITEBYTECODE would make pytest rewrite and compile its
     plugins' modules again in every run)."""
@@ -185,7 +185,7 @@ def clean_env(pythonpath: Optional[str] = None) -> Dict[str, str]:
     return env
 
 
-def measure(cmd: Sequence[str], cwd: Path, env: Dict[str, str], log: Path) -> Tuple[float, float, float, int, str]:
+def measure(cmd: Sequence[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[float, float, float, int, str]:
     """(wall s, peak RSS MiB, CPU s (user + sys), exit code, output tail) of one fresh process."""
     with open(log, "w") as out:
         start = time.perf_counter()
@@ -197,7 +197,7 @@ def measure(cmd: Sequence[str], cwd: Path, env: Dict[str, str], log: Path) -> Tu
     return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, proc.returncode, text[-2000:]
 
 
-def collected(tail: str) -> Optional[int]:
+def collected(tail: str) -> int | None:
     match = re.search(r"(\d+) tests? collected", tail)
     return int(match.group(1)) if match else None
 
@@ -207,16 +207,16 @@ def write_floor_plugin(folder: Path, name: str = "floor_plugin", extra_import: s
     (folder / f"{name}.py").write_text(FLOOR_PLUGIN.format(extra_import=extra_import))
 
 
-def collect_commands(python: str, dump: Path) -> Dict[str, List[str]]:
+def collect_commands(python: str, dump: Path) -> dict[str, list[str]]:
     base = [python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
     return {
-        "floor": base + ["-p", "no:msprobe", "-p", "floor_plugin", str(dump)],
-        "msprobe": base + ["--msprobe-dump", str(dump), "--msprobe-device", "cpu"],
+        "floor": [*base, "-p", "no:msprobe", "-p", "floor_plugin", str(dump)],
+        "msprobe": [*base, "--msprobe-dump", str(dump), "--msprobe-device", "cpu"],
     }
 
 
 def bench_collect(python: str, work: Path, sizes: Sequence[int], repeats: int,
-                  msprobe_path: Optional[str] = None) -> List[dict]:
+                  msprobe_path: str | None = None) -> list[dict]:
     plugins = work / "plugins"
     write_floor_plugin(plugins)
     rows = []
@@ -227,7 +227,7 @@ def bench_collect(python: str, work: Path, sizes: Sequence[int], repeats: int,
               f"made/found in {time.perf_counter() - t0:.1f} s)", flush=True)
         commands = collect_commands(python, dump)
         envs = {"floor": clean_env(str(plugins)), "msprobe": clean_env(msprobe_path)}
-        runs: Dict[str, List[Tuple[float, float, float]]] = {k: [] for k in commands}
+        runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in commands}
         for r in range(repeats):
             for kind, cmd in commands.items():  # interleaved, so drift hits both
                 wall, rss, cpu, rc, tail = measure(cmd, work, envs[kind], work / f"{kind}_{n}.log")
@@ -310,8 +310,8 @@ PARSERS = (
 )
 
 
-def bench_parsers(python: str, work: Path, dump: Path, repeats: int, extra_path: Optional[str],
-                  msprobe_path: Optional[str]) -> List[dict]:
+def bench_parsers(python: str, work: Path, dump: Path, repeats: int, extra_path: str | None,
+                  msprobe_path: str | None) -> list[dict]:
     script = work / "parse_one.py"
     script.write_text(PARSER_SCRIPT)
     pythonpath = os.pathsep.join(p for p in (msprobe_path, extra_path) if p)
@@ -350,7 +350,7 @@ def bench_parsers(python: str, work: Path, dump: Path, repeats: int, extra_path:
 
 # ---------------------------------------------------------------- report
 
-def collect_table(rows: List[dict]) -> str:
+def collect_table(rows: list[dict]) -> str:
     lines = ["| entries | dump.json MB | floor wall s | floor CPU s | floor peak MiB | pytest-msprobe wall s "
              "| pytest-msprobe CPU s | pytest-msprobe peak MiB | wall / floor | CPU / floor "
              "| target (<= 1.5x, < 1 GiB) |",
@@ -363,7 +363,7 @@ def collect_table(rows: List[dict]) -> str:
     return "\n".join(lines)
 
 
-def parser_table(rows: List[dict]) -> str:
+def parser_table(rows: list[dict]) -> str:
     lines = ["| parser | s, GC on | peak MiB, GC on | s, GC paused | peak MiB, GC paused | notes |",
              "|---|---:|---:|---:|---:|---|"]
 
@@ -385,7 +385,8 @@ def load() -> str:
 
 def machine() -> str:
     try:
-        model = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
     except (OSError, StopIteration):
         model = platform.processor()
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
@@ -398,7 +399,7 @@ def versions(python: str) -> str:
     return subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.strip()
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="entry counts, comma separated")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each command; the best time is kept")

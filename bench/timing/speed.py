@@ -34,8 +34,8 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
 
 from bench.timing.collect import clean_env, load, machine, measure, write_floor_plugin
 from bench.timing.workdir import work_dir
@@ -47,7 +47,7 @@ MSPROBE_SHIM = Path(__file__).with_name("msprobe_cpu_acc_check.py")
 
 # ---------------------------------------------------------------- the bigger real-entry dump
 
-def split_name(name: str) -> Tuple[str, int, str]:
+def split_name(name: str) -> tuple[str, int, str]:
     head, index, direction = name.rsplit(".", 2)
     return head, int(index), direction
 
@@ -57,8 +57,8 @@ def replicate_dump(source: Path, target: Path, apis: int) -> Path:
     until `apis` calls (each call with its forward and, where recorded, backward entry)."""
     document = json.loads((source / "dump.json").read_text())
     data = document["data"]
-    calls: List[str] = []  # `<Type>.<api>.<n>` in dump order of their first entry
-    stride: Dict[str, int] = {}
+    calls: list[str] = []  # `<Type>.<api>.<n>` in dump order of their first entry
+    stride: dict[str, int] = {}
     for name in data:
         head, index, _ = split_name(name)
         call = f"{head}.{index}"
@@ -69,7 +69,7 @@ def replicate_dump(source: Path, target: Path, apis: int) -> Path:
     if target.exists():
         shutil.rmtree(target)
     tensors_out.mkdir(parents=True)
-    out: Dict[str, dict] = {}
+    out: dict[str, dict] = {}
     copy = 0
     taken = 0
     while taken < apis:
@@ -96,7 +96,7 @@ def replicate_dump(source: Path, target: Path, apis: int) -> Path:
     return target / "dump.json"
 
 
-def counts(dump: Path) -> Tuple[int, int]:
+def counts(dump: Path) -> tuple[int, int]:
     """(entries, API calls) of a dump."""
     data = json.loads(dump.read_text())["data"]
     return len(data), len({name.rsplit(".", 1)[0] for name in data})
@@ -116,13 +116,13 @@ def msprobe_outcome(out: Path) -> str:
     with open(results[-1], newline="") as handle:
         rows = list(csv.DictReader(handle))
     status = [row.get("Forward Test Success", "") for row in rows]
-    tally: Dict[str, int] = {}
+    tally: dict[str, int] = {}
     for s in status:
         tally[s] = tally.get(s, 0) + 1
     return f"{len(rows)} APIs: " + ", ".join(f"{n} {s}" for s, n in sorted(tally.items()))
 
 
-def thread_env(env: Dict[str, str], threads: int) -> Dict[str, str]:
+def thread_env(env: dict[str, str], threads: int) -> dict[str, str]:
     """threads > 0: torch's intra-op threads (OpenMP, MKL) fixed for every tool alike."""
     if threads > 0:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
@@ -130,7 +130,7 @@ def thread_env(env: Dict[str, str], threads: int) -> Dict[str, str]:
 
 
 def run_one(kind: str, dump: Path, work: Path, python: str, msprobe_python: str,
-            plugins: Path, msprobe_path: Optional[str], threads: int = 0) -> Tuple[float, float, float, str]:
+            plugins: Path, msprobe_path: str | None, threads: int = 0) -> tuple[float, float, float, str]:
     out = work / f"out_{kind}"
     if out.exists():
         shutil.rmtree(out)
@@ -156,7 +156,7 @@ def run_one(kind: str, dump: Path, work: Path, python: str, msprobe_python: str,
     return wall, cpu, rss, outcome
 
 
-def bench(dumps: Sequence[Tuple[str, Path]], work: Path, args) -> List[dict]:
+def bench(dumps: Sequence[tuple[str, Path]], work: Path, args) -> list[dict]:
     plugins = work / "plugins"
     write_floor_plugin(plugins, "floor_torch", "import torch  # the floor of a whole run imports torch")
     kinds = ["floor", "pytest-msprobe"]
@@ -166,8 +166,8 @@ def bench(dumps: Sequence[Tuple[str, Path]], work: Path, args) -> List[dict]:
     for label, dump in dumps:
         entries, apis = counts(dump)
         print(f"# {label}: {dump} ({entries} entries, {apis} API calls)", flush=True)
-        runs: Dict[str, List[Tuple[float, float, float]]] = {k: [] for k in kinds}
-        outcomes: Dict[str, str] = {}
+        runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in kinds}
+        outcomes: dict[str, str] = {}
         for r in range(max(args.repeats, args.msprobe_repeats)):
             for kind in kinds:  # interleaved, so drift hits all three
                 if r >= (args.msprobe_repeats if kind == "msprobe" else args.repeats):
@@ -185,7 +185,7 @@ def bench(dumps: Sequence[Tuple[str, Path]], work: Path, args) -> List[dict]:
     return rows
 
 
-def table(rows: List[dict]) -> str:
+def table(rows: list[dict]) -> str:
     with_msprobe = "msprobe" in rows[0]
     head = ["dump", "entries", "API calls", "floor s (CPU s, MiB)", "pytest-msprobe s (CPU s, MiB)"]
     if with_msprobe:
@@ -211,7 +211,7 @@ def table(rows: List[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dump", default=str(EXAMPLE), help="folder of a real tensor dump (dump.json + "
                         "dump_tensor_data/)")
@@ -250,7 +250,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-def write_results(path: Path, args, rows: List[dict], text: str, loads: str) -> None:
+def write_results(path: Path, args, rows: list[dict], text: str, loads: str) -> None:
     when = time.strftime("%Y-%m-%d %H:%M")
     argv = shlex.join(sys.argv[1:])
     lines = [

@@ -33,8 +33,8 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from bench.timing.collect import clean_env, collected, load, machine, measure
 from bench.timing.speed import EXAMPLE, ROOT, counts, pytest_outcome, replicate_dump
@@ -59,12 +59,12 @@ def api_entries_only(source: Path, target: Path) -> Path:
 
 
 def commands(python: str, dump: Path, out: Path, workers: int, threads: int = 0,
-             settings: Sequence[str] = ()) -> Dict[str, List[str]]:
+             settings: Sequence[str] = ()) -> dict[str, list[str]]:
     run = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", PROCESS_CPU, "--msprobe-dump", str(dump),
            "--msprobe-device", "cpu"]
     kinds = {
-        "serial": run + ["--msprobe-out", str(out / "serial")],
-        f"-n {workers}": run + ["--msprobe-out", str(out / "xdist"), "-n", str(workers)],
+        "serial": [*run, "--msprobe-out", str(out / "serial")],
+        f"-n {workers}": [*run, "--msprobe-out", str(out / "xdist"), "-n", str(workers)],
     }
     if threads:  # the same -n run with the threads the user fixed instead of the split
         kinds[f"-n {workers} OMP={threads}"] = kinds[f"-n {workers}"]
@@ -76,7 +76,7 @@ def commands(python: str, dump: Path, out: Path, workers: int, threads: int = 0,
     return kinds
 
 
-def kind_env(kind: str, pythonpath: Optional[str], split: Path) -> Dict[str, str]:
+def kind_env(kind: str, pythonpath: str | None, split: Path) -> dict[str, str]:
     # The repository root, where the child finds PROCESS_CPU, after the package under test where one is given
     # (the root holds pytest_msprobe too: without --msprobe-path the child runs the checkout's).
     env = clean_env(os.pathsep.join(filter(None, [pythonpath, str(ROOT)])))
@@ -88,17 +88,17 @@ def kind_env(kind: str, pythonpath: Optional[str], split: Path) -> Dict[str, str
     return env
 
 
-def result_rows(folder: Path) -> Set[Tuple[str, ...]]:
+def result_rows(folder: Path) -> set[tuple[str, ...]]:
     (path,) = folder.glob("accuracy_checking_result_*.csv")
     with open(path, newline="", encoding="utf-8-sig") as handle:
         return {tuple(row) for row in csv.reader(handle)}
 
 
-def bench(dump: Path, work: Path, args) -> Dict[str, dict]:
+def bench(dump: Path, work: Path, args) -> dict[str, dict]:
     out = work / "out"
     cmds = commands(args.python, dump, out, args.workers, args.compare_threads, args.compare_env)
-    runs: Dict[str, List[Tuple[float, float, str, str]]] = {kind: [] for kind in cmds}
-    outcomes: Dict[str, str] = {}
+    runs: dict[str, list[tuple[float, float, str, str]]] = {kind: [] for kind in cmds}
+    outcomes: dict[str, str] = {}
     for r in range(args.repeats):
         for kind, cmd in cmds.items():  # interleaved, so drift in the load hits all kinds
             if out.exists():
@@ -136,7 +136,7 @@ def bench(dump: Path, work: Path, args) -> Dict[str, dict]:
     return best
 
 
-def process_split(path: Path) -> List[dict]:
+def process_split(path: Path) -> list[dict]:
     """The lines process_cpu wrote, the controller or the serial process first."""
     if not path.exists():
         return []
@@ -144,7 +144,7 @@ def process_split(path: Path) -> List[dict]:
     return sorted(lines, key=lambda line: (line["process"].startswith("gw"), line["process"]))
 
 
-def split_table(best: Dict[str, dict]) -> str:
+def split_table(best: dict[str, dict]) -> str:
     lines = ["| kind | process | entries run | CPU s by the end of its first entry | CPU s |",
              "|---|---|---:|---:|---:|"]
     for kind, b in best.items():
@@ -154,7 +154,7 @@ def split_table(best: Dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def table(label: str, entries: int, apis: int, best: Dict[str, dict], workers: int) -> str:
+def table(label: str, entries: int, apis: int, best: dict[str, dict], workers: int) -> str:
     xdist = f"-n {workers}"
     head = ["dump", "entries", "kind", "best wall s", "all wall s", "best CPU s", "load avg before/after (best)"]
     lines = ["| " + " | ".join(head) + " |", "|---|---:|---|---:|---|---:|---|"]
@@ -183,7 +183,7 @@ def table(label: str, entries: int, apis: int, best: Dict[str, dict], workers: i
     return "\n".join(lines)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dump", default=str(EXAMPLE), help="folder of a real tensor dump")
     parser.add_argument("--apis", type=int, default=250, help="API calls of the dump made of --dump's entries "
@@ -221,13 +221,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-def write_results(path: Path, args, text: str, best: Dict[str, dict], loads: str) -> None:
+def write_results(path: Path, args, text: str, best: dict[str, dict], loads: str) -> None:
     when = time.strftime("%Y-%m-%d %H:%M")
     lines = [
         "# Serial against pytest-xdist over a real tensor dump",
         "",
         f"Written by `python -m bench.timing.xdist {shlex.join(sys.argv[1:])}`".rstrip() + f" on {when}; machine: "
-        f"{machine()}, {len(os.sched_getaffinity(0))} of them in the bench's CPU affinity; 1-minute load average before / after the whole bench: {loads}.",
+        f"{machine()}, {len(os.sched_getaffinity(0))} of them in the bench's CPU affinity; "
+        f"1-minute load average before / after the whole bench: {loads}.",
         "",
         f"Each command in a fresh process, the kinds interleaved, {args.repeats} runs each; the best wall time "
         "(with the load average around that run), every wall time, and the best CPU time (user + sys, "
