@@ -39,7 +39,7 @@ from pathlib import Path
 
 from bench.timing.workdir import work_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # bench/timing/collect.py: the repository root
 TEMPLATES = (ROOT / "tests/data/pt_stats_L1/dump.json", ROOT / "tests/data/public/gpu_resnet/dump.json")
 MODULE_TYPES = ("Module", "Cell")
 # One entry in NAN_EVERY gets non-finite statistics, rotating through these (as msprobe

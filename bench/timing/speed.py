@@ -37,10 +37,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.timing.collect import clean_env, load, machine, measure, write_floor_plugin
+from bench.timing.collect import ROOT, clean_env, load, machine, measure, write_floor_plugin
 from bench.timing.workdir import work_dir
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "pt_tensor_L1"
 MSPROBE_SHIM = Path(__file__).with_name("msprobe_cpu_acc_check.py")
 

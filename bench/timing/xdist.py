@@ -36,8 +36,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.timing.collect import clean_env, collected, load, machine, measure
-from bench.timing.speed import EXAMPLE, ROOT, counts, pytest_outcome, replicate_dump
+from bench.timing.collect import ROOT, clean_env, collected, load, machine, measure
+from bench.timing.speed import EXAMPLE, counts, pytest_outcome, replicate_dump
 from bench.timing.workdir import work_dir
 
 TARGET = 1.6  # -n 2 against serial on a 2-core machine
