@@ -42,8 +42,22 @@ def has_tensors(dump: Path) -> bool:
 
 def snapshot(dump: Path, side: str, standard: str, target: Path) -> None:
     with tempfile.TemporaryDirectory() as out:
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--msprobe-dump", str(dump),
-                   "--msprobe-device", side, "--msprobe-standard", standard, "--msprobe-out", out]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--msprobe-dump",
+            str(dump),
+            "--msprobe-device",
+            side,
+            "--msprobe-standard",
+            standard,
+            "--msprobe-out",
+            out,
+        ]
         done = subprocess.run(command, cwd=out, capture_output=True, text=True)
         target.mkdir(parents=True, exist_ok=True)
         for kind in ("result", "details"):
@@ -66,8 +80,12 @@ def main(argv: list[str]) -> int:
         for side in ("cpu", "recorded") if has_tensors(dump) else ("cpu",):
             for standard in ("basic", "dtype"):
                 snapshot(dump, side, standard, Path(args.dir) / name / f"{side}-{standard}")
-                print(name, side, standard, (Path(args.dir) / name / f"{side}-{standard}" / "outcome.txt")
-                      .read_text().replace("\n", " "))
+                print(
+                    name,
+                    side,
+                    standard,
+                    (Path(args.dir) / name / f"{side}-{standard}" / "outcome.txt").read_text().replace("\n", " "),
+                )
     return 0
 
 

@@ -184,8 +184,8 @@ def synthetic_calls():
     wide = F.layer_norm(randn(1 << 20).double(), (1 << 20,)).float()
     image, kernel = randn(2, 16, 16, 16), randn(32, 16, 3, 3, scale=1 / 12)
     targets = torch.randint(0, L, (B * 8 * L,), generator=g)
-    yield "linear", F.linear, (x, randn(K, H, scale=H ** -0.5), randn(K, scale=0.1)), {}, True, True
-    yield "linear K=1024", F.linear, (randn(B, L, K), randn(H, K, scale=K ** -0.5)), {}, True, True
+    yield "linear", F.linear, (x, randn(K, H, scale=H**-0.5), randn(K, scale=0.1)), {}, True, True
+    yield "linear K=1024", F.linear, (randn(B, L, K), randn(H, K, scale=K**-0.5)), {}, True, True
     yield "matmul (q k^T)", torch.matmul, (q, q.transpose(-1, -2)), {}, True, True
     yield "conv2d", F.conv2d, (image, kernel, randn(32, scale=0.1)), {"padding": 1}, True, True
     yield "sdpa", F.scaled_dot_product_attention, (q, q * 0.5, q), {}, True, True
@@ -302,8 +302,14 @@ def _round_mantissa(bits: int):
     return round_input
 
 
-FAULTS = {"x1.03": scaled, "3% noise": noisy, "mantissa 3 bits": mantissa_cut,
-          "swapped row": row_swapped, "one element +1.0": one_off, "NaN": one_nan}
+FAULTS = {
+    "x1.03": scaled,
+    "3% noise": noisy,
+    "mantissa 3 bits": mantissa_cut,
+    "swapped row": row_swapped,
+    "one element +1.0": one_off,
+    "NaN": one_nan,
+}
 COMPUTE = {"TF32/HF32 inputs": _round_mantissa(10), "bf16 inputs": _round_mantissa(7)}
 VARIANTS = ["correct", *FAULTS, *COMPUTE]
 
@@ -363,8 +369,16 @@ def _span(values: list[float]) -> str:
 
 
 def summary(results: list[Result], source: str) -> list[str]:
-    rows = table_head("dtype", "variant", "outputs (changed)", "basic pass", "assert_close pass",
-                      "dtype: pass / warning / error", "max error, ULP of output scale", "RMS error, ULP of RMS")
+    rows = table_head(
+        "dtype",
+        "variant",
+        "outputs (changed)",
+        "basic pass",
+        "assert_close pass",
+        "dtype: pass / warning / error",
+        "max error, ULP of output scale",
+        "RMS error, ULP of RMS",
+    )
     groups: dict[tuple, list[Result]] = defaultdict(list)
     for r in results:
         if r.output.source == source:
@@ -373,37 +387,54 @@ def summary(results: list[Result], source: str) -> list[str]:
         changed = [r for r in group if r.changed]
         statuses = [r.dtype for r in changed]
         verdicts = f"{statuses.count(PASS)} / {statuses.count(WARNING)} / {statuses.count(ERROR)}"
-        rows.append(f"| {dtype} | {variant} | {len(group)} ({len(changed)}) | {sum(r.basic == PASS for r in changed)} "
-                    f"| {sum(r.assert_close for r in changed)} | {verdicts} "
-                    f"| {_span([r.max_ulps for r in changed])} | {_span([r.rms_ulps for r in changed])} |")
+        rows.append(
+            f"| {dtype} | {variant} | {len(group)} ({len(changed)}) | {sum(r.basic == PASS for r in changed)} "
+            f"| {sum(r.assert_close for r in changed)} | {verdicts} "
+            f"| {_span([r.max_ulps for r in changed])} | {_span([r.rms_ulps for r in changed])} |"
+        )
     return rows
 
 
 def exceptions(results: list[Result]) -> list[str]:
     """Correct outputs that do not pass, and changed faulty ones that are no error."""
-    rows = table_head("output", "dtype", "variant", "dtype verdict", "max ULP", "RMS ULP", "output scale",
-                      "input scale")
+    rows = table_head(
+        "output", "dtype", "variant", "dtype verdict", "max ULP", "RMS ULP", "output scale", "input scale"
+    )
     for r in results:
         expected = PASS if r.variant == "correct" else ERROR
         if r.changed and r.dtype != expected and r.variant not in COMPUTE:
             o = r.output
-            rows.append(f"| {o.name} | {SHORT[o.dtype]} | {r.variant} | {r.dtype} | {r.max_ulps:.3g} "
-                        f"| {r.rms_ulps:.3g} | {np.abs(o.bench).max():.3g} | {o.input_scale:.3g} |")
+            rows.append(
+                f"| {o.name} | {SHORT[o.dtype]} | {r.variant} | {r.dtype} | {r.max_ulps:.3g} "
+                f"| {r.rms_ulps:.3g} | {np.abs(o.bench).max():.3g} | {o.input_scale:.3g} |"
+            )
     return rows
 
 
 def details(results: list[Result]) -> list[str]:
-    rows = table_head("output", "dtype", "n", "output scale", "input scale", "max error", "basic",
-                      "max error, ULP of each element", "max error, ULP of output scale", "RMS error, ULP of RMS",
-                      "dtype")
+    rows = table_head(
+        "output",
+        "dtype",
+        "n",
+        "output scale",
+        "input scale",
+        "max error",
+        "basic",
+        "max error, ULP of each element",
+        "max error, ULP of output scale",
+        "RMS error, ULP of RMS",
+        "dtype",
+    )
     for r in results:
         if r.variant != "correct":
             continue
         o = r.output
         err = float(np.max(np.abs(o.tested.double().numpy() - o.bench))) if o.bench.size else 0.0
-        rows.append(f"| {o.source}: {o.name} | {SHORT[o.dtype]} | {o.bench.size} | {np.abs(o.bench).max():.3g} "
-                    f"| {o.input_scale:.3g} | {err:.3g} | {r.basic} | {element_ulps(o):.3g} | {r.max_ulps:.3g} "
-                    f"| {r.rms_ulps:.3g} | {r.dtype} |")
+        rows.append(
+            f"| {o.source}: {o.name} | {SHORT[o.dtype]} | {o.bench.size} | {np.abs(o.bench).max():.3g} "
+            f"| {o.input_scale:.3g} | {err:.3g} | {r.basic} | {element_ulps(o):.3g} | {r.max_ulps:.3g} "
+            f"| {r.rms_ulps:.3g} | {r.dtype} |"
+        )
     return rows
 
 
@@ -417,8 +448,13 @@ def element_ulps(o: Output) -> float:
 
 def reductions() -> list[str]:
     """fp32 sums and means of layer-normed values: error in fp32 ULP of the input scale."""
-    rows = table_head("n", "sum: ULP of output scale", "sum: ULP of input scale",
-                      "mean: ULP of output scale", "mean: ULP of input scale")
+    rows = table_head(
+        "n",
+        "sum: ULP of output scale",
+        "sum: ULP of input scale",
+        "mean: ULP of output scale",
+        "mean: ULP of input scale",
+    )
     g = torch.Generator().manual_seed(1)
     fp32 = budget_for("torch.float32").format
     for n in (256, 4096, 65536, 1 << 20):
@@ -434,8 +470,9 @@ def reductions() -> list[str]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dumps", type=Path, help="a folder holding " + " and ".join(DUMPS)
-                        + " (default: the repository's copies)")
+    parser.add_argument(
+        "--dumps", type=Path, help="a folder holding " + " and ".join(DUMPS) + " (default: the repository's copies)"
+    )
     parser.add_argument("--details", action="store_true", help="one row per correct output")
     options = parser.parse_args(argv)
     folders = {name: options.dumps / name for name in DUMPS} if options.dumps else DUMPS

@@ -84,6 +84,7 @@ def pytest_collect_file(file_path, parent):
 
 # ---------------------------------------------------------------- synthetic dumps
 
+
 def load_templates() -> list[tuple[str, int, str, dict]]:
     """(type.api, call index, direction, body) of every API entry of the template dumps."""
     out = []
@@ -162,8 +163,13 @@ def make_dump(n: int, folder: Path) -> Path:
     if path.exists():
         return path
     folder.mkdir(parents=True, exist_ok=True)
-    document = {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None,
-                "data": synthetic_entries(n)}
+    document = {
+        "task": "statistics",
+        "level": "L1",
+        "framework": "pytorch",
+        "dump_data_dir": None,
+        "data": synthetic_entries(n),
+    }
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as handle:
         json.dump(document, handle, indent=1)  # msprobe: json.dump(..., indent=1), bare NaN
@@ -172,6 +178,7 @@ def make_dump(n: int, folder: Path) -> Path:
 
 
 # ---------------------------------------------------------------- measuring
+
 
 def clean_env(pythonpath: str | None = None) -> dict[str, str]:
     """This environment less PYTEST_* and PYTHONPATH, and with bytecode caching on as on a
@@ -215,16 +222,20 @@ def collect_commands(python: str, dump: Path) -> dict[str, list[str]]:
     }
 
 
-def bench_collect(python: str, work: Path, sizes: Sequence[int], repeats: int,
-                  msprobe_path: str | None = None) -> list[dict]:
+def bench_collect(
+    python: str, work: Path, sizes: Sequence[int], repeats: int, msprobe_path: str | None = None
+) -> list[dict]:
     plugins = work / "plugins"
     write_floor_plugin(plugins)
     rows = []
     for n in sizes:
         t0 = time.perf_counter()
         dump = make_dump(n, work / f"dump_{n}")
-        print(f"# {n} entries: {dump} ({dump.stat().st_size / 1e6:.1f} MB, "
-              f"made/found in {time.perf_counter() - t0:.1f} s)", flush=True)
+        print(
+            f"# {n} entries: {dump} ({dump.stat().st_size / 1e6:.1f} MB, "
+            f"made/found in {time.perf_counter() - t0:.1f} s)",
+            flush=True,
+        )
         commands = collect_commands(python, dump)
         envs = {"floor": clean_env(str(plugins)), "msprobe": clean_env(msprobe_path)}
         runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in commands}
@@ -249,7 +260,7 @@ def bench_collect(python: str, work: Path, sizes: Sequence[int], repeats: int,
 
 # ---------------------------------------------------------------- parsers alone
 
-PARSER_SCRIPT = textwrap.dedent('''\
+PARSER_SCRIPT = textwrap.dedent("""\
     import gc, json, re, sys, time
     path, which, gc_mode = sys.argv[1], sys.argv[2], sys.argv[3]
     raw = open(path, "rb").read()
@@ -296,7 +307,7 @@ PARSER_SCRIPT = textwrap.dedent('''\
         print(f"RESULT {took:.4f} {len(data)} {nan}")
     else:
         print(f"RESULT {took:.4f} - -")
-''')
+""")
 
 PARSERS = (
     ("json.loads", None),
@@ -310,8 +321,9 @@ PARSERS = (
 )
 
 
-def bench_parsers(python: str, work: Path, dump: Path, repeats: int, extra_path: str | None,
-                  msprobe_path: str | None) -> list[dict]:
+def bench_parsers(
+    python: str, work: Path, dump: Path, repeats: int, extra_path: str | None, msprobe_path: str | None
+) -> list[dict]:
     script = work / "parse_one.py"
     script.write_text(PARSER_SCRIPT)
     pythonpath = os.pathsep.join(p for p in (msprobe_path, extra_path) if p)
@@ -327,8 +339,9 @@ def bench_parsers(python: str, work: Path, dump: Path, repeats: int, extra_path:
         for gc_mode in ("on", "paused"):
             times, rss = [], []
             for _ in range(repeats):
-                _, peak, _, rc, tail = measure([python, str(script), str(dump), label, gc_mode], work, env,
-                                               work / "parse.log")
+                _, peak, _, rc, tail = measure(
+                    [python, str(script), str(dump), label, gc_mode], work, env, work / "parse.log"
+                )
                 found = re.search(r"RESULT (\S+) (\S+) (\S+)", tail)
                 if rc != 0 or not found:
                     last = tail.strip().splitlines()[-1] if tail.strip() else f"exit {rc}"
@@ -343,36 +356,47 @@ def bench_parsers(python: str, work: Path, dump: Path, repeats: int, extra_path:
             row[f"s_{gc_mode}"] = min(times)
             row[f"mib_{gc_mode}"] = max(rss)
         rows.append(row)
-        print(f"  {label}: {row.get('s_on', '-')} s GC on, {row.get('s_paused', '-')} s GC paused; "
-              f"{row['note']}", flush=True)
+        print(
+            f"  {label}: {row.get('s_on', '-')} s GC on, {row.get('s_paused', '-')} s GC paused; {row['note']}",
+            flush=True,
+        )
     return rows
 
 
 # ---------------------------------------------------------------- report
 
+
 def collect_table(rows: list[dict]) -> str:
-    lines = ["| entries | dump.json MB | floor wall s | floor CPU s | floor peak MiB | pytest-msprobe wall s "
-             "| pytest-msprobe CPU s | pytest-msprobe peak MiB | wall / floor | CPU / floor "
-             "| target (<= 1.5x, < 1 GiB) |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| entries | dump.json MB | floor wall s | floor CPU s | floor peak MiB | pytest-msprobe wall s "
+        "| pytest-msprobe CPU s | pytest-msprobe peak MiB | wall / floor | CPU / floor "
+        "| target (<= 1.5x, < 1 GiB) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in rows:
         ok = r["ratio"] <= 1.5 and r["msprobe_mib"] < 1024
-        lines.append(f"| {r['n']:,} | {r['mb']:.1f} | {r['floor_s']:.2f} | {r['floor_cpu']:.2f} | {r['floor_mib']:.0f} "
-                     f"| {r['msprobe_s']:.2f} | {r['msprobe_cpu']:.2f} | {r['msprobe_mib']:.0f} | {r['ratio']:.2f}x "
-                     f"| {r['cpu_ratio']:.2f}x | {'met' if ok else 'NOT met'} |")
+        lines.append(
+            f"| {r['n']:,} | {r['mb']:.1f} | {r['floor_s']:.2f} | {r['floor_cpu']:.2f} | {r['floor_mib']:.0f} "
+            f"| {r['msprobe_s']:.2f} | {r['msprobe_cpu']:.2f} | {r['msprobe_mib']:.0f} | {r['ratio']:.2f}x "
+            f"| {r['cpu_ratio']:.2f}x | {'met' if ok else 'NOT met'} |"
+        )
     return "\n".join(lines)
 
 
 def parser_table(rows: list[dict]) -> str:
-    lines = ["| parser | s, GC on | peak MiB, GC on | s, GC paused | peak MiB, GC paused | notes |",
-             "|---|---:|---:|---:|---:|---|"]
+    lines = [
+        "| parser | s, GC on | peak MiB, GC on | s, GC paused | peak MiB, GC paused | notes |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
 
     def cell(row, key, fmt):
         return fmt.format(row[key]) if row.get(key) is not None else "-"
 
     for r in rows:
-        lines.append(f"| {r['parser']} | {cell(r, 's_on', '{:.2f}')} | {cell(r, 'mib_on', '{:.0f}')} "
-                     f"| {cell(r, 's_paused', '{:.2f}')} | {cell(r, 'mib_paused', '{:.0f}')} | {r.get('note', '')} |")
+        lines.append(
+            f"| {r['parser']} | {cell(r, 's_on', '{:.2f}')} | {cell(r, 'mib_on', '{:.0f}')} "
+            f"| {cell(r, 's_paused', '{:.2f}')} | {cell(r, 'mib_paused', '{:.0f}')} | {r.get('note', '')} |"
+        )
     return "\n".join(lines)
 
 
@@ -394,8 +418,10 @@ def machine() -> str:
 
 
 def versions(python: str) -> str:
-    code = ("import pytest, orjson, sys; print(f'pytest {pytest.__version__}, orjson {orjson.__version__}, '"
-            "f'python {sys.version.split()[0]}')")
+    code = (
+        "import pytest, orjson, sys; print(f'pytest {pytest.__version__}, orjson {orjson.__version__}, '"
+        "f'python {sys.version.split()[0]}')"
+    )
     return subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.strip()
 
 
@@ -407,12 +433,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work", help="work dir for the dumps (default: a new temp dir, removed unless --keep)")
     parser.add_argument("--keep", action="store_true", help="keep the temp work dir")
     parser.add_argument("--no-parsers", action="store_true", help="skip the parser table")
-    parser.add_argument("--parser-path", default=os.environ.get("BENCH_PARSER_PATH"),
-                        help="extra sys.path entry where other JSON parsers are installed (pip --target)")
-    parser.add_argument("--msprobe-path", help="PYTHONPATH for the pytest-msprobe runs, e.g. a patched copy "
-                        "of the package (default: the installed one)")
-    parser.add_argument("--results", default=str(Path(__file__).with_name("results_collect.md")),
-                        help="markdown file for the tables ('' for none)")
+    parser.add_argument(
+        "--parser-path",
+        default=os.environ.get("BENCH_PARSER_PATH"),
+        help="extra sys.path entry where other JSON parsers are installed (pip --target)",
+    )
+    parser.add_argument(
+        "--msprobe-path",
+        help="PYTHONPATH for the pytest-msprobe runs, e.g. a patched copy of the package (default: the installed one)",
+    )
+    parser.add_argument(
+        "--results",
+        default=str(Path(__file__).with_name("results_collect.md")),
+        help="markdown file for the tables ('' for none)",
+    )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
 
@@ -425,8 +459,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_parsers:
             biggest = work / f"dump_{max(sizes)}" / "dump.json"
             print(f"# parsers on {biggest} ({biggest.stat().st_size / 1e6:.1f} MB)", flush=True)
-            ptable = parser_table(bench_parsers(args.python, work, biggest, args.repeats, args.parser_path,
-                                               args.msprobe_path))
+            ptable = parser_table(
+                bench_parsers(args.python, work, biggest, args.repeats, args.parser_path, args.msprobe_path)
+            )
             print("\n" + ptable + "\n")
         if args.results:
             write_results(Path(args.results), args, sizes, table, ptable, f"{load_before} / {load()}")
@@ -441,7 +476,8 @@ def write_results(path: Path, args, sizes: Sequence[int], table: str, ptable: st
         "",
         f"Written by `python -m bench.timing.collect {argv}`".rstrip() + f" on {when}; machine: {machine()}; "
         f"{versions(args.python)}; 1-minute load average before / after: {loads}"
-        + (f"; pytest-msprobe from PYTHONPATH={args.msprobe_path}" if args.msprobe_path else "") + ".",
+        + (f"; pytest-msprobe from PYTHONPATH={args.msprobe_path}" if args.msprobe_path else "")
+        + ".",
         "",
         f"Synthetic statistics dumps of {', '.join(f'{n:,}' for n in sizes)} distinct API entries (real msprobe "
         f"26.2.0 entry bodies from tests/data/pt_stats_L1 and tests/data/public/gpu_resnet, call indexes "

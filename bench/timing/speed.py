@@ -46,6 +46,7 @@ MSPROBE_SHIM = Path(__file__).with_name("msprobe_cpu_acc_check.py")
 
 # ---------------------------------------------------------------- the bigger real-entry dump
 
+
 def split_name(name: str) -> tuple[str, int, str]:
     head, index, direction = name.rsplit(".", 2)
     return head, int(index), direction
@@ -81,7 +82,7 @@ def replicate_dump(source: Path, target: Path, apis: int) -> Path:
             text = json.dumps(body)
             for data_name in re.findall(r'"data_name": "([^"]+)"', text):
                 assert data_name.startswith(name + "."), data_name
-                new_data_name = new_name + data_name[len(name):]
+                new_data_name = new_name + data_name[len(name) :]
                 shutil.copyfile(tensors_in / data_name, tensors_out / new_data_name)
                 text = text.replace(f'"data_name": "{data_name}"', f'"data_name": "{new_data_name}"')
             out[new_name] = json.loads(text)
@@ -102,6 +103,7 @@ def counts(dump: Path) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------- commands
+
 
 def pytest_outcome(tail: str) -> str:
     match = re.search(r"=* ?((?:\d+ \w+(?:, )?)+) in [\d.]+s", tail)
@@ -128,21 +130,52 @@ def thread_env(env: dict[str, str], threads: int) -> dict[str, str]:
     return env
 
 
-def run_one(kind: str, dump: Path, work: Path, python: str, msprobe_python: str,
-            plugins: Path, msprobe_path: str | None, threads: int = 0) -> tuple[float, float, float, str]:
+def run_one(
+    kind: str,
+    dump: Path,
+    work: Path,
+    python: str,
+    msprobe_python: str,
+    plugins: Path,
+    msprobe_path: str | None,
+    threads: int = 0,
+) -> tuple[float, float, float, str]:
     out = work / f"out_{kind}"
     if out.exists():
         shutil.rmtree(out)
     out.mkdir()
     log = work / f"{kind}.log"
     if kind == "floor":
-        cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:msprobe", "-p", "floor_torch",
-               str(dump)]
+        cmd = [
+            python,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:msprobe",
+            "-p",
+            "floor_torch",
+            str(dump),
+        ]
         wall, rss, cpu, rc, tail = measure(cmd, work, thread_env(clean_env(str(plugins)), threads), log)
         ok, outcome = rc == 0, pytest_outcome(tail)
     elif kind == "pytest-msprobe":
-        cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--msprobe-dump", str(dump),
-               "--msprobe-device", "cpu", "--msprobe-out", str(out)]
+        cmd = [
+            python,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--msprobe-dump",
+            str(dump),
+            "--msprobe-device",
+            "cpu",
+            "--msprobe-out",
+            str(out),
+        ]
         wall, rss, cpu, rc, tail = measure(cmd, work, thread_env(clean_env(msprobe_path), threads), log)
         ok, outcome = rc in (0, 1) and "error" not in pytest_outcome(tail), pytest_outcome(tail)
     else:
@@ -171,12 +204,15 @@ def bench(dumps: Sequence[tuple[str, Path]], work: Path, args) -> list[dict]:
             for kind in kinds:  # interleaved, so drift hits all three
                 if r >= (args.msprobe_repeats if kind == "msprobe" else args.repeats):
                     continue
-                wall, cpu, rss, outcome = run_one(kind, dump, work, args.python, args.msprobe_python, plugins,
-                                                  args.msprobe_path, args.threads)
+                wall, cpu, rss, outcome = run_one(
+                    kind, dump, work, args.python, args.msprobe_python, plugins, args.msprobe_path, args.threads
+                )
                 runs[kind].append((wall, cpu, rss))
                 outcomes[kind] = outcome
-                print(f"  {kind:15s} run {r + 1}: {wall:7.2f} s wall {cpu:7.2f} s CPU {rss:6.0f} MiB  {outcome}",
-                      flush=True)
+                print(
+                    f"  {kind:15s} run {r + 1}: {wall:7.2f} s wall {cpu:7.2f} s CPU {rss:6.0f} MiB  {outcome}",
+                    flush=True,
+                )
         row = {"label": label, "entries": entries, "apis": apis, "outcomes": outcomes}
         for kind, values in runs.items():
             row[kind] = (min(v[0] for v in values), min(v[1] for v in values), max(v[2] for v in values))
@@ -212,34 +248,53 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dump", default=str(EXAMPLE), help="folder of a real tensor dump (dump.json + "
-                        "dump_tensor_data/)")
-    parser.add_argument("--apis", type=int, default=125, help="API calls of the bigger dump made of --dump's "
-                        "entries (0: none)")
+    parser.add_argument(
+        "--dump", default=str(EXAMPLE), help="folder of a real tensor dump (dump.json + dump_tensor_data/)"
+    )
+    parser.add_argument(
+        "--apis", type=int, default=125, help="API calls of the bigger dump made of --dump's entries (0: none)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="runs of the floor and of pytest-msprobe")
     parser.add_argument("--msprobe-repeats", type=int, default=2, help="runs of msprobe (about 0.6 s an API)")
     parser.add_argument("--python", default=sys.executable, help="the interpreter with pytest-msprobe installed")
-    parser.add_argument("--msprobe-python", required=True, help="the interpreter of the venv with "
-                        "mindstudio-probe (see the docstring), or '' to leave msprobe out")
-    parser.add_argument("--msprobe-path", help="PYTHONPATH for the pytest-msprobe runs, e.g. a patched copy "
-                        "of the package (default: the installed one)")
-    parser.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS / MKL_NUM_THREADS for all three "
-                        "(default: unset, torch's default of one thread a core)")
+    parser.add_argument(
+        "--msprobe-python",
+        required=True,
+        help="the interpreter of the venv with mindstudio-probe (see the docstring), or '' to leave msprobe out",
+    )
+    parser.add_argument(
+        "--msprobe-path",
+        help="PYTHONPATH for the pytest-msprobe runs, e.g. a patched copy of the package (default: the installed one)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="OMP_NUM_THREADS / MKL_NUM_THREADS for all three (default: unset, torch's default of one thread a core)",
+    )
     parser.add_argument("--work", help="work dir (default: a new temp dir, removed unless --keep)")
     parser.add_argument("--keep", action="store_true")
-    parser.add_argument("--results", default=str(Path(__file__).with_name("results_speed.md")),
-                        help="markdown file for the table ('' for none)")
+    parser.add_argument(
+        "--results",
+        default=str(Path(__file__).with_name("results_speed.md")),
+        help="markdown file for the table ('' for none)",
+    )
     args = parser.parse_args(argv)
     if args.msprobe_python and not Path(args.msprobe_python).exists():
-        raise SystemExit(f"--msprobe-python {args.msprobe_python} is not there: pass --msprobe-python '' to leave "
-                         "msprobe out")
+        raise SystemExit(
+            f"--msprobe-python {args.msprobe_python} is not there: pass --msprobe-python '' to leave msprobe out"
+        )
 
     with work_dir(args.work, args.keep, "bench_speed_") as work:
         source = Path(args.dump).resolve()
         dumps = [(source.name, source / "dump.json")]
         if args.apis:
-            dumps.append((f"{source.name} x{args.apis} calls",
-                          replicate_dump(source, work / f"{source.name}_{args.apis}", args.apis)))
+            dumps.append(
+                (
+                    f"{source.name} x{args.apis} calls",
+                    replicate_dump(source, work / f"{source.name}_{args.apis}", args.apis),
+                )
+            )
         load_before = load()
         rows = bench(dumps, work, args)
         text = table(rows)
@@ -258,8 +313,12 @@ def write_results(path: Path, args, rows: list[dict], text: str, loads: str) -> 
         f"Written by `python -m bench.timing.speed {argv}`".rstrip() + f" on {when}; machine: {machine()}; "
         f"1-minute load average before / after: {loads}"
         + (f"; pytest-msprobe from PYTHONPATH={args.msprobe_path}" if args.msprobe_path else "")
-        + (f"; OMP_NUM_THREADS=MKL_NUM_THREADS={args.threads} for all three" if args.threads else
-           "; torch's default threads (one a core)") + ".",
+        + (
+            f"; OMP_NUM_THREADS=MKL_NUM_THREADS={args.threads} for all three"
+            if args.threads
+            else "; torch's default threads (one a core)"
+        )
+        + ".",
         "",
         "Each command in a fresh process in the work dir, the kinds interleaved; best wall time and best CPU "
         f"time (user + sys) of {args.repeats} ({args.msprobe_repeats} for msprobe), highest peak RSS:",

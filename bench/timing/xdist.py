@@ -49,8 +49,9 @@ def api_entries_only(source: Path, target: Path) -> Path:
     """A copy of source's dump.json without its Module/Cell entries (not items, and not in the
     `<Type>.<api>.<n>.<direction>` form replicate_dump renumbers), beside its tensor folder."""
     document = json.loads((source / "dump.json").read_text())
-    document["data"] = {name: body for name, body in document["data"].items()
-                        if name.split(".", 1)[0] not in ("Module", "Cell")}
+    document["data"] = {
+        name: body for name, body in document["data"].items() if name.split(".", 1)[0] not in ("Module", "Cell")
+    }
     target.mkdir(parents=True, exist_ok=True)
     (target / "dump.json").write_text(json.dumps(document, indent=1))
     if (source / "dump_tensor_data").is_dir() and not (target / "dump_tensor_data").exists():
@@ -58,10 +59,23 @@ def api_entries_only(source: Path, target: Path) -> Path:
     return target
 
 
-def commands(python: str, dump: Path, out: Path, workers: int, threads: int = 0,
-             settings: Sequence[str] = ()) -> dict[str, list[str]]:
-    run = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", PROCESS_CPU, "--msprobe-dump", str(dump),
-           "--msprobe-device", "cpu"]
+def commands(
+    python: str, dump: Path, out: Path, workers: int, threads: int = 0, settings: Sequence[str] = ()
+) -> dict[str, list[str]]:
+    run = [
+        python,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        PROCESS_CPU,
+        "--msprobe-dump",
+        str(dump),
+        "--msprobe-device",
+        "cpu",
+    ]
     kinds = {
         "serial": [*run, "--msprobe-out", str(out / "serial")],
         f"-n {workers}": [*run, "--msprobe-out", str(out / "xdist"), "-n", str(workers)],
@@ -71,8 +85,19 @@ def commands(python: str, dump: Path, out: Path, workers: int, threads: int = 0,
     for setting in settings:  # both runs again under NAME=VALUE (kind_env sets it)
         kinds[f"serial {setting}"] = kinds["serial"]
         kinds[f"-n {workers} {setting}"] = kinds[f"-n {workers}"]
-    kinds["collect"] = [python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "--msprobe-dump",
-                        str(dump), "--msprobe-device", "cpu"]
+    kinds["collect"] = [
+        python,
+        "-m",
+        "pytest",
+        "--collect-only",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--msprobe-dump",
+        str(dump),
+        "--msprobe-device",
+        "cpu",
+    ]
     return kinds
 
 
@@ -119,8 +144,7 @@ def bench(dump: Path, work: Path, args) -> dict[str, dict]:
                 runs[kind].append((wall, cpu, loads, sorted(rows), process_split(split)))
             else:
                 runs[kind].append((wall, cpu, loads, [], []))
-            print(f"  {kind:8s} run {r + 1}: {wall:7.2f} s wall {cpu:7.2f} s CPU  load {loads}  {outcome}",
-                  flush=True)
+            print(f"  {kind:8s} run {r + 1}: {wall:7.2f} s wall {cpu:7.2f} s CPU  load {loads}  {outcome}", flush=True)
     tables = [run[3] for kind in cmds if kind != "collect" for run in runs[kind]]
     same_rows = all(rows == tables[0] for rows in tables)
     # API and verdicts: the Message quotes float32 metrics, whose last bits follow the thread count.
@@ -128,8 +152,13 @@ def bench(dump: Path, work: Path, args) -> dict[str, dict]:
     best = {}
     for kind, values in runs.items():
         fastest = min(values, key=lambda v: v[0])
-        best[kind] = {"wall": fastest[0], "cpu": min(v[1] for v in values), "load": fastest[2],
-                      "walls": [v[0] for v in values], "split": fastest[4]}
+        best[kind] = {
+            "wall": fastest[0],
+            "cpu": min(v[1] for v in values),
+            "load": fastest[2],
+            "walls": [v[0] for v in values],
+            "split": fastest[4],
+        }
     best["same_rows"] = same_rows
     best["same_verdicts"] = same_verdicts
     best["outcomes"] = outcomes
@@ -145,8 +174,10 @@ def process_split(path: Path) -> list[dict]:
 
 
 def split_table(best: dict[str, dict]) -> str:
-    lines = ["| kind | process | entries run | CPU s by the end of its first entry | CPU s |",
-             "|---|---|---:|---:|---:|"]
+    lines = [
+        "| kind | process | entries run | CPU s by the end of its first entry | CPU s |",
+        "|---|---|---:|---:|---:|",
+    ]
     for kind, b in best.items():
         for p in b.get("split", []) if isinstance(b, dict) else []:
             first = "" if p["first_entry_cpu"] is None else f"{p['first_entry_cpu']:.2f}"
@@ -165,18 +196,28 @@ def table(label: str, entries: int, apis: int, best: dict[str, dict], workers: i
     speedup = best["serial"]["wall"] / best[xdist]["wall"]
     target = TARGET if workers == 2 else None
     verdict = "" if target is None else f" (target >= {target}x: {'met' if speedup >= target else 'NOT met'})"
-    lines += ["", f"serial / {xdist} wall: {speedup:.2f}x{verdict}; CPU {xdist} / serial: "
-              f"{best[xdist]['cpu'] / best['serial']['cpu']:.2f}x; a worker's collection "
-              f"{best['collect']['wall']:.2f} s wall; verdicts of every run equal: "
-              f"{'yes' if best['same_verdicts'] else 'NO'}, whole result rows: {'yes' if best['same_rows'] else 'no'} "
-              f"({apis} API calls)"]
-    lines += ["", "Where the CPU went in the fastest run of each kind (the controller counts the entries its "
-              "workers reported):", "", split_table(best), ""]
+    lines += [
+        "",
+        f"serial / {xdist} wall: {speedup:.2f}x{verdict}; CPU {xdist} / serial: "
+        f"{best[xdist]['cpu'] / best['serial']['cpu']:.2f}x; a worker's collection "
+        f"{best['collect']['wall']:.2f} s wall; verdicts of every run equal: "
+        f"{'yes' if best['same_verdicts'] else 'NO'}, whole result rows: {'yes' if best['same_rows'] else 'no'} "
+        f"({apis} API calls)",
+    ]
+    lines += [
+        "",
+        "Where the CPU went in the fastest run of each kind (the controller counts the entries its workers reported):",
+        "",
+        split_table(best),
+        "",
+    ]
     for kind in [k for k in best if isinstance(best[k], dict) and "=" in k]:  # a run under NAME=VALUE
         base, setting = kind.rsplit(" ", 1)
         gain = " (the thread split's gain)" if setting.startswith("OMP=") else ""
-        lines.append(f"{kind} / {base}{gain}: wall {best[kind]['wall'] / best[base]['wall']:.2f}x, CPU "
-                     f"{best[kind]['cpu'] / best[base]['cpu']:.2f}x")
+        lines.append(
+            f"{kind} / {base}{gain}: wall {best[kind]['wall'] / best[base]['wall']:.2f}x, CPU "
+            f"{best[kind]['cpu'] / best[base]['cpu']:.2f}x"
+        )
         if base == "serial":
             spread = best[f"{xdist} {setting}"]
             lines.append(f"{kind} / {xdist} {setting} wall: {best[kind]['wall'] / spread['wall']:.2f}x")
@@ -186,21 +227,38 @@ def table(label: str, entries: int, apis: int, best: dict[str, dict], workers: i
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dump", default=str(EXAMPLE), help="folder of a real tensor dump")
-    parser.add_argument("--apis", type=int, default=250, help="API calls of the dump made of --dump's entries "
-                        "(0: the dump as it is, every call once)")
+    parser.add_argument(
+        "--apis",
+        type=int,
+        default=250,
+        help="API calls of the dump made of --dump's entries (0: the dump as it is, every call once)",
+    )
     parser.add_argument("--workers", type=int, default=2, help="-n of the xdist run")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--compare-threads", type=int, default=0, help="also run -n N with OMP_NUM_THREADS set "
-                        "to this (2: torch's default on 2 cores, no split), to measure the thread split")
-    parser.add_argument("--compare-env", action="append", default=[], metavar="NAME=VALUE",
-                        help="also run serial and -n N with this variable set (THP_MEM_ALLOC_ENABLE=0: "
-                        "without the huge pages the plugin turns on); repeatable")
+    parser.add_argument(
+        "--compare-threads",
+        type=int,
+        default=0,
+        help="also run -n N with OMP_NUM_THREADS set "
+        "to this (2: torch's default on 2 cores, no split), to measure the thread split",
+    )
+    parser.add_argument(
+        "--compare-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="also run serial and -n N with this variable set (THP_MEM_ALLOC_ENABLE=0: "
+        "without the huge pages the plugin turns on); repeatable",
+    )
     parser.add_argument("--python", default=sys.executable, help="the interpreter with pytest-msprobe installed")
     parser.add_argument("--msprobe-path", help="PYTHONPATH for the runs, e.g. a patched copy of the package")
     parser.add_argument("--work", help="work dir (default: a new temp dir, removed unless --keep)")
     parser.add_argument("--keep", action="store_true")
-    parser.add_argument("--results", default=str(Path(__file__).with_name("results_xdist.md")),
-                        help="markdown file for the table ('' for none)")
+    parser.add_argument(
+        "--results",
+        default=str(Path(__file__).with_name("results_xdist.md")),
+        help="markdown file for the table ('' for none)",
+    )
     args = parser.parse_args(argv)
 
     with work_dir(args.work, args.keep, "bench_xdist_") as work:
