@@ -133,3 +133,16 @@ class MsDumpWriter:
                     "dump_data_dir": str(self.tensor_dir), "data": self.data}
         path.write_text(json.dumps(document, indent=1))
         return path
+
+
+def mindspore_mul_dump(folder: Path, dtype: torch.dtype, scale: float = 1.0) -> Path:
+    """Mint.mul of two real tensors of ms_tensor_L1 (the inputs of its Mint.add.0) in `dtype`,
+    the recorded output computed in fp32 and rounded, times `scale`."""
+    source = Path(__file__).resolve().parent / "data" / "ms_tensor_L1" / "dump_tensor_data"
+    x, y = (torch.from_numpy(np.load(source / f"Mint.add.0.forward.input.{i}.npy")).to(dtype) for i in (0, 1))
+    grad = torch.from_numpy(np.load(source / "Mint.add.0.backward.input.0.npy")).to(dtype)
+    out = ((x.float() * y.float()) * scale).to(dtype)
+    writer = MsDumpWriter(folder)
+    writer.record("Mint.mul.0", [x, y], [out], [grad], [(grad.float() * y.float()).to(dtype),
+                                                        (grad.float() * x.float()).to(dtype)])
+    return writer.write()

@@ -3,12 +3,11 @@ tells a low-precision computation (keep it out of autocast) from a faulty kernel
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
+from dumpwriter import DumpWriter, mindspore_mul_dump
 
-from conftest import DATA, read_csv, run_msprobe
-from dumpwriter import DumpWriter, MsDumpWriter
+from conftest import read_csv, run_msprobe
 from pytest_msprobe.frameworks import for_framework
 
 PASSES = "passes when run in fp32: keep {api} out of autocast or cast it to fp32"
@@ -166,22 +165,9 @@ def test_a_real_autocast_backward_passes_in_fp32(pytester, copy_dump):
 # -- MindSpore ---------------------------------------------------------------------
 
 
-def ms_dump(folder, dtype, scale=1.0):
-    """Mint.mul of two real tensors of ms_tensor_L1 (the inputs of its Mint.add.0) in `dtype`,
-    the recorded output computed in fp32 and rounded, times `scale`."""
-    source = DATA / "ms_tensor_L1" / "dump_tensor_data"
-    x, y = (torch.from_numpy(np.load(source / f"Mint.add.0.forward.input.{i}.npy")).to(dtype) for i in (0, 1))
-    grad = torch.from_numpy(np.load(source / "Mint.add.0.backward.input.0.npy")).to(dtype)
-    out = ((x.float() * y.float()) * scale).to(dtype)
-    writer = MsDumpWriter(folder)
-    writer.record("Mint.mul.0", [x, y], [out], [grad], [(grad.float() * y.float()).to(dtype),
-                                                        (grad.float() * x.float()).to(dtype)])
-    return writer.write()
-
-
 def test_mindspore_recorded_bf16_off_by_3_percent_passes_in_fp32_on_the_cpu(pytester):
     pytest.importorskip("mindspore")
-    dump = ms_dump(pytester.path / "ms", torch.bfloat16, scale=1.03)
+    dump = mindspore_mul_dump(pytester.path / "ms", torch.bfloat16, scale=1.03)
     result = run_msprobe(pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype",
                          "--msprobe-probe", "fp32")
     assert result.parseoutcomes() == {"failed": 1, "passed": 1}
@@ -190,7 +176,7 @@ def test_mindspore_recorded_bf16_off_by_3_percent_passes_in_fp32_on_the_cpu(pyte
 
 def test_mindspore_kernel_off_in_fp32_too(pytester):
     pytest.importorskip("mindspore")
-    dump = ms_dump(pytester.path / "ms", torch.float16)
+    dump = mindspore_mul_dump(pytester.path / "ms", torch.float16)
     pytester.makeconftest("""
         from mindspore import mint
         real = mint.mul

@@ -16,18 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from dumpwriter import DumpWriter, mindspore_mul_dump
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import read_csv, run_msprobe
-from dumpwriter import DumpWriter
 from pytest_msprobe import repro
 from pytest_msprobe.compare import Comparison, compare
 from pytest_msprobe.results import EntryResult, OutputResult
 from pytest_msprobe.standards.basic import BasicStandard
 from pytest_msprobe.standards.dtype import DtypeStandard
 from pytest_msprobe.standards.tolerances import Tolerances
-from test_probe import ms_dump
 
 RTOL = 1e-12  # the repro's metrics against the CSV's, on the CPU
 METRICS = {"Cosine": "cosine", "MaxAbsErr": "max_abs_err", "MaxRelativeErr": "max_rel_err"}
@@ -185,16 +184,18 @@ def test_mindspore_repros_print_the_run_metrics_and_verdict(pytester, copy_dump,
         assert "mindspore" in (folders / entry / "repro.py").read_text()
         assert_reproduces(run_alone(folders / entry, tmp_path / "fp32"), details, entry)
     # bf16: MindSpore's CPU kernels for mul, forward and backward, on real values of ms_tensor_L1.
-    bf16 = ms_dump(pytester.path / "ms_bf16", torch.bfloat16)
+    bf16 = mindspore_mul_dump(pytester.path / "ms_bf16", torch.bfloat16)
     _, details, folders = repro_run(pytester, bf16, "--msprobe-device", "cpu", out="bf16", subprocess=True)
     for entry in pick(details, [("forward", "torch.bfloat16"), ("backward", "torch.bfloat16")]).values():
         assert_reproduces(run_alone(folders / entry, tmp_path / "bf16"), details, entry)
 
 
-def test_a_folder_for_every_failing_entry_and_the_ini_key(pytester, copy_dump):
+@pytest.mark.parametrize("workers", [[], pytest.param(["-n", "2"], marks=pytest.mark.slow)])
+def test_a_folder_for_every_failing_entry_and_the_ini_key(pytester, copy_dump, workers):
+    """Under pytest-xdist the workers write the folders."""
     dump = copy_dump("pt_tensor_L1")
     pytester.makeini("[pytest]\nmsprobe_repro = from-ini\n")
-    result = run_msprobe(pytester, dump, "--msprobe-device", "recorded")
+    result = run_msprobe(pytester, dump, "--msprobe-device", "recorded", *workers, subprocess=bool(workers))
     result.stdout.fnmatch_lines(["msprobe: a reproducer of every entry that is not pass in */from-ini"])
     written = {p.name for p in (pytester.path / "from-ini" / "pt_tensor_L1").iterdir()}
     statuses = {f"{row['API Name']}.{d}": row[f"{d.capitalize()} Test Success"]
