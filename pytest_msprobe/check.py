@@ -61,7 +61,7 @@ class Checker:
             pair.bench,
             pair.tested_dtype,
             name=f"{name.full}.output.{pair.index}",
-            input_scale=run.input_scale,
+            probes=pair.probes,
         )
         metrics, verdict = compare(comparison, self.standard)
         return OutputResult(

@@ -22,6 +22,7 @@ from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, is_tensor_spec, tree_map
 from . import OutputPair, Run, RunOptions, Unsupported, ms_mapping
 from . import torch_engine as engine
+from .magnitudes import with_magnitudes
 
 DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
@@ -338,7 +339,11 @@ class MindSpore:
         sides = (
             backward_sides(dump, call, options) if entry.direction == BACKWARD else forward_sides(dump, call, options)
         )
-        return engine.run_sides(call, sides, options.keep)
+        # The benchmark's PyTorch API says how its terms' magnitude is had (an adapter's says nothing).
+        torch_name = resolve_bench(entry).torch_name
+        return engine.run_sides(
+            call, with_magnitudes(sides, "" if " " in torch_name else torch_name, call), options.keep
+        )
 
 
 def forward_sides(dump: Dump, call: engine.Call, options: RunOptions) -> engine.Sides:

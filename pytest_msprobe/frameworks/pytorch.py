@@ -14,6 +14,7 @@ import torch
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, Undescribed, is_tensor_spec, tree_map
 from . import OutputPair, Run, RunOptions, Unsupported
+from .magnitudes import with_magnitudes
 from .recorded_gradients import Attribution, attribute
 from .torch_engine import (
     CODEC,
@@ -76,7 +77,7 @@ class PyTorch:
         sides = (
             backward_sides(dump, call, options) if entry.direction == BACKWARD else forward_sides(dump, call, options)
         )
-        return run_sides(call, sides, options.keep)
+        return run_sides(call, with_magnitudes(sides, entry.api, call), options.keep)
 
 
 # -- resolving an entry --------------------------------------------------------
@@ -260,8 +261,15 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
         def recorded() -> list:
             return recorded_values(CODEC, dump, name.full, grad_specs, "output")
 
+        attributed: list[Attribution] = []  # the last one, for the probes' runs
+
         def attribution(tested: list, bench: list) -> Attribution:
-            return attribute(tested, grad_specs, bench, nodes, flat_outputs(grad_outputs))
+            attributed[:] = [attribute(tested, grad_specs, bench, nodes, flat_outputs(grad_outputs))]
+            return attributed[0]
+
+        def probed_bench(side: Any) -> list:
+            found = watched_bench(side)
+            return attributed[0].rebased(found, nodes) if attributed else found
 
         def compared(tested: list, bench: list) -> tuple[list, list]:
             return attribution(tested, bench).compared(bench)
@@ -270,7 +278,9 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
             found = attribution(tested, bench)
             return gradient_pairs(found.matched, bench, "; ".join(found.strays), found.elsewhere)
 
-        return Sides(watched_bench, recorded, recorded_pairs, notes, True, grad_outputs, compared)
+        return Sides(
+            watched_bench, recorded, recorded_pairs, notes, True, grad_outputs, compared, probe_bench=probed_bench
+        )
 
     def tested() -> list:
         return gradients(tested_side(options.device, call), call, grad_outputs)
