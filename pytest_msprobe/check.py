@@ -61,7 +61,7 @@ class Checker:
             pair.bench,
             pair.tested_dtype,
             name=f"{name.full}.output.{pair.index}",
-            probes=pair.probes,
+            extra=pair.extra,
         )
         metrics, verdict = compare(comparison, self.standard)
         return OutputResult(

@@ -28,7 +28,7 @@ def _no_answer(*args: float) -> np.ndarray | None:
 
 
 @dataclass
-class Probes:
+class ExtraRuns:
     """More of the benchmark for one output, computed only when a standard asks (an output over
     its budget): float64 arrays of the output's shape, or None where the API has no such answer.
 
@@ -50,7 +50,7 @@ class Comparison:
     bench: np.ndarray
     tested_dtype: str  # "torch.bfloat16"
     name: str = ""  # "Torch.matmul.0.forward.output.0", for per-API tolerances
-    probes: Probes = field(default_factory=Probes)
+    extra: ExtraRuns = field(default_factory=ExtraRuns)
 
 
 @dataclass

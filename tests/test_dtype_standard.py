@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
-from pytest_msprobe.compare import Comparison, Probes, compare
+from pytest_msprobe.compare import Comparison, ExtraRuns, compare
 from pytest_msprobe.results import ERROR, PASS, WARNING
 from pytest_msprobe.standards.basic import BasicStandard
 from pytest_msprobe.standards.budget import FORMATS, format_of
@@ -31,7 +31,7 @@ def round_to(x, dtype: str) -> np.ndarray:
 
 
 def verdict(tested, bench, dtype, probes=None, name="Torch.matmul.0.forward.output.0", standard=None):
-    c = Comparison(np.asarray(tested, np.float64), np.asarray(bench, np.float64), dtype, name, probes or Probes())
+    c = Comparison(np.asarray(tested, np.float64), np.asarray(bench, np.float64), dtype, name, probes or ExtraRuns())
     return compare(c, standard or DtypeStandard())[1]
 
 
@@ -65,10 +65,10 @@ def test_fp16_and_bf16_accumulation_over_k_of_64_and_more_is_an_error(dtype, k, 
     exact = (a.double() @ b.double()).numpy()
     magnitude = (a.double().abs() @ b.double().abs()).numpy()
     tested = accumulated_in(LOW[dtype], a, b).double().numpy()
-    assert verdict(tested, exact, dtype, Probes(magnitude=lambda: magnitude)).status == ERROR
+    assert verdict(tested, exact, dtype, ExtraRuns(magnitude=lambda: magnitude)).status == ERROR
     # The same inputs with fp32 accumulation, rounded once: what a correct kernel gives.
     correct = (a.float() @ b.float()).to(LOW[dtype]).double().numpy()
-    assert verdict(correct, exact, dtype, Probes(magnitude=lambda: magnitude)).status == PASS
+    assert verdict(correct, exact, dtype, ExtraRuns(magnitude=lambda: magnitude)).status == PASS
 
 
 @settings(max_examples=50)
@@ -92,7 +92,7 @@ def test_a_sum_of_many_terms_near_zero_passes_on_the_magnitude_of_its_terms():
     exact = a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64)
     magnitude = np.abs(a.astype(np.float32)) @ np.abs(b.astype(np.float32))
     asked = []
-    probes = Probes(magnitude=lambda: asked.append("magnitude") or magnitude)
+    probes = ExtraRuns(magnitude=lambda: asked.append("magnitude") or magnitude)
     assert verdict(tested, exact, "torch.float32", probes).status == PASS
     assert asked in ([], ["magnitude"])  # asked at most once, only when over the budget without it
 
@@ -104,7 +104,7 @@ def test_tf32_operands_are_an_error_and_pass_where_declared():
     tf32 = FORMATS["tf32"].rounded
     tested = (tf32(a).astype(np.float32) @ tf32(b).astype(np.float32)).astype(np.float64)
     magnitude = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
-    probes = Probes(magnitude=lambda: magnitude)
+    probes = ExtraRuns(magnitude=lambda: magnitude)
     assert verdict(tested, exact, "torch.float32", probes).status == ERROR
     declared = DtypeStandard(Tolerances.parse(["Torch.matmul.*: inputs=tf32"]))
     allowed = verdict(tested, exact, "torch.float32", probes, standard=declared)
@@ -145,7 +145,7 @@ def test_probes_are_asked_in_turn_and_only_while_over_the_budget():
             return value
         return ask
 
-    probes = Probes(magnitude=answer("magnitude", np.array([1.0, 1.0, 2.0])),
+    probes = ExtraRuns(magnitude=answer("magnitude", np.array([1.0, 1.0, 2.0])),
                     spread=answer("spread", np.array([0.0, 0.0, 1e-5])), low=answer("low", None))
     assert verdict(tested, bench, "torch.float32", probes).status == PASS
     assert asked == ["magnitude", "spread"]  # low is for bf16/fp16 only, and it passed before
@@ -215,4 +215,5 @@ def test_a_tolerance_rule_replaces_the_budget_for_the_matching_name_only():
     assert other.status == ERROR
     tight = DtypeStandard(Tolerances.parse(["Torch.matmul.0.forward: rtol=1e-6"]))
     failed = verdict(tested, bench, "torch.float32", standard=tight)
-    assert failed.status == ERROR and failed.message.startswith("tolerance Torch.matmul.0.forward: rtol=1e-06, atol=0: ")
+    assert failed.status == ERROR
+    assert failed.message.startswith("tolerance Torch.matmul.0.forward: rtol=1e-06, atol=0: ")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ..compare import Probes
+from ..compare import ExtraRuns
 
 if TYPE_CHECKING:
     from ..dump import Dump, EntryName
@@ -71,7 +71,7 @@ class OutputPair:
     shape: list[int] | None = None
     skip: str = ""  # why this output cannot be compared
     note: str = ""  # what the pairing had to do (a gradient judged at another node of the graph)
-    probes: Probes = field(default_factory=Probes)  # more of the bench, for a standard that asks
+    extra: ExtraRuns = field(default_factory=ExtraRuns)  # more of the bench, for a standard that asks
 
 
 @dataclass

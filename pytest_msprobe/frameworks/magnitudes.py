@@ -115,10 +115,10 @@ FORMULAS: dict[str, Callable[[dict[str, Any], torch.Tensor | None], list]] = {
 
 
 def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
-    """The entry's sides with what the dtype standard's probes need for this API."""
+    """The entry's sides with what the dtype standard's extra runs need for this API."""
     kind = family(api)
     if kind == "sum":
-        return replace(sides, magnitude=lambda side: sides.probed(absolute(side)), spread=False)
+        return replace(sides, magnitude=lambda side: sides.compared_run(absolute(side)), spread=False)
     if kind == "formula":
         grad_outputs = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
         return replace(sides, magnitude=lambda side: formula(api, call.args, call.kwargs, grad_outputs))

@@ -261,13 +261,13 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
         def recorded() -> list:
             return recorded_values(CODEC, dump, name.full, grad_specs, "output")
 
-        attributed: list[Attribution] = []  # the last one, for the probes' runs
+        attributed: list[Attribution] = []  # the last one, for the extra runs
 
         def attribution(tested: list, bench: list) -> Attribution:
             attributed[:] = [attribute(tested, grad_specs, bench, nodes, flat_outputs(grad_outputs))]
             return attributed[0]
 
-        def probed_bench(side: Any) -> list:
+        def compared_bench_run(side: Any) -> list:
             found = watched_bench(side)
             return attributed[0].rebased(found, nodes) if attributed else found
 
@@ -279,7 +279,14 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
             return gradient_pairs(found.matched, bench, "; ".join(found.strays), found.elsewhere)
 
         return Sides(
-            watched_bench, recorded, recorded_pairs, notes, True, grad_outputs, compared, probe_bench=probed_bench
+            watched_bench,
+            recorded,
+            recorded_pairs,
+            notes,
+            True,
+            grad_outputs,
+            compared,
+            compared_bench=compared_bench_run,
         )
 
     def tested() -> list:

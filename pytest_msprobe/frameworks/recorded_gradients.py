@@ -49,7 +49,7 @@ class Attribution:
         return recorded, [self.elsewhere[i][0] if i in self.elsewhere else b for i, b in enumerate(bench)]
 
     def rebased(self, gradients: list, nodes: list[NodeGradient]) -> list:
-        """Another run of the same graph (a probe's) as it compares: its gradients, with the
+        """Another run of the same graph (an extra run's) as it compares: its gradients, with the
         values its own nodes pass on where this attribution judged at a node."""
         found = list(gradients)
         for index, node in self.nodes.items():

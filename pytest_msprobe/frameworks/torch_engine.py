@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..compare import Probes
+from ..compare import ExtraRuns
 from ..dump import Dump, EntryName
 from ..inputs import REAL, Codec, Device, Rebuilder, is_tensor_spec, tree_map
 from . import BenchmarkFailed, Kept, OutputPair, Run, Unsupported
@@ -149,7 +149,7 @@ class Side:
     # Floating inputs rounded to this dtype first, as autocast does: what the kernel really took.
     autocast: torch.dtype | None = None
     reference: bool = False  # run the bench callable (for torch_npu ops, the CPU reference)
-    transform: Callable[[torch.Tensor], torch.Tensor] | None = None  # on every floating tensor placed (probes)
+    transform: Callable[[torch.Tensor], torch.Tensor] | None = None  # on every floating tensor placed (extra runs)
 
     def place(self, value: Any) -> Any:
         if isinstance(value, Device):
@@ -420,17 +420,17 @@ class Sides:
     grad_outputs: list | None = None  # backward: the gradients fed to the outputs
     # (tested, bench) as they were compared, tested in the order of the bench's, for the error data.
     compared: Callable[[list, list], tuple[list, list]] = _as_compared
-    # For the standard's probes: the magnitude of the terms of each output on a bench side (the
+    # For the standard's extra runs: the magnitude of the terms of each output on a bench side (the
     # bench on |inputs| for sums and products, the API's formula), and whether the spread of the
     # bench under perturbed inputs says anything (not for sums and products: the magnitude does).
     magnitude: Callable[[Side], list] | None = None
     spread: bool = True
-    # The bench as the pairs compare it, for the probes' runs: where a gradient was judged at a
+    # The bench as the pairs compare it, for the extra runs: where a gradient was judged at a
     # node of the graph, that node's value (by default the bench itself).
-    probe_bench: Callable[[Side], list] | None = None
+    compared_bench: Callable[[Side], list] | None = None
 
-    def probed(self, side: Side) -> list:
-        return (self.probe_bench or self.bench)(side)
+    def compared_run(self, side: Side) -> list:
+        return (self.compared_bench or self.bench)(side)
 
 
 def run_sides(call: Call, sides: Sides, keep: bool) -> Run:
@@ -453,10 +453,10 @@ def run_sides(call: Call, sides: Sides, keep: bool) -> Run:
         run.kept = Kept({"args": call.args, "kwargs": call.kwargs}, kept_tested, kept_bench, grads)
     if tested is not None:
         run.pairs = sides.pair(tested, bench)
-        probes = BenchProbes(call, sides, side, bench)
+        extra = ExtraBenchRuns(call, sides, side, bench)
         for pair in run.pairs:
             if not pair.skip:
-                pair.probes = probes.for_output(pair.index)
+                pair.extra = extra.for_output(pair.index)
     return run
 
 
@@ -481,7 +481,7 @@ SPREAD_SEEDS = 3  # one seed needs 10x the constant to pass every correct output
 LOW_THREADS = (1, 2, 4, 8)
 
 
-class BenchProbes:
+class ExtraBenchRuns:
     """The extra benchmark runs of one entry, each run once, on the first output's ask.
 
     On the side the benchmark ran on; a run that raises answers None (the standard then
@@ -491,8 +491,8 @@ class BenchProbes:
         self.call, self.sides, self.side, self.bench = call, sides, side, bench
         self.runs: dict[tuple, list | None] = {}
 
-    def for_output(self, index: int) -> Probes:
-        return Probes(
+    def for_output(self, index: int) -> ExtraRuns:
+        return ExtraRuns(
             magnitude=lambda: self.magnitude(index),
             spread=lambda relative: self.spread(index, relative),
             low=lambda: self.low(index),
@@ -511,7 +511,7 @@ class BenchProbes:
         widest: np.ndarray | None = None
         for seed in range(SPREAD_SEEDS):
             side = perturbed(self.side, relative, seed)
-            run = self.output(("spread", relative, seed), functools.partial(self.sides.probed, side), index)
+            run = self.output(("spread", relative, seed), functools.partial(self.sides.compared_run, side), index)
             if run is None or run.shape != bench.shape:
                 return None
             gap = np.abs(run - bench)
@@ -536,7 +536,7 @@ class BenchProbes:
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            return self.sides.probed(low_side(self.call))
+            return self.sides.compared_run(low_side(self.call))
         finally:
             torch.set_num_threads(before)
 

@@ -15,7 +15,7 @@
 
 An output's ratio is its worst element's error over that element's budget: pass up to 1, a
 warning up to 2 (a narrow band: no deficit of the study lands in it beyond separation 4), an
-error beyond. The probes behind M, S and L cost extra benchmark runs: they are asked one by one,
+error beyond. M, S and L cost extra benchmark runs: they are asked one by one,
 only while the output is still over its budget, which gives the verdict all of them would give
 (every term only adds).
 
@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..compare import Probes
+from ..compare import ExtraRuns
 
 U_ACC = 2.0**-24  # fp32 accumulation
 
@@ -120,7 +120,7 @@ class Reading:
     parts: dict[str, float]  # the budget's terms at the worst element, in its ULP
     over: int  # elements over their budget
     size: int
-    probed: tuple[str, ...]  # the probes that were asked
+    asked: tuple[str, ...]  # the extra runs that were asked
 
     def status(self, band: float) -> str:
         return "pass" if self.ratio <= 1 else "warning" if self.ratio <= band else "error"
@@ -134,11 +134,11 @@ def read(
     tested: np.ndarray,
     bench: np.ndarray,
     fmt: Format,
-    probes: Probes,
+    extra: ExtraRuns,
     constants: Constants = Constants(),
     accumulation: float | None = None,
 ) -> Reading:
-    """The output against its budget, asking the probes one by one while it is over it.
+    """The output against its budget, asking the extra runs one by one while it is over it.
 
     tested and bench: the same shape, finite where compared (NaN and inf are judged before:
     compare.compare). accumulation: u_acc where the user declared a coarser one (an allowance).
@@ -152,18 +152,18 @@ def read(
     unit = fmt.spacing(b)
     magnitude = np.abs(np.where(finite, b, 0.0))
     terms = {"rounding": constants.c_out * unit, "fp32 accumulation": constants.c_acc * u_acc * magnitude}
-    probed: list[str] = []
+    asked: list[str] = []
     asks: list[tuple[str, Callable[[], np.ndarray | None]]] = [
-        ("magnitude", probes.magnitude),
-        ("spread", lambda: probes.spread(U_ACC)),
+        ("magnitude", extra.magnitude),
+        ("spread", lambda: extra.spread(U_ACC)),
     ]
     if fmt.mantissa_bits < 23:
-        asks.append(("low", probes.low))
+        asks.append(("low", extra.low))
     for name, ask in asks:
         if _worst(error, terms)[1] <= 1:
             break
         answer = ask()
-        probed.append(name)
+        asked.append(name)
         if answer is None:
             continue
         answer = _finite(np.abs(np.asarray(answer, dtype=np.float64)))
@@ -187,7 +187,7 @@ def read(
         parts,
         int(np.count_nonzero(error > sum(terms.values()))),
         int(b.size),
-        tuple(probed),
+        tuple(asked),
     )
 
 
