@@ -20,6 +20,7 @@ import torch
 
 from . import ms_mapping
 from . import torch as pt
+from .. import apis
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, is_tensor_spec, tree_map
 from ..outcome import Run, Unsupported
@@ -165,6 +166,8 @@ def resolve_bench(name: EntryName) -> ms_mapping.Equivalent:
         raise Unsupported(f"{name.api_type} collective: it cannot be re-run alone, on one device")
     if pt.NONDETERMINISTIC.search(name.api.rsplit(".", 1)[-1]):
         raise Unsupported(f"non-deterministic API {name.api}: two runs never agree")
+    if name.api_type != "Primitive":  # the same SKIP whether the tested side runs or is recorded
+        apis.listed(apis.MINDSPORE, name.api_type, name.api)
     equivalent = ms_mapping.lookup(name.api_type, name.api)
     if equivalent is None and name.api_type == "Primitive":
         raise Unsupported(f"Primitive.{name.api} has no PyTorch equivalent in pytest-msprobe's MindSpore mapping "
@@ -180,10 +183,9 @@ def resolve_tested(name: EntryName, call: pt.Call) -> Callable:
     """The MindSpore callable of the entry (a primitive is built with its attributes)."""
     ms = mindspore()
     api_type, api = name.api_type, name.api
+    where = f"MindSpore {ms.__version__}"
     if api_type == "Primitive":
-        cls = getattr(ms.ops, ms_mapping.primitive_class(api), None)
-        if cls is None:
-            raise Unsupported(f"Primitive {api}: no class {ms_mapping.primitive_class(api)} in mindspore.ops")
+        cls = apis.resolve(ms.ops, apis.primitive(api, ms_mapping.PRIMITIVE), where)
         try:
             return cls(*resolve_bench(name).primitive_args(*call.args))
         except Exception as exc:  # noqa: BLE001 - arguments the attribute rule cannot read
@@ -191,12 +193,8 @@ def resolve_tested(name: EntryName, call: pt.Call) -> Callable:
                               f"({type(exc).__name__}: {exc})") from None
     roots = {"Mint": lambda: ms.mint, "MintFunctional": lambda: ms.mint.nn.functional,
              "Functional": lambda: ms.ops, "Tensor": lambda: ms.Tensor}
-    target: Any = roots[api_type]()
-    for part in api.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            raise Unsupported(f"{api_type}.{api} does not exist in MindSpore {ms.__version__}")
-    return target
+    listed = apis.listed(apis.MINDSPORE, api_type, api)  # only msprobe's APIs, along the listed path
+    return apis.resolve(roots[api_type](), listed, where)
 
 
 # -- the call ------------------------------------------------------------------

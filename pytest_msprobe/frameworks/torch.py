@@ -18,6 +18,7 @@ from typing import Any, Callable, List, Optional, Sequence
 import numpy as np
 import torch
 
+from .. import apis
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Device, Rebuilder, Undescribed, is_tensor_spec, tree_map
 from ..outcome import BenchmarkFailed, Kept, OutputPair, Run, Unsupported
@@ -33,16 +34,15 @@ NONDETERMINISTIC = re.compile(
 CASTS = frozenset({"to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long", "bool", "char",
                    "byte", "short", "cpu", "cuda", "npu"})
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+# By the names of apis.TORCH_DTYPES: a dtype named by a dump is looked up, never an attribute of torch.
+DTYPES = {name: vars(torch)[name] for name in apis.TORCH_DTYPES if isinstance(vars(torch).get(name), torch.dtype)}
 
 
 class TorchCodec:
     """Specs -> torch values (see inputs.Codec)."""
 
     def dtype(self, name: str) -> torch.dtype:
-        dtype = getattr(torch, str(name).replace("torch.", "", 1), None) if str(name).startswith("torch.") else None
-        if not isinstance(dtype, torch.dtype):
-            raise KeyError(name)
-        return dtype
+        return DTYPES[apis.torch_dtype_name(name)]
 
     def dtype_kind(self, name: str) -> str:
         dtype = self.dtype(name)
@@ -91,6 +91,7 @@ def resolve_npu(api: str, device: str) -> tuple:
     """torch_npu's fused op on the NPU, its float64 CPU reference as the bench."""
     from .. import npu_reference
 
+    listed = apis.listed(apis.PYTORCH, "NPU", api)  # before anything else: only msprobe's APIs
     reference = npu_reference.lookup(api)
     if reference is None:
         raise Unsupported(f"NPU op {api} has no CPU reference to benchmark it with")
@@ -102,7 +103,7 @@ def resolve_npu(api: str, device: str) -> tuple:
                           "to check the outputs a tensor dump recorded")
     import torch_npu
 
-    return getattr(torch_npu, api), bench
+    return apis.resolve(torch_npu, listed, f"torch_npu {torch_npu.__version__}"), bench
 
 
 def _skip_unmodelled(api: str, reference: Callable, unsupported: type) -> Callable:
@@ -118,6 +119,7 @@ def _skip_unmodelled(api: str, reference: Callable, unsupported: type) -> Callab
 
 
 def resolve_torch(api_type: str, api: str) -> Callable:
+    """Only what msprobe's list for the type names, and only along the listed path (apis.py)."""
     roots = {
         "Functional": lambda: torch.nn.functional,
         "Tensor": lambda: torch.Tensor,
@@ -125,17 +127,10 @@ def resolve_torch(api_type: str, api: str) -> Callable:
         "VF": lambda: torch._VF,
         "Aten": lambda: torch.ops.aten,
     }
+    listed = apis.listed(apis.PYTORCH, api_type, api)
     if api_type not in roots:
         raise Unsupported(f"unknown API type {api_type!r}")
-    target: Any = roots[api_type]()
-    for part in api.split("."):
-        try:
-            target = getattr(target, part)
-        except (AttributeError, RuntimeError):
-            raise Unsupported(f"{api_type}.{api} does not exist in torch {torch.__version__}") from None
-    if not callable(target):
-        raise Unsupported(f"{api_type}.{api} is not callable")
-    return target
+    return apis.resolve(roots[api_type](), listed, f"torch {torch.__version__}")
 
 
 # -- the call ------------------------------------------------------------------
