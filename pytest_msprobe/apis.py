@@ -89,7 +89,7 @@ _DENIED_GROUPS: Tuple[Tuple[str, str], ...] = (
 )
 DENIED: Mapping[str, str] = {name: why for why, names in _DENIED_GROUPS for name in names.split()}
 # Submodules some lists name bare (mint's `nn`, `linalg`): fine inside a listed path, never the API itself.
-MODULES = frozenset("functional linalg nn special fft ops mint".split())
+MODULES = frozenset({"functional", "linalg", "nn", "special", "fft", "ops", "mint"})
 # Dunders are interpreter machinery (__class__, __reduce_ex__, __init__, ...) except operators.
 _OPERATOR_DUNDER = re.compile(
     r"__[ir]?(add|sub|mul|matmul|truediv|div|floordiv|mod|pow|lshift|rshift|and|or|xor|neg|pos|abs|invert"

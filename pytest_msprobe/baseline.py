@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Iterable, List, Sequence, Set, Tuple
 
 from .compare import ERROR, PASS
-from .dump import BACKWARD, FORWARD
 from .outcome import EntryResult
-from .report import read_result_rows
+from .report import read_entry_statuses
 
 
 class Baseline:
@@ -23,12 +22,8 @@ class Baseline:
     @classmethod
     def read(cls, path: Path) -> "Baseline":
         """Raises report.ReportError naming the file when it is missing or not a result CSV."""
-        failed = []
-        for row in read_result_rows(path):
-            row = row + [""] * (3 - len(row))
-            failed += [(row[0], direction) for direction, status in ((FORWARD, row[1]), (BACKWARD, row[2]))
-                       if status == ERROR]
-        return cls(path, failed)
+        return cls(path, [(api, direction) for api, direction, status in read_entry_statuses(path)
+                          if status == ERROR])
 
     def failed_before(self, api: str, direction: str) -> bool:
         return (api, direction) in self.failed

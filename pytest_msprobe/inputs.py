@@ -6,13 +6,17 @@ frameworks/mindspore.py) from a file or from a numpy array. No pytest here.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Protocol
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple
 
 import numpy as np
+
+from .dump import MAX_NESTING
 
 REAL = "real"
 RANDOM = "random"
@@ -21,9 +25,38 @@ MODES = (AUTO, REAL, RANDOM)
 
 TENSOR_TYPE_SUFFIXES = ("Tensor", "Parameter", "StubTensor")
 
+# Random data is built from the recorded shapes: a bound on the elements one entry may ask
+# for (2**30: 8 GiB as float64, more than any one call of a real model's step), so a shape
+# of 10**15 elements is a SKIP of its entry, not a process killed for memory.
+DEFAULT_MAX_ELEMENTS = 2**30
+_max_elements: contextvars.ContextVar[int] = contextvars.ContextVar("max_elements", default=DEFAULT_MAX_ELEMENTS)
+MAX_DIMS = 64  # numpy's limit
+# The largest finite value of each floating dtype, the range of each integer one: a statistic
+# beyond it cannot come from a tensor of that dtype.
+FLOAT_MAX: Dict[str, float] = {
+    "float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38,
+    "float64": 1.7976931348623157e308, "complex32": 65504.0, "complex64": 3.4028234663852886e38,
+    "complex128": 1.7976931348623157e308, "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0,
+    "float8_e4m3fnuz": 240.0, "float8_e5m2fnuz": 57344.0,
+}
+INT_RANGE: Dict[str, Tuple[int, int]] = {
+    name: (int(np.iinfo(name).min), int(np.iinfo(name).max))
+    for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+}
+
 
 class InputError(Exception):
     """An argument that cannot be rebuilt; the message names entry and field."""
+
+
+@contextlib.contextmanager
+def element_budget(max_elements: int) -> Iterator[None]:
+    """The bound on the random elements an entry may build, for the checks run inside."""
+    token = _max_elements.set(max_elements)
+    try:
+        yield
+    finally:
+        _max_elements.reset(token)
 
 
 class Codec(Protocol):
@@ -83,7 +116,7 @@ def as_float(value: Any) -> Optional[float]:
         return float(value)
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an integer of 400 digits is out of range, not a number
         return None
 
 
@@ -97,6 +130,7 @@ class Rebuilder:
         self.mode = mode
         self.seed = seed
         self.notes: List[str] = []
+        self.elements = 0  # random elements built so far, against the entry's budget
 
     def error(self, field_path: str, what: str) -> InputError:
         return InputError(f"{self.entry}: {field_path}: {what}")
@@ -114,11 +148,13 @@ class Rebuilder:
         named = {key: self.value(spec, f"{kwargs_key}.{key}") for key, spec in kwargs.items()}
         return Rebuilt(values, named, self.notes)
 
-    def value(self, spec: Any, field_path: str) -> Any:
+    def value(self, spec: Any, field_path: str, depth: int = 0) -> Any:
         if spec is None:
             return None
         if isinstance(spec, list):
-            return [self.value(item, f"{field_path}[{i}]") for i, item in enumerate(spec)]
+            if depth >= MAX_NESTING:
+                raise self.error(field_path, f"lists nested deeper than {MAX_NESTING} levels: no API takes that")
+            return [self.value(item, f"{field_path}[{i}]", depth + 1) for i, item in enumerate(spec)]
         if not isinstance(spec, dict):
             raise self.error(field_path, f"unexpected {type(spec).__name__} {spec!r}")
         if not spec:
@@ -149,13 +185,27 @@ class Rebuilder:
         except (KeyError, TypeError):
             raise self.error(f"{field_path}.dtype", f"unknown dtype {dtype_name!r}") from None
         shape = spec.get("shape")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise self.error(f"{field_path}.shape", f"not a list of sizes: {shape!r}")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                  for d in shape):
+            raise self.error(f"{field_path}.shape", f"not a list of sizes: {_short(shape)}")
+        if len(shape) > MAX_DIMS:
+            raise self.error(f"{field_path}.shape", f"{len(shape)} dimensions, more than any tensor has ({MAX_DIMS})")
         path = self.tensor_path(spec, field_path)
         if path is not None:
             return self.load(path, shape, dtype, field_path)
+        self.budget(shape, field_path)
+        check_statistics(spec, str(dtype).rsplit(".", 1)[-1], lambda key, what: self.error(f"{field_path}.{key}", what))
         array = random_array(spec, self.codec.dtype_kind(dtype_name), tensor_seed(self.seed, self.entry, field_path))
         return self.codec.from_array(array, dtype)
+
+    def budget(self, shape: List[int], field_path: str) -> None:
+        """Count a random tensor against the entry's bound, before anything is allocated."""
+        limit = _max_elements.get()
+        count = math.prod(shape)
+        self.elements += count
+        if self.elements > limit:
+            raise self.error(f"{field_path}.shape", f"{shape} is {count:,} elements; random data for this entry "
+                             f"would be {self.elements:,}, more than --msprobe-max-elements {limit:,}")
 
     def tensor_path(self, spec: dict, field_path: str) -> Optional[Path]:
         """The tensor file to load, or None for random data (saying why)."""
@@ -166,6 +216,8 @@ class Rebuilder:
             if self.mode == REAL:
                 raise self.error(f"{field_path}.data_name", "missing: real mode needs a tensor dump")
             return None
+        if not isinstance(data_name, str) or "\0" in data_name:
+            raise self.error(f"{field_path}.data_name", f"not a file name: {_short(data_name)}")
         path = self.safe_path(data_name, field_path)
         if not path.is_file():
             if self.mode == REAL:
@@ -194,7 +246,33 @@ class Rebuilder:
         # A file format without every dtype (.npy has no bfloat16) stores a
         # wider one: the codec casts back to the recorded dtype.
         cast = getattr(self.codec, "cast", None)
+        held = getattr(tensor, "dtype", dtype)
+        if held != dtype and not (cast is not None and str(dtype).endswith("bfloat16") and str(held).endswith(
+                "float32")):
+            self.notes.append(f"{field_path}: {path.name} holds {held}, dump.json records {dtype}: "
+                              f"cast to {dtype}, the recorded dtype")
+            return tensor.to(dtype) if cast is None else cast(tensor, dtype)
         return tensor if cast is None else cast(tensor, dtype)
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def check_statistics(spec: dict, dtype: str, error: Callable[[str, str], InputError]) -> None:
+    """A finite Max or Min beyond what the dtype holds (1e308 for float16) cannot be a tensor's."""
+    for key in ("Max", "Min"):
+        value = as_float(spec.get(key))
+        if value is None or not math.isfinite(value):
+            if spec.get(key) is not None and value is None and not isinstance(spec.get(key), str):
+                raise error(key, f"not a number: {_short(spec.get(key))}")
+            continue
+        if dtype in FLOAT_MAX and abs(value) > FLOAT_MAX[dtype]:
+            raise error(key, f"{value:g} is beyond the largest {dtype} ({FLOAT_MAX[dtype]:g}): no {dtype} "
+                             "tensor holds it")
+        if dtype in INT_RANGE and not INT_RANGE[dtype][0] <= value <= INT_RANGE[dtype][1]:
+            raise error(key, f"{value:g} is outside the range of {dtype} {list(INT_RANGE[dtype])}")
 
 
 _SCALARS: dict = {
@@ -230,9 +308,13 @@ def random_array(spec: dict, kind: str, seed: int) -> np.ndarray:
         return np.asarray(rng.integers(lo, hi + 1, size=shape) > 0)
     if kind == "i":
         lo, hi = _int_bounds(low, high)
-        return np.asarray(rng.integers(lo, hi + 1, size=shape, dtype=np.int64))
+        return np.asarray(rng.integers(lo, hi, size=shape, dtype=np.int64, endpoint=True))
     lo, hi = _finite_bounds(spec, low, high)
-    array = np.asarray(rng.uniform(lo, hi, size=shape), dtype=np.float64)
+    if math.isfinite(hi - lo):
+        array = np.asarray(rng.uniform(lo, hi, size=shape), dtype=np.float64)
+    else:  # [-1e308, 1e308]: the width overflows, the mix of the ends does not
+        u = rng.random(size=shape)
+        array = np.asarray(lo * (1 - u) + hi * u, dtype=np.float64)
     if array.size:
         flat = array.reshape(-1)
         flat[0] = low if low is not None else lo
@@ -240,9 +322,13 @@ def random_array(spec: dict, kind: str, seed: int) -> np.ndarray:
     return array
 
 
+_INT64 = INT_RANGE["int64"]
+
+
 def _int_bounds(low: Optional[float], high: Optional[float]) -> tuple:
     lo = int(low) if low is not None and math.isfinite(low) else 0
     hi = int(high) if high is not None and math.isfinite(high) else lo + 1
+    lo, hi = (min(max(v, _INT64[0]), _INT64[1]) for v in (lo, hi))  # a uint64 past int64: its top
     return min(lo, hi), max(lo, hi)
 
 

@@ -11,6 +11,7 @@ from .check import check_entry
 from .compare import ERROR, SKIP
 from .dump import DumpError, entry_kind, parse_entry_name, read_dump
 from .outcome import EntryResult
+from .untrusted import escape, printable
 
 RUN_KEY = pytest.StashKey["MsprobeRun"]()
 
@@ -23,12 +24,15 @@ class DumpFile(pytest.File):
             self.dump = read_dump(self.path)
         except DumpError as exc:
             # Not a collection error: pytest would stop the whole session.
-            yield UnreadableDump.from_parent(self, name="dump", message=str(exc))
+            yield UnreadableDump.from_parent(self, name="dump", message=printable(str(exc)))
             return
         self.config.stash[RUN_KEY].dumps[self.nodeid] = self.dump
         for name in self.dump.entries:
             if entry_kind(name) != "module":
-                yield EntryItem.from_parent(self, name=name)
+                # The test name is what terminals and reports show: the entry's, escaped (untrusted.py).
+                item = EntryItem.from_parent(self, name=escape(name))
+                item.entry = name
+                yield item
 
 
 class UnreadableDump(pytest.Item):
@@ -54,12 +58,13 @@ class EntryItem(pytest.Item):
     """One API entry of a dump, checked on the device under test against the bench."""
 
     result: Optional[EntryResult] = None
+    entry: str = ""  # the entry's name in the dump (self.name is it escaped)
 
     def runtest(self) -> None:
         settings = self.config.stash[RUN_KEY].settings
-        entry = parse_entry_name(self.name)
+        entry = parse_entry_name(self.entry)
         if entry is None:
-            self.result = EntryResult(self.name, "forward", SKIP, f"{self.name}: not an API entry name "
+            self.result = EntryResult(self.entry, "forward", SKIP, f"{self.name}: not an API entry name "
                                       "(<Type>.<api>.<n>.<forward|backward>)", dump=str(self.path))
         else:
             try:
@@ -71,9 +76,9 @@ class EntryItem(pytest.Item):
                                           dump=str(self.path))
                 raise
         if self.result.status == SKIP:
-            pytest.skip(self.result.message or "nothing to compare")
+            pytest.skip(printable(self.result.message or "nothing to compare"))
         if self.result.status == ERROR:
-            raise PrecisionError(summary.failure_text(self.result, settings.standard.describe()))
+            raise PrecisionError(printable(summary.failure_text(self.result, settings.standard.describe())))
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, PrecisionError):

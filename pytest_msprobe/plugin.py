@@ -14,8 +14,8 @@ import pytest
 from . import devices, summary, workers
 from .check import Settings
 from .compare import BasicStandard
-from .dump import find_dump_files, peek_framework, peek_task
-from .inputs import MODES, RANDOM
+from .dump import code_beside, find_dump_files, peek_framework, peek_task
+from .inputs import DEFAULT_MAX_ELEMENTS, MODES, RANDOM
 from .items import RUN_KEY, DumpFile
 from .reporter import CsvReporter
 from .selection import Selection
@@ -35,6 +35,8 @@ OPTIONS = [
     ("--msprobe-out", "msprobe_out", "folder for the result and details CSVs", "."),
     ("--msprobe-resume", "msprobe_resume", "result CSV of a killed run: run only its missing APIs, append to it", ""),
     ("--msprobe-baseline", "msprobe_baseline", "result CSV of an earlier run: its errors are expected failures", ""),
+    ("--msprobe-max-elements", "msprobe_max_elements", "random mode: the most elements an entry's inputs may have "
+     "(beyond: SKIP)", str(DEFAULT_MAX_ELEMENTS)),
 ]
 ERROR_DATA_FOLDER = "msprobe_error_data"  # under --msprobe-out
 
@@ -96,6 +98,10 @@ class MsprobeRun:
         self.dump_files = [f.resolve() for p in paths for f in find_dump_files(base / p)]
         if not self.dump_files:
             raise pytest.UsageError(f"--msprobe-dump: no dump.json under {', '.join(paths)}")
+        code = [str(found) for p in paths for found in code_beside(base / p)]
+        if code:  # pytest would import them to collect the dumps: a dump is data, never code
+            raise pytest.UsageError(f"--msprobe-dump: the dump's folders hold Python files pytest would import to "
+                                    f"collect it: {', '.join(code)}; move dump.json and dump_tensor_data elsewhere")
         self.mode = setting(config, "msprobe_mode")
         if self.mode not in MODES:
             raise pytest.UsageError(f"--msprobe-mode must be one of {', '.join(MODES)}, not {self.mode!r}")
@@ -109,6 +115,9 @@ class MsprobeRun:
         self.device_ids = self.choose_ids(config)
         self.settings = Settings(self.device_kind, self.mode, self.int_setting(config, "msprobe_seed"),
                                  make_standard(config))
+        self.settings.max_elements = self.int_setting(config, "msprobe_max_elements")
+        if self.settings.max_elements < 1:
+            raise pytest.UsageError(f"msprobe_max_elements must be at least 1, not {self.settings.max_elements}")
         self.out_dir = base / setting(config, "msprobe_out")
         self.dumps = {}
 

@@ -13,7 +13,7 @@ import csv
 from pathlib import Path
 from typing import Iterator, List, Set, Tuple
 
-from .report import DETAILS_COLUMNS, RESULT_COLUMNS, ReportError, _untext, details_path_for
+from .report import DETAILS_COLUMNS, RESULT_COLUMNS, ReportError, any_field_size, details_path_for, read_cell
 
 
 def prepare(result_path: Path) -> Set[str]:
@@ -31,13 +31,13 @@ def prepare(result_path: Path) -> Set[str]:
 
 def _prepare(result_path: Path) -> Set[str]:
     rows, ends = complete_records(result_path, RESULT_COLUMNS)
-    finished = {_untext(row[0]) for row in rows[1:] if row}
+    finished = {read_cell(row[0]) for row in rows[1:] if row}
     _truncate(result_path, ends[-1] if ends else 0)
     details = details_path_for(result_path)
     if details.is_file():
         rows, ends = complete_records(details, DETAILS_COLUMNS)
         # Orphans can only sit at the end: the rows of the API being written when the run died.
-        while len(rows) > 1 and api_of_output(_untext(rows[-1][0])) not in finished:
+        while len(rows) > 1 and api_of_output(read_cell(rows[-1][0])) not in finished:
             rows.pop()
             ends.pop()
         _truncate(details, ends[-1] if ends else 0)
@@ -58,13 +58,18 @@ def complete_records(path: Path, columns: List[str]) -> Tuple[List[List[str]], L
     rows: List[List[str]] = []
     ends: List[int] = []
     try:
-        for row in csv.reader(_lines(data, start, read_to), strict=True):
-            if not data[: read_to[0]].endswith(b"\n"):
-                break  # the last line, cut off mid-write
-            rows.append(row)
-            ends.append(read_to[0])
-    except csv.Error:
-        pass  # a quoted field cut off mid-write: everything before it stands
+        with any_field_size():
+            for row in csv.reader(_lines(data, start, read_to), strict=True):
+                if not data[: read_to[0]].endswith(b"\n"):
+                    break  # the last line, cut off mid-write
+                rows.append(row)
+                ends.append(read_to[0])
+    except csv.Error as exc:
+        # A kill can only tear the last record: a record that does not parse with more
+        # of the file after it is no torn tail, and cutting there would drop whole rows.
+        if read_to[0] < len(data):
+            raise ReportError(f"{path}: record {len(rows) + 1} is not a CSV row pytest-msprobe writes ({exc}): "
+                              "not resumed, nothing cut") from None
     if rows and rows[0] != columns:
         raise ReportError(f"{path}: not an accuracy_checking CSV of pytest-msprobe: its header is {rows[0][:4]}, "
                           f"expected {columns}")

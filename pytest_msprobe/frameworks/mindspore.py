@@ -18,12 +18,12 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 import torch
 
-from . import ms_mapping
-from . import torch as pt
 from .. import apis
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, is_tensor_spec, tree_map
 from ..outcome import Run, Unsupported
+from . import ms_mapping
+from . import torch as pt
 
 RECORDED = "recorded"
 
