@@ -129,13 +129,25 @@ class Dump:
         return counts
 
 
-def find_dump_files(path: os.PathLike | str) -> List[Path]:
-    """A dump.json itself, or every dump.json file under a folder (step*/rank*/...)."""
+def find_dump_files(path: os.PathLike | str, refused: Optional[List[str]] = None) -> List[Path]:
+    """A dump.json itself, or every dump.json under a folder (step*/rank*/...).
+
+    Regular files only: pytest cannot collect a FIFO or a device (and reading one could
+    wait forever), and a folder named dump.json it would collect as a folder of tests.
+    What is left out is said in `refused`.
+    """
     path = Path(path)
-    if path.is_dir():
-        # Files only: a folder named dump.json would be collected by pytest as a test folder.
-        return sorted(found for found in path.rglob(DUMP_FILE_NAME) if found.is_file())
-    return [path]
+    found = sorted(path.rglob(DUMP_FILE_NAME)) if path.is_dir() else [path]
+    kept = []
+    for candidate in found:
+        why = ("not a regular file (a FIFO, a device or a folder)" if candidate.exists() and not candidate.is_file()
+               else "its path holds control characters, which pytest would print raw"
+               if printable(str(candidate)) != str(candidate) else "")
+        if not why:
+            kept.append(candidate)  # a missing one too: pytest says so
+        elif refused is not None:
+            refused.append(printable(f"{candidate}: {why}: not read"))
+    return kept
 
 
 # pytest imports these when it collects a file in their folder (conftest.py, and a package's

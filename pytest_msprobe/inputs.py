@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tupl
 import numpy as np
 
 from .dump import MAX_NESTING
+from .untrusted import printable
 
 REAL = "real"
 RANDOM = "random"
@@ -216,7 +217,7 @@ class Rebuilder:
             if self.mode == REAL:
                 raise self.error(f"{field_path}.data_name", "missing: real mode needs a tensor dump")
             return None
-        if not isinstance(data_name, str) or "\0" in data_name:
+        if not isinstance(data_name, str) or printable(data_name) != data_name:
             raise self.error(f"{field_path}.data_name", f"not a file name: {_short(data_name)}")
         path = self.safe_path(data_name, field_path)
         if not path.is_file():
@@ -238,8 +239,8 @@ class Rebuilder:
     def load(self, path: Path, shape: List[int], dtype: Any, field_path: str) -> Any:
         try:
             tensor = self.codec.load(path)
-        except Exception as exc:  # a broken file is a fault of that entry only
-            raise self.error(f"{field_path}.data_name", f"cannot load {path.name}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - a broken file is a fault of that entry only
+            raise self.error(f"{field_path}.data_name", f"cannot load {path.name}: {load_error(exc)}") from None
         found = self.codec.shape_of(tensor)
         if found != list(shape):
             raise self.error(f"{field_path}.shape", f"recorded {shape} but {path.name} holds {found}")
@@ -253,6 +254,25 @@ class Rebuilder:
                               f"cast to {dtype}, the recorded dtype")
             return tensor.to(dtype) if cast is None else cast(tensor, dtype)
         return tensor if cast is None else cast(tensor, dtype)
+
+
+def load_error(exc: Exception) -> str:
+    """The line of a loader's error that says what is wrong with the file. torch's refusal of a
+    pickle that would run code is a page of advice (to load it unsafely, among others): its
+    line naming the refused global, or the unpickler's own error, is the finding."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for marker in ("GLOBAL", "Unsupported", "WeightsUnpickler error"):
+        found = [line for line in lines if marker in line]
+        if found:
+            return f"{type(exc).__name__}: not a file torch.load(weights_only=True) loads: {found[0][:300]}"
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+
+
+def _text(value: Any) -> str:
+    text = str(value)
+    if any("\ud800" <= char <= "\udfff" for char in text):
+        raise ValueError("a lone surrogate: no file, report or terminal holds it")
+    return text
 
 
 def _short(value: Any, limit: int = 200) -> str:
@@ -279,7 +299,7 @@ _SCALARS: dict = {
     "int": lambda r, v: int(v),
     "float": lambda r, v: float(v),
     "bool": lambda r, v: bool(v),
-    "str": lambda r, v: str(v),
+    "str": lambda r, v: _text(v),
     "complex": lambda r, v: complex(v),
     "slice": lambda r, v: slice(*v),
     "ellipsis": lambda r, v: Ellipsis,

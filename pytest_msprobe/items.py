@@ -11,7 +11,7 @@ from .check import check_entry
 from .compare import ERROR, SKIP
 from .dump import DumpError, entry_kind, parse_entry_name, read_dump
 from .outcome import EntryResult
-from .untrusted import escape, printable
+from .untrusted import cut, escape, printable
 
 RUN_KEY = pytest.StashKey["MsprobeRun"]()
 
@@ -64,7 +64,7 @@ class EntryItem(pytest.Item):
         settings = self.config.stash[RUN_KEY].settings
         entry = parse_entry_name(self.entry)
         if entry is None:
-            self.result = EntryResult(self.entry, "forward", SKIP, f"{self.name}: not an API entry name "
+            self.result = EntryResult(self.name, "forward", SKIP, f"{cut(self.name, 200)}: not an API entry name "
                                       "(<Type>.<api>.<n>.<forward|backward>)", dump=str(self.path))
         else:
             try:

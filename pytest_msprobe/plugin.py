@@ -19,6 +19,7 @@ from .inputs import DEFAULT_MAX_ELEMENTS, MODES, RANDOM
 from .items import RUN_KEY, DumpFile
 from .reporter import CsvReporter
 from .selection import Selection
+from .untrusted import printable
 
 # (option, ini key, help, default); every option is also an ini key, as in
 # pytest-rerunfailures, so a team can pin its rule in pytest.ini.
@@ -95,9 +96,11 @@ class MsprobeRun:
 
     def __init__(self, config: pytest.Config, paths: List[str]):
         base = config.invocation_params.dir
-        self.dump_files = [f.resolve() for p in paths for f in find_dump_files(base / p)]
+        refused: List[str] = []
+        self.dump_files = [f.resolve() for p in paths for f in find_dump_files(base / p, refused)]
         if not self.dump_files:
-            raise pytest.UsageError(f"--msprobe-dump: no dump.json under {', '.join(paths)}")
+            raise pytest.UsageError(f"--msprobe-dump: no dump.json under {', '.join(paths)}"
+                                    + "".join(f"; {line}" for line in refused))
         code = [str(found) for p in paths for found in code_beside(base / p)]
         if code:  # pytest would import them to collect the dumps: a dump is data, never code
             raise pytest.UsageError(f"--msprobe-dump: the dump's folders hold Python files pytest would import to "
@@ -105,7 +108,7 @@ class MsprobeRun:
         self.mode = setting(config, "msprobe_mode")
         if self.mode not in MODES:
             raise pytest.UsageError(f"--msprobe-mode must be one of {', '.join(MODES)}, not {self.mode!r}")
-        self.device_notes: List[str] = []
+        self.device_notes: List[str] = refused  # said in the header with the device
         try:
             self.frameworks = {peek_framework(path) for path in self.dump_files}
             self.device_kind = devices.choose(setting(config, "msprobe_device"), self.device_notes, self.frameworks)
@@ -176,7 +179,7 @@ class MsprobeRun:
         lines = []
         for path, dump in self.dumps.items():
             counts = ", ".join(f"{n} {kind}" for kind, n in dump.counts().items() if n or kind != "unknown")
-            lines.append(f"msprobe: {path}: {dump.framework} {dump.task} dump, {counts} entries")
+            lines.append(printable(f"msprobe: {path}: {dump.framework} {dump.task} dump, {counts} entries"))
         return lines
 
     @pytest.hookimpl(wrapper=True)

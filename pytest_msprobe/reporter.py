@@ -132,5 +132,5 @@ class CsvReporter:
                                                   f"written: --msprobe-resume {self.open(path).result_path} "
                                                   "runs them"))
         for writer in self.writers.values():
-            terminalreporter.write_line(f"result:  {writer.result_path}")
-            terminalreporter.write_line(f"details: {writer.details_path}")
+            terminalreporter.write_line(printable(f"result:  {writer.result_path}"))
+            terminalreporter.write_line(printable(f"details: {writer.details_path}"))

@@ -59,7 +59,8 @@ class Selection:
         kept, done = [], []
         for item in items:
             entry = parse_entry_name(item.entry) if isinstance(item, EntryItem) else None
-            if isinstance(item, EntryItem) and (entry.prefix if entry else item.entry) in self.finished:
+            # A name that is no API name has its row under the test's name (items.py).
+            if isinstance(item, EntryItem) and (entry.prefix if entry else item.name) in self.finished:
                 done.append(item)
                 continue
             if entry is not None and self.baseline and self.baseline.failed_before(entry.prefix, entry.direction):
