@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Collection, Dict, FrozenSet, Mapping, Optional, Tuple
+from typing import Any, Callable
 
-from .outcome import Unsupported
+from .frameworks import Unsupported
 
 WRAPPED_APIS = Path(__file__).with_name("wrapped_apis.txt")
 PYTORCH = "pytorch"
@@ -65,27 +66,42 @@ MINDSPORE_PRIMITIVES = Namespace(MINDSPORE, "primitives", "mindspore.ops")
 TYPES: Mapping[str, Mapping[str, Namespace]] = {PYTORCH: PYTORCH_TYPES, MINDSPORE: MINDSPORE_TYPES}
 
 # Never called, whatever a list names: (what it touches, names). Each part of a path is checked.
-_DENIED_GROUPS: Tuple[Tuple[str, str], ...] = (
-    ("reads or writes files", """
+_DENIED_GROUPS: tuple[tuple[str, str], ...] = (
+    (
+        "reads or writes files",
+        """
         load save from_file hub load_checkpoint save_checkpoint TensorDump tensordump TensorSummary
-        ScalarSummary ImageSummary HistogramSummary open"""),
-    ("runs processes or code", """
+        ScalarSummary ImageSummary HistogramSummary open""",
+    ),
+    (
+        "runs processes or code",
+        """
         system popen spawn fork exec eval compile jit script PyFunc Custom __import__ os sys subprocess
-        ctypes builtins importlib pickle shutil socket"""),
-    ("reads or shares raw memory (uninitialised or foreign memory would reach the report)", """
+        ctypes builtins importlib pickle shutil socket""",
+    ),
+    (
+        "reads or shares raw memory (uninitialised or foreign memory would reach the report)",
+        """
         data_ptr storage untyped_storage _typed_storage set_ share_memory_ pin_memory _pin_memory is_pinned
         record_stream frombuffer from_buffer string_at npu_change_data_ptr npu_prefetch empty empty_like
         empty_strided new_empty new_empty_strided empty_with_format resize_ resize_as_ _resize_output
-        _resize_output_ sparse_resize_ sparse_resize_and_clear_ _unsafe_index _unsafe_index_put"""),
-    ("changes the state of the process (seeds, defaults, threads, modes)", """
+        _resize_output_ sparse_resize_ sparse_resize_and_clear_ _unsafe_index _unsafe_index_put""",
+    ),
+    (
+        "changes the state of the process (seeds, defaults, threads, modes)",
+        """
         seed manual_seed initial_seed get_rng_state set_rng_state set_default_dtype set_default_device
         set_default_tensor_type set_num_threads set_num_interop_threads set_printoptions set_flush_denormal
         set_grad_enabled set_anomaly_enabled use_deterministic_algorithms set_deterministic_debug_mode
         set_float32_matmul_precision set_warn_always register_hook register_post_accumulate_grad_hook
-        _rev_view_func_unsafe _make_dep_token npu_alloc_float_status _npu_silent_check_v2"""),
-    ("is a module's attribute, not an API", """
+        _rev_view_func_unsafe _make_dep_token npu_alloc_float_status _npu_silent_check_v2""",
+    ),
+    (
+        "is a module's attribute, not an API",
+        """
         __doc__ __loader__ __name__ __package__ __spec__ __file__ __path__ __dict__ __builtins__ _dir name
-        absolute_import"""),
+        absolute_import""",
+    ),
 )
 DENIED: Mapping[str, str] = {name: why for why, names in _DENIED_GROUPS for name in names.split()}
 # Submodules some lists name bare (mint's `nn`, `linalg`): fine inside a listed path, never the API itself.
@@ -93,19 +109,44 @@ MODULES = frozenset({"functional", "linalg", "nn", "special", "fft", "ops", "min
 # Dunders are interpreter machinery (__class__, __reduce_ex__, __init__, ...) except operators.
 _OPERATOR_DUNDER = re.compile(
     r"__[ir]?(add|sub|mul|matmul|truediv|div|floordiv|mod|pow|lshift|rshift|and|or|xor|neg|pos|abs|invert"
-    r"|eq|ne|lt|le|gt|ge|getitem|setitem|bool|nonzero|float|int|index|len|contains)__")
+    r"|eq|ne|lt|le|gt|ge|getitem|setitem|bool|nonzero|float|int|index|len|contains)__"
+)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # PyTorch dtypes by the names msprobe writes (str(dtype)), and their aliases: looked up in
 # this table, never as an attribute of torch named by the dump.
-TORCH_DTYPES: Tuple[str, ...] = (
-    "float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32", "int64", "int32",
-    "int16", "int8", "uint8", "uint16", "uint32", "uint64", "bool", "float8_e4m3fn", "float8_e5m2",
-    "float8_e4m3fnuz", "float8_e5m2fnuz",
+TORCH_DTYPES: tuple[str, ...] = (
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "complex128",
+    "complex64",
+    "complex32",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bool",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
 )
 TORCH_DTYPE_ALIASES: Mapping[str, str] = {
-    "double": "float64", "float": "float32", "half": "float16", "cdouble": "complex128", "cfloat": "complex64",
-    "chalf": "complex32", "long": "int64", "int": "int32", "short": "int16",
+    "double": "float64",
+    "float": "float32",
+    "half": "float16",
+    "cdouble": "complex128",
+    "cfloat": "complex64",
+    "chalf": "complex32",
+    "long": "int64",
+    "int": "int32",
+    "short": "int16",
 }
 
 
@@ -114,24 +155,24 @@ class ApiPath:
     """An API found in msprobe's lists: the path from its type's root, and an aten overload."""
 
     namespace: Namespace
-    path: Tuple[str, ...]
-    overload: Optional[str] = None
+    path: tuple[str, ...]
+    overload: str | None = None
 
     @property
     def dotted(self) -> str:
         return ".".join((self.namespace.root, *self.path, *([self.overload] if self.overload else [])))
 
 
-@functools.lru_cache(maxsize=None)
-def wrapped(framework: str, section: str) -> FrozenSet[str]:
+@functools.cache
+def wrapped(framework: str, section: str) -> frozenset[str]:
     """The names one of msprobe's lists holds (empty for a list it does not have)."""
     return _read_lists().get((framework, section), frozenset())
 
 
-@functools.lru_cache(maxsize=None)
-def _read_lists() -> Dict[Tuple[str, str], FrozenSet[str]]:
-    lists: Dict[Tuple[str, str], set] = {}
-    current: Optional[set] = None
+@functools.cache
+def _read_lists() -> dict[tuple[str, str], frozenset[str]]:
+    lists: dict[tuple[str, str], set] = {}
+    current: set | None = None
     for line in WRAPPED_APIS.read_text(encoding="utf-8").splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
@@ -144,7 +185,7 @@ def _read_lists() -> Dict[Tuple[str, str], FrozenSet[str]]:
     return {key: frozenset(names) for key, names in lists.items()}
 
 
-def denied(name: str) -> Optional[str]:
+def denied(name: str) -> str | None:
     """Why a name is never called, or None."""
     if name in DENIED:
         return DENIED[name]
@@ -165,8 +206,9 @@ def listed(framework: str, api_type: str, api: str) -> ApiPath:
     namespace = TYPES.get(framework, {}).get(api_type)
     what = f"{api_type}.{api}"
     if namespace is None:
-        raise Unsupported(f"{what}: {NOT_RECORDED}: msprobe has no {framework} API type {api_type!r}, "
-                          "so it is never called")
+        raise Unsupported(
+            f"{what}: {NOT_RECORDED}: msprobe has no {framework} API type {api_type!r}, so it is never called"
+        )
     names = wrapped(framework, namespace.section)
     overload = None
     if api in names:
@@ -176,8 +218,10 @@ def listed(framework: str, api_type: str, api: str) -> ApiPath:
     elif api_type == "Aten" and api.count(".") == 1 and api.split(".")[0] in names:
         path, overload = api.split(".")
     else:
-        raise Unsupported(f"{what}: {NOT_RECORDED} (its list of wrapped {framework} {namespace.section} "
-                          f"APIs does not name {api!r}), so it is never called")
+        raise Unsupported(
+            f"{what}: {NOT_RECORDED} (its list of wrapped {framework} {namespace.section} "
+            f"APIs does not name {api!r}), so it is never called"
+        )
     parts = (*path.split("."), *([overload] if overload else []))
     for part in parts:
         why = denied(part) if _IDENTIFIER.fullmatch(part) else "is not a Python name"
@@ -213,15 +257,17 @@ def primitive(api: str, mapped: Collection[str]) -> ApiPath:
     """
     cls = api.rsplit(".", 1)[-1]
     if cls not in mapped or denied(cls):
-        raise Unsupported(f"Primitive.{api}: {cls!r} is not a primitive pytest-msprobe maps "
-                          f"({', '.join(sorted(mapped))}), so it is never called")
+        raise Unsupported(
+            f"Primitive.{api}: {cls!r} is not a primitive pytest-msprobe maps "
+            f"({', '.join(sorted(mapped))}), so it is never called"
+        )
     return ApiPath(MINDSPORE_PRIMITIVES, (cls,))
 
 
 def torch_dtype_name(name: Any) -> str:
     """`torch.float32` (or an alias, `torch.float`) -> `float32`; KeyError for anything else."""
     text = name if isinstance(name, str) else ""
-    short = text[len("torch."):] if text.startswith("torch.") else ""
+    short = text[len("torch.") :] if text.startswith("torch.") else ""
     short = TORCH_DTYPE_ALIASES.get(short, short)
     if short not in TORCH_DTYPES:
         raise KeyError(name)

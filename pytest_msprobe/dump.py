@@ -12,17 +12,15 @@ import json
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any
+
+import orjson  # parses big dumps several times faster than json
 
 from . import dump_scan
 from .untrusted import cut, printable
-
-try:  # orjson parses big dumps several times faster than json
-    import orjson
-except ImportError:  # pragma: no cover - orjson is a dependency
-    orjson = None
 
 DUMP_FILE_NAME = "dump.json"
 TENSOR_DIR_NAME = "dump_tensor_data"
@@ -67,7 +65,7 @@ _HEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 MAX_NAME = 1000
 
 
-def parse_entry_name(name: str) -> Optional[EntryName]:
+def parse_entry_name(name: str) -> EntryName | None:
     """The parts of an API entry name, or None for module/cell and unknown shapes."""
     parts = name.rsplit(".", 2)
     if len(parts) != 3 or len(name) > MAX_NAME:
@@ -97,12 +95,12 @@ class Dump:
     task: str
     level: str
     framework: str
-    entries: Dict[str, Any] = field(repr=False)
+    entries: dict[str, Any] = field(repr=False)
     # Entries the file holds but cannot give as they were: name -> why (nested past the
     # parser's limit, written twice). Checking such an entry is a SKIP that says so.
-    faults: Dict[str, str] = field(default_factory=dict, repr=False)
+    faults: dict[str, str] = field(default_factory=dict, repr=False)
 
-    def fault(self, name: "EntryName") -> Optional[str]:
+    def fault(self, name: EntryName) -> str | None:
         """Why an entry (or the forward entry its call is rebuilt from) cannot be checked, or None."""
         for entry in dict.fromkeys((name.full, f"{name.prefix}.forward")):
             why = self.faults.get(entry) or nesting_fault(self.entries.get(entry))
@@ -122,14 +120,14 @@ class Dump:
             if parsed is not None:
                 yield parsed
 
-    def counts(self) -> Dict[str, int]:
+    def counts(self) -> dict[str, int]:
         counts = {"forward": 0, "backward": 0, "module": 0, "unknown": 0}
         for name in self.entries:
             counts[entry_kind(name)] += 1
         return counts
 
 
-def find_dump_files(path: os.PathLike | str, refused: Optional[List[str]] = None) -> List[Path]:
+def find_dump_files(path: os.PathLike | str, refused: list[str] | None = None) -> list[Path]:
     """A dump.json itself, or every dump.json under a folder (step*/rank*/...).
 
     Regular files only: pytest cannot collect a FIFO or a device (and reading one could
@@ -140,9 +138,13 @@ def find_dump_files(path: os.PathLike | str, refused: Optional[List[str]] = None
     found = sorted(path.rglob(DUMP_FILE_NAME)) if path.is_dir() else [path]
     kept = []
     for candidate in found:
-        why = ("not a regular file (a FIFO, a device or a folder)" if candidate.exists() and not candidate.is_file()
-               else "its path holds control characters, which pytest would print raw"
-               if printable(str(candidate)) != str(candidate) else "")
+        why = (
+            "not a regular file (a FIFO, a device or a folder)"
+            if candidate.exists() and not candidate.is_file()
+            else "its path holds control characters, which pytest would print raw"
+            if printable(str(candidate)) != str(candidate)
+            else ""
+        )
         if not why:
             kept.append(candidate)  # a missing one too: pytest says so
         elif refused is not None:
@@ -156,7 +158,7 @@ PYTEST_IMPORTS = ("conftest.py", "__init__.py")
 _LAYOUT_FOLDER = re.compile(r"rank\d*|proc\d+|step\d+")
 
 
-def code_beside(arg: Path) -> List[Path]:
+def code_beside(arg: Path) -> list[Path]:
     """Python files pytest would import to collect the dumps of one --msprobe-dump path.
 
     The dump's folders: from each dump.json's folder up to the path given (a folder), or up
@@ -184,12 +186,15 @@ def read_dump(path: os.PathLike | str) -> Dump:
         raise DumpError(f"{path}: not an msprobe dump: no 'data' object at the top level")
     for key in ("task", "level", "framework"):
         if document.get(key) is not None and not isinstance(document[key], str):
-            raise DumpError(f"{path}: {key}: expected a string such as {HEADER_EXAMPLES[key]!r}, "
-                            f"found {type(document[key]).__name__}")
+            raise DumpError(
+                f"{path}: {key}: expected a string such as {HEADER_EXAMPLES[key]!r}, "
+                f"found {type(document[key]).__name__}"
+            )
     entries = document["data"]
     for name in dump_scan.duplicate_entries(raw, entries):
-        faults.setdefault(name, "written more than once in dump.json: which one is the call is not known, "
-                                "so none is checked")
+        faults.setdefault(
+            name, "written more than once in dump.json: which one is the call is not known, so none is checked"
+        )
     return Dump(
         path=path,
         task=_header(document.get("task") or "statistics"),
@@ -200,12 +205,12 @@ def read_dump(path: os.PathLike | str) -> Dump:
     )
 
 
+HEADER_EXAMPLES = {"task": "statistics", "level": "L1", "framework": "pytorch"}
+
+
 def _header(value: str) -> str:
     """A header value as it may be shown: compared with known names only, printed in the header."""
     return cut(printable(value), 100)
-
-
-HEADER_EXAMPLES = {"task": "statistics", "level": "L1", "framework": "pytorch"}
 
 
 def read_regular(path: Path) -> bytes:
@@ -226,7 +231,7 @@ def read_regular(path: Path) -> bytes:
         os.close(fd)
 
 
-def nesting_fault(body: Any, limit: int = MAX_NESTING) -> Optional[str]:
+def nesting_fault(body: Any, limit: int = MAX_NESTING) -> str | None:
     """`input_args: nested deeper than 100 levels` for an entry body past the limit, else None.
 
     Walked without recursion, before any of the (recursive) code that reads arguments.
@@ -301,18 +306,19 @@ def parse_json(raw: bytes, path: Path) -> Any:
     return parse_dump_json(raw, path)[0]
 
 
-def parse_dump_json(raw: bytes, path: Path) -> Tuple[Any, Dict[str, str]]:
-    """(document, {entry: why}) : an entry nested deeper than the parser takes is cut out
+def parse_dump_json(raw: bytes, path: Path) -> tuple[Any, dict[str, str]]:
+    """(document, {entry: why}): an entry nested deeper than the parser takes is cut out
     (null), the rest of the dump parsed as usual."""
     with _gc_paused():
+        faults: dict[str, str] = {}
         try:
-            document, faults = _parse(raw, path), {}
+            document = _parse(raw, path)
         except _TooDeep:
             try:
-                cut, faults = dump_scan.cut_too_deep(quote_bare_constants(raw), PARSE_DEPTH)
+                cut_raw, faults = dump_scan.cut_too_deep(quote_bare_constants(raw), PARSE_DEPTH)
             except ValueError as exc:
                 raise DumpError(f"{path}: {exc}") from None
-            document = _parse(cut, path)
+            document = _parse(cut_raw, path)
     # The index lives all session: out of the GC's sight, later passes (one
     # per many item objects, five at pytest's exit) stop walking it again.
     gc.freeze()
@@ -329,13 +335,12 @@ class _TooDeep(Exception):
 
 
 def _parse(raw: bytes, path: Path) -> Any:
-    if orjson is not None:
-        try:
-            return orjson.loads(quote_bare_constants(raw))
-        except orjson.JSONDecodeError as exc:
-            if "depth limit" in str(exc) or "recursion" in str(exc):
-                raise _TooDeep() from None
-            # else let json name the position of the fault
+    try:
+        return orjson.loads(quote_bare_constants(raw))
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc) or "recursion" in str(exc):
+            raise _TooDeep() from None
+        # else let json name the position of the fault
     try:
         return json.loads(raw)
     except RecursionError:
@@ -344,7 +349,7 @@ def _parse(raw: bytes, path: Path) -> Any:
         raise DumpError(f"{path}: not valid JSON: {exc}") from None
 
 
-def infer_framework(entries: Dict[str, Any]) -> str:
+def infer_framework(entries: dict[str, Any]) -> str:
     """Older dumps have no `framework` key: the tensor spelling tells."""
     for body in _first_bodies(entries, 50):
         for spec in _walk_specs(body):
@@ -361,7 +366,7 @@ def infer_framework(entries: Dict[str, Any]) -> str:
     return "pytorch"
 
 
-def _first_bodies(entries: Dict[str, Any], limit: int) -> Iterator[Any]:
+def _first_bodies(entries: dict[str, Any], limit: int) -> Iterator[Any]:
     for i, body in enumerate(entries.values()):
         if i >= limit:
             return
@@ -382,7 +387,7 @@ def _walk_specs(node: Any, depth: int = 0) -> Iterator[dict]:
             yield from _walk_specs(value, depth + 1)
 
 
-def peek_task(path: Path, head_bytes: int = 65536) -> Tuple[Optional[str], Optional[str]]:
+def peek_task(path: Path, head_bytes: int = 65536) -> tuple[str | None, str | None]:
     """(task, framework) from the head of a dump.json, without parsing it all.
 
     msprobe writes the header keys before `data`; None where they are not there.

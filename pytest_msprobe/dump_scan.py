@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from typing import Dict, Iterable, List, Optional, Tuple
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -29,7 +29,7 @@ _SPACE = b" \t\r\n"
 CHUNK = 1 << 23  # bytes compared at once: the scan's transient memory stays small
 
 
-def duplicate_entries(raw: bytes, entries: Iterable[str]) -> List[str]:
+def duplicate_entries(raw: bytes, entries: Iterable[str]) -> list[str]:
     """Names of the `data` object given more than once, in file order ([] for none).
 
     Every entry-shaped key written plainly (no backslash anywhere in the file) is counted by
@@ -44,7 +44,7 @@ def duplicate_entries(raw: bytes, entries: Iterable[str]) -> List[str]:
     return [name for name, n in counts.items() if n > 1]
 
 
-def cut_too_deep(raw: bytes, limit: int) -> Tuple[bytes, Dict[str, str]]:
+def cut_too_deep(raw: bytes, limit: int) -> tuple[bytes, dict[str, str]]:
     """raw with every entry of `data` that nests deeper than `limit` levels replaced by null,
     and {entry name: why}. Raises ValueError when the deep part is outside `data`'s entries."""
     layout = Layout(raw)
@@ -66,13 +66,16 @@ class Layout:
         data = np.frombuffer(raw, dtype=np.uint8)
         quotes, brackets = [], []
         for start in range(0, len(data), CHUNK):
-            part = data[start:start + CHUNK]
+            part = data[start : start + CHUNK]
             quotes.append(np.flatnonzero(part == _QUOTE) + start)
             low = part | 0x20  # `[` `]` are `{` `}` less 0x20
             brackets.append(np.flatnonzero((low == 0x7B) | (low == 0x7D)) + start)
         q = np.concatenate(quotes) if quotes else np.zeros(0, np.int64)
-        escaped = [p for p in q[(q > 0) & (data[np.maximum(q - 1, 0)] == _BACKSLASH)].tolist()
-                   if _backslashes_before(raw, p) % 2]
+        escaped = [
+            p
+            for p in q[(q > 0) & (data[np.maximum(q - 1, 0)] == _BACKSLASH)].tolist()
+            if _backslashes_before(raw, p) % 2
+        ]
         if escaped:
             q = np.setdiff1d(q, np.asarray(escaped, dtype=q.dtype), assume_unique=True)
         b = np.concatenate(brackets) if brackets else np.zeros(0, np.int64)
@@ -86,7 +89,7 @@ class Layout:
         k = np.searchsorted(self.brackets, position)
         return np.where(k > 0, self.depth[np.maximum(k - 1, 0)], 0)
 
-    def keys_at(self, depth: int, within: Tuple[int, int]) -> List[Tuple[int, int]]:
+    def keys_at(self, depth: int, within: tuple[int, int]) -> list[tuple[int, int]]:
         """(start, end) of the object keys at `depth` between two offsets."""
         starts, ends = self.starts, self.ends[: len(self.starts)]
         inside = (starts > within[0]) & (starts < within[1])
@@ -99,32 +102,34 @@ class Layout:
             at += 1
         return at < len(self.raw) and self.raw[at] == _COLON
 
-    def data_span(self) -> Optional[Tuple[int, int]]:
+    def data_span(self) -> tuple[int, int] | None:
         """Offsets of the `data` object's braces, if the top-level object has one."""
         for start, end in self.keys_at(1, (-1, len(self.raw))):
-            if self.raw[start:end + 1] == b'"data"':
+            if self.raw[start : end + 1] == b'"data"':
                 k = int(np.searchsorted(self.brackets, end))
                 if k >= len(self.brackets) or self.raw[self.brackets[k]] != 0x7B:
                     return None
-                close = k + 1 + int(np.argmax(self.depth[k + 1:] == 1)) if k + 1 < len(self.depth) else k
+                close = k + 1 + int(np.argmax(self.depth[k + 1 :] == 1)) if k + 1 < len(self.depth) else k
                 return int(self.brackets[k]), int(self.brackets[close])
         return None
 
-    def data_keys(self) -> List[str]:
+    def data_keys(self) -> list[str]:
         span = self.data_span()
         if span is None:
             return []
-        return [_decode(self.raw[s:e + 1]) for s, e in self.keys_at(2, span)]
+        return [_decode(self.raw[s : e + 1]) for s, e in self.keys_at(2, span)]
 
-    def deep_entries(self, limit: int) -> List[Tuple[int, int, str, str]]:
+    def deep_entries(self, limit: int) -> list[tuple[int, int, str, str]]:
         """(start, end, name, field) of each entry value of `data` nesting deeper than limit."""
         span = self.data_span()
         deep = np.flatnonzero(self.depth > limit)
         if not len(deep):
             return []
         if span is None or not span[0] < self.brackets[deep[0]] < span[1]:
-            raise ValueError(f"nested deeper than {limit} levels at byte {int(self.brackets[deep[0]])}, "
-                             "outside the entries of `data`")
+            raise ValueError(
+                f"nested deeper than {limit} levels at byte {int(self.brackets[deep[0]])}, "
+                "outside the entries of `data`"
+            )
         keys = self.keys_at(2, span)
         key_ends = np.asarray([e for _, e in keys])
         found = []
@@ -134,7 +139,7 @@ class Layout:
             if position > span[1]:
                 raise ValueError(f"nested deeper than {limit} levels at byte {position}, outside `data`")
             key = int(np.searchsorted(key_ends, position)) - 1
-            name = _decode(self.raw[keys[key][0]:keys[key][1] + 1])
+            name = _decode(self.raw[keys[key][0] : keys[key][1] + 1])
             first = int(np.searchsorted(self.brackets, keys[key][1]))  # the entry's own bracket
             last = first + int(np.argmax(self.depth[first:] == 2))  # where it closes
             field = self._field(keys[key][1], position)
@@ -145,7 +150,7 @@ class Layout:
     def _field(self, entry_key_end: int, position: int) -> str:
         """The entry's own key (input_args, output, ...) under which the deep part sits."""
         for start, end in reversed(self.keys_at(3, (entry_key_end, position))):
-            return _decode(self.raw[start:end + 1])
+            return _decode(self.raw[start : end + 1])
         return "(entry)"
 
 

@@ -10,37 +10,40 @@ import contextlib
 import contextvars
 import hashlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
 from .dump import MAX_NESTING
+from .options import DEFAULT_MAX_ELEMENTS, RANDOM, REAL
 from .untrusted import printable
-
-REAL = "real"
-RANDOM = "random"
-AUTO = "auto"
-MODES = (AUTO, REAL, RANDOM)
 
 TENSOR_TYPE_SUFFIXES = ("Tensor", "Parameter", "StubTensor")
 
-# Random data is built from the recorded shapes: a bound on the elements one entry may ask
-# for (2**30: 8 GiB as float64, more than any one call of a real model's step), so a shape
-# of 10**15 elements is a SKIP of its entry, not a process killed for memory.
-DEFAULT_MAX_ELEMENTS = 2**30
+# The bound on the random elements one entry may build (--msprobe-max-elements), for the
+# checks run inside element_budget: a shape of 10**15 elements is a SKIP of its entry, not a
+# process killed for memory.
 _max_elements: contextvars.ContextVar[int] = contextvars.ContextVar("max_elements", default=DEFAULT_MAX_ELEMENTS)
 MAX_DIMS = 64  # numpy's limit
 # The largest finite value of each floating dtype, the range of each integer one: a statistic
 # beyond it cannot come from a tensor of that dtype.
-FLOAT_MAX: Dict[str, float] = {
-    "float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38,
-    "float64": 1.7976931348623157e308, "complex32": 65504.0, "complex64": 3.4028234663852886e38,
-    "complex128": 1.7976931348623157e308, "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0,
-    "float8_e4m3fnuz": 240.0, "float8_e5m2fnuz": 57344.0,
+FLOAT_MAX: dict[str, float] = {
+    "float16": 65504.0,
+    "bfloat16": 3.3895313892515355e38,
+    "float32": 3.4028234663852886e38,
+    "float64": 1.7976931348623157e308,
+    "complex32": 65504.0,
+    "complex64": 3.4028234663852886e38,
+    "complex128": 1.7976931348623157e308,
+    "float8_e4m3fn": 448.0,
+    "float8_e5m2": 57344.0,
+    "float8_e4m3fnuz": 240.0,
+    "float8_e5m2fnuz": 57344.0,
 }
-INT_RANGE: Dict[str, Tuple[int, int]] = {
+INT_RANGE: dict[str, tuple[int, int]] = {
     name: (int(np.iinfo(name).min), int(np.iinfo(name).max))
     for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 }
@@ -67,8 +70,8 @@ class Codec(Protocol):
     def dtype_kind(self, name: str) -> str: ...  # "f", "i", "b" or "c"
     def load(self, path: Path) -> Any: ...  # a tensor file -> tensor
     def from_array(self, array: np.ndarray, dtype: Any) -> Any: ...
-    def shape_of(self, tensor: Any) -> List[int]: ...
-    def size(self, dims: List[int]) -> Any: ...
+    def shape_of(self, tensor: Any) -> list[int]: ...
+    def size(self, dims: list[int]) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ class Rebuilt:
 
     args: list
     kwargs: dict
-    notes: List[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def is_tensor_spec(spec: Any) -> bool:
@@ -109,7 +112,7 @@ def tensor_seed(seed: int, entry: str, field_path: str) -> int:
     return int.from_bytes(digest, "little")
 
 
-def as_float(value: Any) -> Optional[float]:
+def as_float(value: Any) -> float | None:
     """A statistic as a float: msprobe writes numbers, bare NaN/Infinity, bools or null."""
     if value is None:
         return None
@@ -124,13 +127,13 @@ def as_float(value: Any) -> Optional[float]:
 class Rebuilder:
     """Rebuilds the arguments of one entry."""
 
-    def __init__(self, codec: Codec, entry: str, tensor_dir: Path, mode: str = AUTO, seed: int = 1234):
+    def __init__(self, codec: Codec, entry: str, tensor_dir: Path, mode: str, seed: int):
         self.codec = codec
         self.entry = entry
         self.tensor_dir = tensor_dir
         self.mode = mode
         self.seed = seed
-        self.notes: List[str] = []
+        self.notes: list[str] = []
         self.elements = 0  # random elements built so far, against the entry's budget
 
     def error(self, field_path: str, what: str) -> InputError:
@@ -180,14 +183,15 @@ class Rebuilder:
     # -- tensors ----------------------------------------------------------
 
     def tensor(self, spec: dict, field_path: str) -> Any:
-        dtype_name = spec.get("dtype")
+        dtype_name = str(spec.get("dtype"))
         try:
             dtype = self.codec.dtype(dtype_name)
         except (KeyError, TypeError):
             raise self.error(f"{field_path}.dtype", f"unknown dtype {dtype_name!r}") from None
         shape = spec.get("shape")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                                                  for d in shape):
+        if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+        ):
             raise self.error(f"{field_path}.shape", f"not a list of sizes: {_short(shape)}")
         if len(shape) > MAX_DIMS:
             raise self.error(f"{field_path}.shape", f"{len(shape)} dimensions, more than any tensor has ({MAX_DIMS})")
@@ -199,16 +203,19 @@ class Rebuilder:
         array = random_array(spec, self.codec.dtype_kind(dtype_name), tensor_seed(self.seed, self.entry, field_path))
         return self.codec.from_array(array, dtype)
 
-    def budget(self, shape: List[int], field_path: str) -> None:
+    def budget(self, shape: list[int], field_path: str) -> None:
         """Count a random tensor against the entry's bound, before anything is allocated."""
         limit = _max_elements.get()
         count = math.prod(shape)
         self.elements += count
         if self.elements > limit:
-            raise self.error(f"{field_path}.shape", f"{shape} is {count:,} elements; random data for this entry "
-                             f"would be {self.elements:,}, more than --msprobe-max-elements {limit:,}")
+            raise self.error(
+                f"{field_path}.shape",
+                f"{shape} is {count:,} elements; random data for this entry would be {self.elements:,}, "
+                f"more than --msprobe-max-elements {limit:,}",
+            )
 
-    def tensor_path(self, spec: dict, field_path: str) -> Optional[Path]:
+    def tensor_path(self, spec: dict, field_path: str) -> Path | None:
         """The tensor file to load, or None for random data (saying why)."""
         if self.mode == RANDOM:
             return None
@@ -236,7 +243,7 @@ class Rebuilder:
             raise self.error(f"{field_path}.data_name", f"{data_name!r} points outside {root}")
         return path
 
-    def load(self, path: Path, shape: List[int], dtype: Any, field_path: str) -> Any:
+    def load(self, path: Path, shape: list[int], dtype: Any, field_path: str) -> Any:
         try:
             tensor = self.codec.load(path)
         except Exception as exc:  # noqa: BLE001 - a broken file is a fault of that entry only
@@ -248,10 +255,11 @@ class Rebuilder:
         # wider one: the codec casts back to the recorded dtype.
         cast = getattr(self.codec, "cast", None)
         held = getattr(tensor, "dtype", dtype)
-        if held != dtype and not (cast is not None and str(dtype).endswith("bfloat16") and str(held).endswith(
-                "float32")):
-            self.notes.append(f"{field_path}: {path.name} holds {held}, dump.json records {dtype}: "
-                              f"cast to {dtype}, the recorded dtype")
+        stored_wider = cast is not None and str(dtype).endswith("bfloat16") and str(held).endswith("float32")
+        if held != dtype and not stored_wider:
+            self.notes.append(
+                f"{field_path}: {path.name} holds {held}, dump.json records {dtype}: cast to the recorded dtype"
+            )
             return tensor.to(dtype) if cast is None else cast(tensor, dtype)
         return tensor if cast is None else cast(tensor, dtype)
 
@@ -283,14 +291,16 @@ def _short(value: Any, limit: int = 200) -> str:
 def check_statistics(spec: dict, dtype: str, error: Callable[[str, str], InputError]) -> None:
     """A finite Max or Min beyond what the dtype holds (1e308 for float16) cannot be a tensor's."""
     for key in ("Max", "Min"):
-        value = as_float(spec.get(key))
+        raw = spec.get(key)
+        value = as_float(raw)
+        if value is None and raw is not None and not isinstance(raw, str):
+            raise error(key, f"not a number: {_short(raw)}")
         if value is None or not math.isfinite(value):
-            if spec.get(key) is not None and value is None and not isinstance(spec.get(key), str):
-                raise error(key, f"not a number: {_short(spec.get(key))}")
             continue
         if dtype in FLOAT_MAX and abs(value) > FLOAT_MAX[dtype]:
-            raise error(key, f"{value:g} is beyond the largest {dtype} ({FLOAT_MAX[dtype]:g}): no {dtype} "
-                             "tensor holds it")
+            raise error(
+                key, f"{value:g} is beyond the largest {dtype} ({FLOAT_MAX[dtype]:g}): no {dtype} tensor holds it"
+            )
         if dtype in INT_RANGE and not INT_RANGE[dtype][0] <= value <= INT_RANGE[dtype][1]:
             raise error(key, f"{value:g} is outside the range of {dtype} {list(INT_RANGE[dtype])}")
 
@@ -345,14 +355,14 @@ def random_array(spec: dict, kind: str, seed: int) -> np.ndarray:
 _INT64 = INT_RANGE["int64"]
 
 
-def _int_bounds(low: Optional[float], high: Optional[float]) -> tuple:
+def _int_bounds(low: float | None, high: float | None) -> tuple:
     lo = int(low) if low is not None and math.isfinite(low) else 0
     hi = int(high) if high is not None and math.isfinite(high) else lo + 1
     lo, hi = (min(max(v, _INT64[0]), _INT64[1]) for v in (lo, hi))  # a uint64 past int64: its top
     return min(lo, hi), max(lo, hi)
 
 
-def _finite_bounds(spec: dict, low: Optional[float], high: Optional[float]) -> tuple:
+def _finite_bounds(spec: dict, low: float | None, high: float | None) -> tuple:
     """Finite [lo, hi] for the bulk of a tensor whose Min/Max may be inf, NaN or absent."""
     low_finite = as_float(spec.get("Min_except_inf_nan"))
     high_finite = as_float(spec.get("Max_except_inf_nan"))
@@ -361,13 +371,14 @@ def _finite_bounds(spec: dict, low: Optional[float], high: Optional[float]) -> t
     if lo is None and hi is None:
         return -1.0, 1.0
     if lo is None:
+        assert hi is not None
         lo = hi - max(1.0, abs(hi))
     if hi is None:
         hi = lo + max(1.0, abs(lo))
     return (lo, hi) if lo <= hi else (hi, lo)
 
 
-def _finite(value: Optional[float]) -> bool:
+def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
@@ -376,16 +387,18 @@ def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
     if isinstance(tree, list):
         return [tree_map(fn, item) for item in tree]
     if isinstance(tree, tuple):
-        return type(tree)(*(tree_map(fn, item) for item in tree)) if hasattr(tree, "_fields") else tuple(
-            tree_map(fn, item) for item in tree
+        return (
+            type(tree)(*(tree_map(fn, item) for item in tree))
+            if hasattr(tree, "_fields")
+            else tuple(tree_map(fn, item) for item in tree)
         )
     if isinstance(tree, dict):
         return {key: tree_map(fn, item) for key, item in tree.items()}
     return fn(tree)
 
 
-def leaves(tree: Any) -> List[Any]:
+def leaves(tree: Any) -> list[Any]:
     """The leaves of nested lists, tuples and dicts, in order."""
-    found: List[Any] = []
+    found: list[Any] = []
     tree_map(found.append, tree)
     return found

@@ -14,17 +14,26 @@ import math
 import os
 import sys
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import IO, NamedTuple
 
-from .compare import ERROR
 from .dump import BACKWARD, FORWARD, parse_entry_name
-from .outcome import EntryResult
+from .messages import api_message, output_message
+from .results import ERROR, EntryResult
 from .untrusted import cut, escape, unescape
 
 RESULT_COLUMNS = ["API Name", "Forward Test Success", "Backward Test Success", "Message"]
 DETAILS_COLUMNS = [
-    "API Name", "Bench Dtype", "Tested Dtype", "Shape", "Cosine", "MaxAbsErr", "MaxRelativeErr", "Status", "Message",
+    "API Name",
+    "Bench Dtype",
+    "Tested Dtype",
+    "Shape",
+    "Cosine",
+    "MaxAbsErr",
+    "MaxRelativeErr",
+    "Status",
+    "Message",
 ]
 RESULT_PREFIX = "accuracy_checking_result_"
 DETAILS_PREFIX = "accuracy_checking_details_"
@@ -41,19 +50,19 @@ MAX_CELL = 32_000
 
 def text_cell(value: object, limit: int = 0, where: str = "") -> str:
     """Dump data is untrusted: a name like `=HYPERLINK(...)` must stay text, and a newline,
-    a NUL or a terminal escape must not start a row or reach a reader raw. read_cell undoes it
+    a NUL or a terminal escape must not start a row or reach a reader raw. untext undoes it
     (but for a cell cut at `limit` characters)."""
     text = escape("" if value is None else str(value))
     text = cut(text, limit, where) if limit else text
     return "'" + text if text.startswith(_FORMULA_START) else text
 
 
-def read_cell(cell: str) -> str:
+def untext(cell: str) -> str:
     """The text a text_cell was written from."""
     return unescape(cell.removeprefix("'"))
 
 
-def number_cell(value: Optional[float]) -> str:
+def number_cell(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "" if value is None else "nan"
     return repr(float(value))
@@ -71,18 +80,19 @@ class ReportError(ValueError):
     """A file given as a result CSV that is missing or is not one."""
 
 
-def read_finished_apis(result_path: Path) -> Set[str]:
+def read_finished_apis(result_path: Path) -> set[str]:
     """API names already in a result CSV (for resume)."""
     return {row[0] for row in read_result_rows(result_path)}
 
 
-def read_entry_statuses(result_path: Path) -> List[Tuple[str, str, str]]:
+def read_entry_statuses(result_path: Path) -> list[tuple[str, str, str]]:
     """(api, direction, status) of every entry a result CSV holds a status for."""
     found = []
     for row in read_result_rows(result_path):
         row = row + [""] * (3 - len(row))
-        found += [(row[0], direction, status) for direction, status in ((FORWARD, row[1]), (BACKWARD, row[2]))
-                  if status]
+        found += [
+            (row[0], direction, status) for direction, status in ((FORWARD, row[1]), (BACKWARD, row[2])) if status
+        ]
     return found
 
 
@@ -97,7 +107,7 @@ def any_field_size() -> Iterator[None]:
         csv.field_size_limit(previous)
 
 
-def read_result_rows(result_path: Path) -> List[List[str]]:
+def read_result_rows(result_path: Path) -> list[list[str]]:
     """The rows of a result CSV, header checked, cells as written (text_cell undone)."""
     try:
         with open(result_path, newline="", encoding=ENCODING) as handle, any_field_size():
@@ -107,9 +117,11 @@ def read_result_rows(result_path: Path) -> List[List[str]]:
     if not rows:
         return []  # created, then killed before its header reached the disk
     if rows[0] != RESULT_COLUMNS:
-        raise ReportError(f"{result_path}: not an accuracy_checking_result CSV: its header is {rows[0][:4]}, "
-                          f"expected {RESULT_COLUMNS}")
-    return [[read_cell(cell) for cell in row] for row in rows[1:] if row]
+        raise ReportError(
+            f"{result_path}: not an accuracy_checking_result CSV: its header is {rows[0][:4]}, "
+            f"expected {RESULT_COLUMNS}"
+        )
+    return [[untext(cell) for cell in row] for row in rows[1:] if row]
 
 
 class CsvWriter:
@@ -132,7 +144,7 @@ class CsvWriter:
             raise
 
     @classmethod
-    def in_folder(cls, folder: Path, stamp: Optional[str] = None) -> "CsvWriter":
+    def in_folder(cls, folder: Path, stamp: str | None = None) -> CsvWriter:
         """A new pair in folder, `_{stamp}` or, where another run took that, `_{stamp}_1`, ...
 
         Raises ReportError when the folder cannot hold them (read-only, a file in its place).
@@ -150,8 +162,8 @@ class CsvWriter:
             raise ReportError(f"{folder}: cannot write the CSV files there: {exc.strerror or exc}") from None
 
     @staticmethod
-    def _open(path: Path, columns: List[str], exclusive: bool) -> IO[str]:
-        handle = open(path, "x" if exclusive else "a", newline="", encoding="utf-8")  # noqa: SIM115 - kept open
+    def _open(path: Path, columns: list[str], exclusive: bool) -> IO[str]:
+        handle = open(path, "x" if exclusive else "a", newline="", encoding="utf-8")  # noqa: SIM115 - the whole run
         try:
             if exclusive or handle.tell() == 0:
                 handle.write("\ufeff")
@@ -162,24 +174,35 @@ class CsvWriter:
             raise
         return handle
 
-    def write_api(self, api: str, forward: Optional[EntryResult], backward: Optional[EntryResult]) -> None:
+    def write_api(self, api: str, forward: EntryResult | None, backward: EntryResult | None) -> None:
         """Raises OSError when a file cannot take the rows (a full disk): what is on disk
         before them stays whole, and resume cuts a torn last row."""
         details = csv.writer(self._details)
-        for result in (forward, backward):
-            for row in result.outputs if result else ():
-                details.writerow([
-                    text_cell(row.name), text_cell(row.bench_dtype), text_cell(row.tested_dtype),
-                    text_cell(row.shape if row.shape is not None else ""), number_cell(row.cosine),
-                    number_cell(row.max_abs_err), number_cell(row.max_rel_err), text_cell(row.status),
-                    text_cell(row.message, MAX_CELL, " cut"),
-                ])
-        csv.writer(self._result).writerow([
-            text_cell(api),
-            text_cell(forward.status if forward else ""),
-            text_cell(backward.status if backward else ""),
-            text_cell(api_message(forward, backward), MAX_CELL, " cut: every output's message is in its details row"),
-        ])
+        for result in (r for r in (forward, backward) if r is not None):
+            for row in result.outputs:
+                details.writerow(
+                    [
+                        text_cell(result.output_name(row)),
+                        text_cell(row.bench_dtype),
+                        text_cell(row.tested_dtype),
+                        text_cell(row.shape if row.shape is not None else ""),
+                        number_cell(row.cosine),
+                        number_cell(row.max_abs_err),
+                        number_cell(row.max_rel_err),
+                        row.status.value,
+                        text_cell(output_message(row), MAX_CELL, " cut"),
+                    ]
+                )
+        csv.writer(self._result).writerow(
+            [
+                text_cell(api),
+                forward.status.value if forward else "",
+                backward.status.value if backward else "",
+                text_cell(
+                    api_message(forward, backward), MAX_CELL, " cut: every output's message is in its details row"
+                ),
+            ]
+        )
         # Details first: a result row on disk always has its details beside it.
         self._details.flush()
         self._result.flush()
@@ -187,38 +210,28 @@ class CsvWriter:
     def close(self) -> None:
         """Closes both files; an error flushing what a full disk refused is not raised again."""
         for handle in (self._details, self._result):
-            try:
+            with contextlib.suppress(OSError):
                 handle.close()
-            except OSError:
-                pass
 
 
-def api_message(forward: Optional[EntryResult], backward: Optional[EntryResult]) -> str:
-    if forward and backward and forward.message and backward.message:
-        return f"forward: {forward.message} | backward: {backward.message}"
-    if backward and backward.message:
-        return f"backward: {backward.message}" if forward else backward.message
-    return forward.message if forward else ""
-
-
-def split_node_id(node_id: str) -> Tuple[str, str]:
+def split_node_id(node_id: str) -> tuple[str, str]:
     """(dump part, entry name) of an item's node id: the entry name may hold `::` itself,
     and the test name is the entry's escaped (items.py)."""
     dump, _, entry = node_id.partition("::")
     return dump, unescape(entry)
 
 
-def crash_result(node_id: str, message: str) -> Optional[EntryResult]:
+def crash_result(node_id: str, message: str) -> EntryResult | None:
     """The result of an entry whose process died while checking it (a segfault, an abort,
     the OOM killer): an error, so the API gets its row and the run its failure."""
     dump, entry = split_node_id(node_id)
     name = parse_entry_name(entry)
     if name is None:
         return None
-    return EntryResult(name.prefix, name.direction, ERROR, message, dump=dump)
+    return EntryResult(name.prefix, name.direction, ERROR, reason=message, dump=dump)
 
 
-def dump_folders(dump_files: Sequence[Path]) -> Dict[Path, Path]:
+def dump_folders(dump_files: Sequence[Path]) -> dict[Path, Path]:
     """The CSV folder of each dump, relative to --msprobe-out.
 
     One dump writes in --msprobe-out itself. Several (the ranks and steps of a
@@ -236,8 +249,8 @@ class ApiRow(NamedTuple):
 
     dump: str  # the dump's part of the node id, `step0/rank0/dump.json`
     api: str
-    forward: Optional[EntryResult]
-    backward: Optional[EntryResult]
+    forward: EntryResult | None
+    backward: EntryResult | None
 
 
 class ApiBook:
@@ -249,9 +262,9 @@ class ApiBook:
     """
 
     def __init__(self, skip: Iterable[str] = ()):
-        self.expected: Dict[Tuple[str, str], Set[str]] = {}
-        self.results: Dict[Tuple[str, str], Dict[str, EntryResult]] = {}
-        self.written: Set[Tuple[str, str]] = set()
+        self.expected: dict[tuple[str, str], set[str]] = {}
+        self.results: dict[tuple[str, str], dict[str, EntryResult]] = {}
+        self.written: set[tuple[str, str]] = set()
         self.skip = set(skip)  # APIs a resumed file already holds
 
     def expect(self, node_ids: Iterable[str]) -> None:
@@ -261,7 +274,7 @@ class ApiBook:
             if name is not None:
                 self.expected.setdefault((dump, name.prefix), set()).add(name.direction)
 
-    def add(self, dump: str, result: EntryResult) -> Optional[ApiRow]:
+    def add(self, dump: str, result: EntryResult) -> ApiRow | None:
         """The API's row once this result completes it, else None."""
         key = (dump, result.api)
         if key in self.written or result.api in self.skip:
@@ -272,11 +285,11 @@ class ApiBook:
             return self._take(key)
         return None
 
-    def leftovers(self) -> List[ApiRow]:
+    def leftovers(self) -> list[ApiRow]:
         """APIs with some results but not all (an interrupted run)."""
         return [self._take(key) for key in list(self.results) if key not in self.written]
 
-    def _take(self, key: Tuple[str, str]) -> ApiRow:
+    def _take(self, key: tuple[str, str]) -> ApiRow:
         got = self.results.pop(key)
         self.written.add(key)
         return ApiRow(*key, got.get(FORWARD), got.get(BACKWARD))

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import pytest
 
 from . import summary
-from .outcome import EntryResult
 from .report import ApiBook, ApiRow, CsvWriter, ReportError, dump_folders, split_node_id, timestamp
-from .untrusted import printable
+from .results import REPORT_ATTRIBUTE, EntryResult
+from .untrusted import cut, printable
+
+MAX_LINE = 1000  # characters of one summary line: a 200,000-character entry name is cut there
 
 
 class CsvReporter:
@@ -26,10 +27,10 @@ class CsvReporter:
         self.book = ApiBook(skip=run.selection.finished)
         self.folders = dump_folders(run.dump_files)
         self.stamp = timestamp()  # one for the run, whatever the number of dumps
-        self.writers: Dict[Path, CsvWriter] = {}  # by the dump's resolved path
-        self.results: List[EntryResult] = []
-        self.unfinished: List[ApiRow] = []
-        self.session: Optional[pytest.Session] = None
+        self.writers: dict[Path, CsvWriter] = {}  # by the dump's resolved path
+        self.results: list[EntryResult] = []
+        self.unfinished: list[ApiRow] = []
+        self.session: pytest.Session | None = None
         self.stopped = ""  # why the rows stopped (a full disk)
         self.finishing = False
         self.stopped_late = False
@@ -44,11 +45,11 @@ class CsvReporter:
         self.book.expect(item.nodeid for item in session.items)
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node, ids: List[str]) -> None:
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
         self.book.expect(ids)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        data = getattr(report, "msprobe", None)
+        data = getattr(report, REPORT_ATTRIBUTE, None)
         if data is None:
             return
         result = EntryResult.from_dict(data)
@@ -64,8 +65,10 @@ class CsvReporter:
         try:
             writer.write_api(row.api, row.forward, row.backward)
         except OSError as exc:
-            self.stop(f"msprobe: cannot write {writer.result_path} ({exc.strerror or exc}): stopped; the rows "
-                      f"written are whole, --msprobe-resume {writer.result_path} runs the rest")
+            self.stop(
+                f"msprobe: cannot write {writer.result_path} ({exc.strerror or exc}): stopped; the rows "
+                f"written are whole, --msprobe-resume {writer.result_path} runs the rest"
+            )
 
     def stop(self, why: str) -> None:
         """End the run after this entry (serial), or after the entries running now (xdist):
@@ -93,8 +96,9 @@ class CsvReporter:
             except ReportError as exc:
                 raise pytest.UsageError(f"--msprobe-out: {exc}") from None
             except OSError as exc:
-                raise pytest.UsageError(f"--msprobe-resume: {resumed}: cannot append to it: "
-                                        f"{exc.strerror or exc}") from None
+                raise pytest.UsageError(
+                    f"--msprobe-resume: {resumed}: cannot append to it: {exc.strerror or exc}"
+                ) from None
         return self.writers[path]
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
@@ -116,21 +120,20 @@ class CsvReporter:
         selection = self.run.selection
         if selection.earlier:
             earlier = [EntryResult(api, direction, status) for api, direction, status in selection.earlier]
-            lines += ["", f"resumed {selection.resumed}: the entries it held before this run:",
-                      *summary.count_lines(earlier)]
+            lines += ["", f"resumed {selection.resumed}: the entries it held before this run:"]
+            lines += summary.count_lines(earlier)
         if selection.baseline is not None:
             lines += selection.baseline.summary_lines(self.results)
         if self.stopped_late:
             lines += ["", self.stopped]
-        for line in lines:
-            terminalreporter.write_line(printable(line))
-        by_path = {self.dump_path(row.dump): row.dump for row in self.unfinished}
-        for path, dump in sorted(by_path.items()):
+        for path, dump in sorted({self.dump_path(row.dump): row.dump for row in self.unfinished}.items()):
             count = sum(row.dump == dump for row in self.unfinished)
             where = f"{dump}: " if len(self.writers) > 1 else ""
-            terminalreporter.write_line(printable(f"{where}{count} APIs unfinished when the run stopped, not "
-                                                  f"written: --msprobe-resume {self.open(path).result_path} "
-                                                  "runs them"))
+            lines.append(
+                f"{where}{count} APIs unfinished when the run stopped, not written: "
+                f"--msprobe-resume {self.open(path).result_path} runs them"
+            )
         for writer in self.writers.values():
-            terminalreporter.write_line(printable(f"result:  {writer.result_path}"))
-            terminalreporter.write_line(printable(f"details: {writer.details_path}"))
+            lines += [f"result:  {writer.result_path}", f"details: {writer.details_path}"]
+        for line in lines:
+            terminalreporter.write_line(cut(printable(line), MAX_LINE))

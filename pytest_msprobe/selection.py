@@ -8,34 +8,39 @@ keeps appending rows to the resumed file.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import List, Optional, Sequence, Set, Tuple
 
 import pytest
 
 from . import resume
 from .baseline import Baseline
-from .compare import ERROR
 from .dump import parse_entry_name
 from .items import EntryItem
 from .report import ReportError, read_entry_statuses, read_finished_apis
+from .results import ERROR
 
 FINISHED_KEY = "msprobe_finished"
 BASELINE_KEY = "msprobe_baseline_failed"
 
 
 class Selection:
-    def __init__(self, resumed: Optional[Path] = None, finished: Set[str] = frozenset(),
-                 baseline: Optional[Baseline] = None, earlier: Sequence[Tuple[str, str, str]] = ()):
+    def __init__(
+        self,
+        resumed: Path | None = None,
+        finished: Iterable[str] = (),
+        baseline: Baseline | None = None,
+        earlier: Iterable[tuple[str, str, str]] = (),
+    ):
         self.resumed = resumed  # the result CSV new rows are appended to
         self.finished = set(finished)
         self.baseline = baseline
         # (api, direction, status) of the rows the resumed file held: the controller's, for the verdict
-        self.earlier: List[Tuple[str, str, str]] = list(earlier)
+        self.earlier = list(earlier)
         self.deselected = 0
 
     @classmethod
-    def from_config(cls, config: pytest.Config, base: Path, resume_arg: str, baseline_arg: str) -> "Selection":
+    def from_config(cls, config: pytest.Config, base: Path, resume_arg: str, baseline_arg: str) -> Selection:
         worker = getattr(config, "workerinput", None)
         resumed = base / resume_arg if resume_arg else None
         try:
@@ -72,10 +77,13 @@ class Selection:
             items[:] = kept
         self.deselected = len(done)
 
-    def earlier_errors(self) -> List[Tuple[str, str]]:
+    def earlier_errors(self) -> list[tuple[str, str]]:
         """Entries the resumed file holds as error that no baseline expects."""
-        return [(api, direction) for api, direction, status in self.earlier
-                if status == ERROR and not (self.baseline and self.baseline.failed_before(api, direction))]
+        return [
+            (api, direction)
+            for api, direction, status in self.earlier
+            if status == ERROR and not (self.baseline and self.baseline.failed_before(api, direction))
+        ]
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -92,20 +100,21 @@ class Selection:
     def pytest_report_header(self, config: pytest.Config):
         lines = []
         if self.resumed is not None:
-            lines.append(f"msprobe: resuming {self.resumed}: {len(self.finished)} APIs already finished "
-                         "are not run again")
+            lines.append(
+                f"msprobe: resuming {self.resumed}: {len(self.finished)} APIs already finished are not run again"
+            )
         if self.baseline is not None:
             lines.append(f"msprobe: {self.baseline.describe()}")
         return lines
 
 
-def _finished(resumed: Path, worker: Optional[dict]) -> Set[str]:
+def _finished(resumed: Path, worker: dict | None) -> set[str]:
     if worker is None:
         return resume.prepare(resumed)  # the one process that writes: it also cuts a torn tail
     return set(worker[FINISHED_KEY]) if FINISHED_KEY in worker else read_finished_apis(resumed)
 
 
-def _baseline(path: Path, worker: Optional[dict]) -> Baseline:
+def _baseline(path: Path, worker: dict | None) -> Baseline:
     if worker is not None and BASELINE_KEY in worker:
         return Baseline(path, worker[BASELINE_KEY])
     return Baseline.read(path)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import gc
 import signal
 import subprocess
-from typing import Dict, List, Optional, Set
 
 import pytest
 
 from . import devices
 from .report import crash_result
+from .results import REPORT_ATTRIBUTE
 
 DEVICE_ID = "msprobe_device_id"
 THREADS = "msprobe_threads"
@@ -25,8 +25,12 @@ THREADS = "msprobe_threads"
 
 def distributing(config: pytest.Config) -> bool:
     """This process is an xdist controller: it hands the items to workers and runs none."""
-    return (not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") != "no"
-            and bool(getattr(config.option, "tx", None)) and not config.option.collectonly)
+    return (
+        not hasattr(config, "workerinput")
+        and getattr(config.option, "dist", "no") != "no"
+        and bool(getattr(config.option, "tx", None))
+        and not config.option.collectonly
+    )
 
 
 def planned_workers(config: pytest.Config) -> int:
@@ -44,12 +48,12 @@ def planned_workers(config: pytest.Config) -> int:
     return count
 
 
-def device_id(config: pytest.Config, ids: List[int]) -> int:
+def device_id(config: pytest.Config, ids: list[int]) -> int:
     """The id this process binds: the one its controller gave it, else the first named."""
     return getattr(config, "workerinput", {}).get(DEVICE_ID, ids[0])
 
 
-def setup_cpu(config: pytest.Config) -> Optional[str]:
+def setup_cpu(config: pytest.Config) -> str | None:
     """Before anything imports torch, in a process that checks entries: its thread count
     (a worker's from its controller) and torch's huge pages. Returns the header note on
     the threads; None in the controller."""
@@ -89,18 +93,22 @@ class Controller:
         self.run = run
         self.pool = devices.DevicePool(run.device_ids)
         self.threads = devices.cpu_threads()
-        self.down: Dict[str, str] = {}  # worker -> why it went down, for its crashed entry
-        self.judged: Set[str] = set()  # node ids whose call report (the verdict) arrived
+        self.down: dict[str, str] = {}  # worker -> why it went down, for its crashed entry
+        self.judged: set[str] = set()  # node ids whose call report (the verdict) arrived
 
-    def device(self, device_id: Optional[int]) -> str:
+    def device(self, device_id: int | None) -> str:
         kind = self.run.device_kind
+        if device_id is None:
+            return kind
         name = devices.device_name(kind, device_id)
-        return name if name != kind or device_id is None else f"{kind} (id {device_id}, unused on {kind})"
+        return name if name != kind else f"{kind} (id {device_id}, unused on {kind})"
 
-    def pytest_report_header(self, config: pytest.Config) -> List[str]:
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
         ids = ",".join(map(str, self.run.device_ids))
-        return [f"msprobe: {planned_workers(config)} xdist workers, one device each from ids {ids}, "
-                f"{devices.threads_text(self.threads)} each"]
+        return [
+            f"msprobe: {planned_workers(config)} xdist workers, one device each from ids {ids}, "
+            f"{devices.threads_text(self.threads)} each"
+        ]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
@@ -125,16 +133,20 @@ class Controller:
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
         if crashitem in self.judged:
             # The worker died after the entry's verdict reached us (in its teardown, or before it
-            # said so): the verdict and its row stand, and the crash counts as no second outcome.
+            # said it was done): the verdict and its row stand, and the crash is no second outcome.
             report.outcome, report.when, report.longrepr = "passed", "teardown", None
-            self.say(f"msprobe: the xdist worker {worker} went down after {crashitem.partition('::')[2]} "
-                     "was judged: its result stands")
+            self.say(
+                f"msprobe: the xdist worker {worker} went down after {crashitem.partition('::')[2]} "
+                "was judged: its result stands"
+            )
             return
-        message = (f"the xdist worker {worker} crashed while checking this entry on "
-                   f"{self.down.get(worker, 'its device')} (a segfault, an abort or the OOM killer in the API)")
+        message = (
+            f"the xdist worker {worker} crashed while checking this entry on "
+            f"{self.down.get(worker, 'its device')} (a segfault, an abort or the OOM killer in the API)"
+        )
         result = crash_result(crashitem, message)
         if result is not None:
-            report.msprobe = result.to_dict()  # the reporter writes its error row like any other
+            setattr(report, REPORT_ATTRIBUTE, result.to_dict())  # the reporter writes its error row like any other
             entry = crashitem.partition("::")[2]
             report.longrepr = f"{entry}: {message}"
             report.location = (report.location[0], None, entry)

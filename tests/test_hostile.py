@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List
 
 import hostile_corpus
 import pytest
@@ -29,11 +28,19 @@ def corpus(pytester) -> hostile_corpus.Corpus:
 
 
 def run(pytester, *args):
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--msprobe-out", "out", "-rfs",
-                                         "--msprobe-max-elements", str(hostile_corpus.MAX_ELEMENTS), *args)
+    return pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--msprobe-out",
+        "out",
+        "-rfs",
+        "--msprobe-max-elements",
+        str(hostile_corpus.MAX_ELEMENTS),
+        *args,
+    )
 
 
-def rows(folder: Path) -> Dict[str, List[str]]:
+def rows(folder: Path) -> dict[str, list[str]]:
     """The result rows of the one pair in folder, by API Name (as written: names are decoded)."""
     files = sorted(folder.glob("accuracy_checking_result_*.csv"))
     assert len(files) == 1, files
@@ -48,7 +55,7 @@ def row_name(case: hostile_corpus.Case) -> str:
     return case.api if parse_entry_name(case.entry) else escape(case.row or case.entry)
 
 
-def check(pytester, result, corpus: hostile_corpus.Corpus, folders: List[str], files: List[hostile_corpus.FileCase]):
+def check(pytester, result, corpus: hostile_corpus.Corpus, folders: list[str], files: list[hostile_corpus.FileCase]):
     output = result.stdout.str() + result.stderr.str()
     assert "INTERNALERROR" not in output and "Traceback" not in output
     assert not RAW_CONTROL.search(output), RAW_CONTROL.search(output)  # escaped, never obeyed
@@ -68,7 +75,8 @@ def check(pytester, result, corpus: hostile_corpus.Corpus, folders: List[str], f
             assert re.search(rf"msprobe: .*{case.folder}/dump.json: {case.says}", output), case.what
         else:
             assert re.search(rf"{case.folder}/dump.json\S*:.*{re.escape(case.says)}", output) or all(
-                case.says in row[3] for row in rows(out / case.folder).values()), case.what
+                case.says in row[3] for row in rows(out / case.folder).values()
+            ), case.what
     check_counts(result, out)
 
 
@@ -79,7 +87,9 @@ def check_counts(result, out: Path) -> None:
         for row in read_result_rows(path):
             statuses.update({("forward", row[1]): 1, ("backward", row[2]): 1})
     for direction in ("forward", "backward"):
-        line = re.search(rf"^{direction} +(\d+) pass, (\d+) error, (\d+) warning, (\d+) SKIP", result.stdout.str(), re.MULTILINE)
+        line = re.search(
+            rf"^{direction} +(\d+) pass, (\d+) error, (\d+) warning, (\d+) SKIP", result.stdout.str(), re.MULTILINE
+        )
         assert line, direction
         said = dict(zip(("pass", "error", "warning", "SKIP"), map(int, line.groups())))
         assert said == {status: statuses[(direction, status)] for status in said}, (direction, said)
@@ -103,6 +113,14 @@ def test_hostile_corpus_random_and_real_data(pytester, corpus, workers):
 @WORKERS
 def test_hostile_corpus_recorded_outputs(pytester, corpus, workers):
     """A tensor dump judged by its recorded outputs: the same entries, the same refusals."""
-    result = run(pytester, "--msprobe-dump", "corpus/tensor", "--msprobe-dump", "corpus/clean_tensor",
-                 "--msprobe-device", "recorded", *workers)
+    result = run(
+        pytester,
+        "--msprobe-dump",
+        "corpus/tensor",
+        "--msprobe-dump",
+        "corpus/clean_tensor",
+        "--msprobe-device",
+        "recorded",
+        *workers,
+    )
     check(pytester, result, corpus, ["tensor"], [])

@@ -53,8 +53,10 @@ def main(repo: str) -> None:
     for framework, path in SOURCES.items():
         commits = git(repo, "log", "--format=%H %ad", "--date=short", "--", path).split("\n")
         commits = [line.split() for line in commits if line]
-        print(f"#   {path}: {len(commits)} versions, {commits[-1][1]} ({commits[-1][0][:10]}) "
-              f"to {commits[0][1]} ({commits[0][0][:10]})")
+        print(
+            f"#   {path}: {len(commits)} versions, {commits[-1][1]} ({commits[-1][0][:10]}) "
+            f"to {commits[0][1]} ({commits[0][0][:10]})"
+        )
         merged = defaultdict(set)
         for commit, _ in commits:
             for key, values in parse(git(repo, "show", f"{commit}:{path}")).items():
