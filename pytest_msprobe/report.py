@@ -53,7 +53,7 @@ def text_cell(value: object, limit: int = 0, where: str = "") -> str:
     a NUL or a terminal escape must not start a row or reach a reader raw. untext undoes it
     (but for a cell cut at `limit` characters)."""
     text = escape("" if value is None else str(value))
-    text = cut(text, limit, where) if limit else text
+    text = cut(text, limit - 1, where) if limit else text  # one left for the `'` a formula start takes
     return "'" + text if text.startswith(_FORMULA_START) else text
 
 
