@@ -211,7 +211,7 @@ class Rebuilder:
         if self.elements > limit:
             raise self.error(
                 f"{field_path}.shape",
-                f"{shape} is {count:,} elements; random data for this entry would be {self.elements:,}, "
+                f"{shape} is {count:,} elements: random data for this entry would be {self.elements:,}, "
                 f"more than --msprobe-max-elements {limit:,}",
             )
 

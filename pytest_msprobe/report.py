@@ -193,6 +193,10 @@ class CsvWriter:
                         text_cell(output_message(row), MAX_CELL, " cut"),
                     ]
                 )
+        # Details first, on disk before the result row is even buffered: a result row on disk
+        # always has its details beside it, and a details flush a full disk refuses takes no
+        # result row down with it later (at close).
+        self._details.flush()
         csv.writer(self._result).writerow(
             [
                 text_cell(api),
@@ -203,8 +207,6 @@ class CsvWriter:
                 ),
             ]
         )
-        # Details first: a result row on disk always has its details beside it.
-        self._details.flush()
         self._result.flush()
 
     def close(self) -> None:
