@@ -6,9 +6,10 @@ one entry nests deeper than its limit (orjson: 1024 levels). The dump's other en
 fine: this module finds the entry names written more than once, and cuts an entry nested too
 deep out of the bytes (its body becomes null, its name and field are kept), so the rest parses.
 
-The cheap test runs on every dump (a count over the bytes, about 0.1 s for 77 MB); the
-structural scan, which places every string and bracket (numpy, about 1 s), only when the
-cheap test cannot vouch for the file.
+The cheap test runs on every dump (a count over the bytes, and a look at the keys written
+with escapes: about 0.1 s for 77 MB); the structural scan, which places every string and
+bracket (numpy, about 1 s), only when the cheap test cannot vouch for the file
+(bench/results_dump_checks.md).
 """
 
 from __future__ import annotations
@@ -32,12 +33,13 @@ CHUNK = 1 << 23  # bytes compared at once: the scan's transient memory stays sma
 def duplicate_entries(raw: bytes, entries: Iterable[str]) -> list[str]:
     """Names of the `data` object given more than once, in file order ([] for none).
 
-    Every entry-shaped key written plainly (no backslash anywhere in the file) is counted by
-    one regex; if that count is the number of entry-shaped names the parser kept, no name
-    came twice. Otherwise the structural scan lists the keys of `data` exactly.
+    Every entry-shaped key written plainly is counted by one regex; if that count is the
+    number of entry-shaped names the parser kept, and no key written with an escape reads as
+    an entry's name, no name came twice. Otherwise the structural scan lists the keys of
+    `data` exactly.
     """
     shaped = sum(1 for name in entries if _ENTRY_NAME_END.search(name))
-    if b"\\" not in raw and len(_ENTRY_KEY_END.findall(raw)) == shaped:
+    if len(_ENTRY_KEY_END.findall(raw)) == shaped and _escaped_entry_keys(raw) is False:
         return []
     layout = Layout(raw)
     counts = Counter(layout.data_keys())
@@ -152,6 +154,35 @@ class Layout:
         for start, end in reversed(self.keys_at(3, (entry_key_end, position))):
             return _decode(self.raw[start : end + 1])
         return "(entry)"
+
+
+def _escaped_entry_keys(raw: bytes, most: int = 1000) -> bool | None:
+    """Whether a key written with an escape reads as an entry's name (`...forwar\\u0064`), which
+    the count of plain keys would miss; None past `most` escapes (the caller scans instead).
+
+    From each backslash: back to its string's opening quote, on to its closing one (a quote is
+    a string's own only when no odd run of backslashes precedes it).
+    """
+    at, seen = raw.find(b"\\"), 0
+    while at != -1:
+        seen += 1
+        if seen > most:
+            return None
+        start = raw.rfind(b'"', 0, at)
+        while start > 0 and _backslashes_before(raw, start) % 2:
+            start = raw.rfind(b'"', 0, start)
+        end = raw.find(b'"', at + 1)
+        while end != -1 and _backslashes_before(raw, end) % 2:
+            end = raw.find(b'"', end + 1)
+        if start < 0 or end < 0:
+            return None
+        after = end + 1
+        while after < len(raw) and raw[after] in _SPACE:
+            after += 1
+        if after < len(raw) and raw[after] == _COLON and _ENTRY_NAME_END.search(_decode(raw[start : end + 1])):
+            return True
+        at = raw.find(b"\\", end + 1)
+    return False
 
 
 def _backslashes_before(raw: bytes, position: int) -> int:
