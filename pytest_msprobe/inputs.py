@@ -23,10 +23,11 @@ from .untrusted import printable
 
 TENSOR_TYPE_SUFFIXES = ("Tensor", "Parameter", "StubTensor")
 
-# The bound on the random elements one entry may build (--msprobe-max-elements), for the
-# checks run inside element_budget: a shape of 10**15 elements is a SKIP of its entry, not a
-# process killed for memory.
-_max_elements: contextvars.ContextVar[int] = contextvars.ContextVar("max_elements", default=DEFAULT_MAX_ELEMENTS)
+# The bound on the random elements one entry may build (--msprobe-max-elements) and how many
+# it built, [bound, built], shared by the rebuilds of one check (its forward call, its
+# grad_outputs) inside element_budget: a shape of 10**15 elements is a SKIP of its entry, not a
+# process killed for memory. Outside one, each Rebuilder counts against the default alone.
+_budget: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("element_budget", default=None)
 MAX_DIMS = 64  # numpy's limit
 # The largest finite value of each floating dtype, the range of each integer one: a statistic
 # beyond it cannot come from a tensor of that dtype.
@@ -56,11 +57,11 @@ class InputError(Exception):
 @contextlib.contextmanager
 def element_budget(max_elements: int) -> Iterator[None]:
     """The bound on the random elements an entry may build, for the checks run inside."""
-    token = _max_elements.set(max_elements)
+    token = _budget.set([max_elements, 0])
     try:
         yield
     finally:
-        _max_elements.reset(token)
+        _budget.reset(token)
 
 
 class Codec(Protocol):
@@ -134,7 +135,7 @@ class Rebuilder:
         self.mode = mode
         self.seed = seed
         self.notes: list[str] = []
-        self.elements = 0  # random elements built so far, against the entry's budget
+        self._own_budget = [DEFAULT_MAX_ELEMENTS, 0]  # outside element_budget
 
     def error(self, field_path: str, what: str) -> InputError:
         return InputError(f"{self.entry}: {field_path}: {what}")
@@ -178,7 +179,7 @@ class Rebuilder:
         try:
             return decoder(self, value)
         except (TypeError, ValueError, KeyError) as exc:
-            raise self.error(f"{field_path}.value", f"cannot read {value!r} as {kind}: {exc}") from None
+            raise self.error(f"{field_path}.value", f"cannot read {_short(value)} as {kind}: {exc}") from None
 
     # -- tensors ----------------------------------------------------------
 
@@ -205,14 +206,14 @@ class Rebuilder:
 
     def budget(self, shape: list[int], field_path: str) -> None:
         """Count a random tensor against the entry's bound, before anything is allocated."""
-        limit = _max_elements.get()
+        budget = _budget.get() or self._own_budget
         count = math.prod(shape)
-        self.elements += count
-        if self.elements > limit:
+        budget[1] += count
+        if budget[1] > budget[0]:
             raise self.error(
                 f"{field_path}.shape",
-                f"{shape} is {count:,} elements: random data for this entry would be {self.elements:,}, "
-                f"more than --msprobe-max-elements {limit:,}",
+                f"{shape} is {count:,} elements: random data for this entry would be {budget[1]:,}, "
+                f"more than --msprobe-max-elements {budget[0]:,}",
             )
 
     def tensor_path(self, spec: dict, field_path: str) -> Path | None:
@@ -335,6 +336,7 @@ def random_array(spec: dict, kind: str, seed: int) -> np.ndarray:
     low, high = as_float(spec.get("Min")), as_float(spec.get("Max"))
     if kind == "b":
         lo, hi = int(bool(low)) if low is not None else 0, int(bool(high)) if high is not None else 1
+        lo, hi = min(lo, hi), max(lo, hi)  # Min true, Max false: from a dump no tensor wrote
         return np.asarray(rng.integers(lo, hi + 1, size=shape) > 0)
     if kind == "i":
         lo, hi = _int_bounds(low, high)

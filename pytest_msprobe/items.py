@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .session import MsprobeRun
 
 RUN_KEY: pytest.StashKey[MsprobeRun] = pytest.StashKey()
+MAX_TERMINAL = 10_000  # characters of one entry's message in the terminal
 
 
 class DumpFile(pytest.File):
@@ -90,10 +91,11 @@ class EntryItem(pytest.Item):
                     dump=str(self.path),
                 )
                 raise
+        # What the terminal shows: escaped, and cut (the CSV and the details rows hold the rest).
         if self.result.status == SKIP:
-            pytest.skip(printable(entry_message(self.result) or "nothing to compare"))
+            pytest.skip(cut(printable(entry_message(self.result) or "nothing to compare"), MAX_TERMINAL))
         if self.result.status == ERROR:
-            raise PrecisionError(printable(failure_text(self.result, checker.standard.describe())))
+            raise PrecisionError(cut(printable(failure_text(self.result, checker.standard.describe())), MAX_TERMINAL))
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
         if isinstance(excinfo.value, PrecisionError):
