@@ -81,4 +81,5 @@ class Checker:
             metrics.max_rel_err,
             verdict.reasons,
             verdict.floor,
+            pair.note,
         )

@@ -258,7 +258,7 @@ def use_huge_pages() -> None:
 
     A real model's entry allocates hundreds of MB in float64, and with 4 KiB pages the
     kernel's page faults cost more CPU than the arithmetic: a ResNet step ran 1.5x faster,
-    rows unchanged (bench/results_xdist.md). torch reads THP_MEM_ALLOC_ENABLE at its first
+    rows unchanged (bench/timing/results_xdist.md). torch reads THP_MEM_ALLOC_ENABLE at its first
     allocation, so only before it is imported; the user's value wins, and a kernel with
     THP off ignores it.
     """

@@ -16,15 +16,16 @@ def floor_text(output: OutputResult) -> str:
 
 
 def output_message(output: OutputResult) -> str:
-    """The Message of a details row: the rules broken (or kept), then the rounding floor."""
-    return join([*output.reasons, floor_text(output)])
+    """The Message of a details row: the rules broken (or kept), the rounding floor, how it was paired."""
+    return join([*output.reasons, floor_text(output), output.note])
 
 
 def output_findings(result: EntryResult) -> list[str]:
-    """`output.0: <why>` for every output that did not pass, failures before SKIPs."""
-    told = [o for o in result.outputs if o.status != PASS and output_message(o)]
-    ranked = sorted(told, key=lambda o: o.status == SKIP)
-    return [f"output.{o.index}: {output_message(o)}" for o in ranked]
+    """`output.0: <why>` for every output that did not pass, failures before SKIPs; and how a
+    passing one was paired, where that needs saying."""
+    told = [o for o in result.outputs if (o.status != PASS and output_message(o)) or o.note]
+    ranked = sorted(told, key=lambda o: (o.status == PASS, o.status == SKIP))
+    return [f"output.{o.index}: {output_message(o) if o.status != PASS else o.note}" for o in ranked]
 
 
 def entry_message(result: EntryResult) -> str:

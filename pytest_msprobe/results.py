@@ -54,6 +54,7 @@ class OutputResult:
     reasons: list[str] = field(default_factory=list)
     # A failure within the rounding budget of this dtype ("bf16"): rounding alone, not a fault.
     floor: str = ""
+    note: str = ""  # how it was paired (a gradient msprobe recorded inside the API's graph)
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)

@@ -80,7 +80,7 @@ class Worker:
     def pytest_sessionfinish(self) -> None:
         # Collect once, then freeze what is left (torch's ~170,000 objects, the run's): pytest's
         # five collections at exit and the interpreter's last one then skip it, a second or more
-        # of CPU a worker (bench/results_xdist.md). Never in-process, where it would keep cycles.
+        # of CPU a worker (bench/timing/results_xdist.md). Never in-process, where it would keep cycles.
         gc.collect()
         gc.freeze()
 

@@ -203,7 +203,8 @@ def test_each_rank_of_a_dump_path_gets_its_own_rows(pytester, copy_dump, workers
     relu = {rank: next(r for r in rows[rank] if r["API Name"] == "Functional.relu.0") for rank in rows}
     assert relu["rank0"]["Forward Test Success"] == "pass"
     assert relu["rank1"]["Forward Test Success"] == "error"
-    assert {len(read_csv(pytester.path / "out" / rank, "details")) for rank in rows} == {80}
+    # 79: Torch.matmul.0.backward has one row, its gradient judged where msprobe recorded it.
+    assert {len(read_csv(pytester.path / "out" / rank, "details")) for rank in rows} == {79}
     result.stdout.fnmatch_lines(["*result:  *out/rank0/accuracy_checking_result_*.csv",
                                  "*details: *out/rank0/accuracy_checking_details_*.csv",
                                  "*result:  *out/rank1/accuracy_checking_result_*.csv",

@@ -68,6 +68,7 @@ class OutputPair:
     bench_dtype: str = ""
     shape: list[int] | None = None
     skip: str = ""  # why this output cannot be compared
+    note: str = ""  # what the pairing had to do (a gradient judged at another node of the graph)
 
 
 @dataclass

@@ -389,14 +389,14 @@ def backward_sides(dump: Dump, call: engine.Call, options: RunOptions) -> engine
         matched, strays = align(grad_specs, engine.shapes_of(bench), recorded_any)
         return {index: tested[at if options.recorded else index] for index, at in matched.items()}, strays
 
-    def in_bench_order(tested: list, bench: list) -> list:
-        return [by_input(tested, bench)[0].get(i) for i in range(len(bench))]
+    def compared(tested: list, bench: list) -> tuple[list, list]:
+        return [by_input(tested, bench)[0].get(i) for i in range(len(bench))], bench
 
     def pair(tested: list, bench: list) -> list[OutputPair]:
         matched, strays = by_input(tested, bench)
-        return engine.gradient_pairs(matched, bench, strays)
+        return engine.gradient_pairs(matched, bench, f"{strays}, which match no input" if strays else "")
 
-    return engine.Sides(bench, tested, pair, notes, options.recorded, grad_outputs, in_bench_order)
+    return engine.Sides(bench, tested, pair, notes, options.recorded, grad_outputs, compared)
 
 
 def gradient_specs(name: EntryName, call: engine.Call, specs: list) -> list:

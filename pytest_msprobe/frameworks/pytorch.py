@@ -15,25 +15,27 @@ from .. import apis
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, Undescribed, is_tensor_spec, tree_map
 from . import OutputPair, Run, RunOptions, Unsupported
+from .recorded_gradients import Attribution, attribute
 from .torch_engine import (
     CODEC,
     LOW_PRECISION,
     NONDETERMINISTIC,
     Call,
+    NodeGradient,
     Sides,
+    flat_outputs,
     flat_specs,
     forward,
     forward_body,
     gradient_pairs,
     gradients,
-    input_of,
     input_tensor_specs,
     pairs_of,
     recorded_values,
     run_sides,
-    shapes_of,
     tensors,
     tested_side,
+    watch_graph,
 )
 
 # Casts: their dtype argument is the point of the call, and never autocast.
@@ -243,18 +245,28 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
                 "node of its own: the gradients msprobe recorded for it belong to other calls"
             )
 
+        # The bench's graph, watched for the gradients msprobe may have recorded inside it.
+        nodes: list[NodeGradient] = []
+        shapes = {tuple(s["shape"]) for s in grad_specs if is_tensor_spec(s) and isinstance(s["shape"], list)}
+
+        def watched_bench(side: Any) -> list:
+            nodes.clear()
+            return gradients(side, call, grad_outputs, lambda outs, leaves: watch_graph(outs, leaves, shapes, nodes))
+
         def recorded() -> list:
             return recorded_values(CODEC, dump, name.full, grad_specs, "output")
 
-        def in_bench_order(tested: list, bench: list) -> list:
-            matched, _ = match_recorded_gradients(tested, bench, grad_specs)
-            return [matched.get(i) for i in range(len(bench))]
+        def attribution(tested: list, bench: list) -> Attribution:
+            return attribute(tested, grad_specs, bench, nodes, flat_outputs(grad_outputs))
+
+        def compared(tested: list, bench: list) -> tuple[list, list]:
+            return attribution(tested, bench).compared(bench)
 
         def recorded_pairs(tested: list, bench: list) -> list[OutputPair]:
-            matched, strays = match_recorded_gradients(tested, bench, grad_specs)
-            return gradient_pairs(matched, bench, strays)
+            found = attribution(tested, bench)
+            return gradient_pairs(found.matched, bench, "; ".join(found.strays), found.elsewhere)
 
-        return Sides(bench, recorded, recorded_pairs, notes, True, grad_outputs, in_bench_order)
+        return Sides(watched_bench, recorded, recorded_pairs, notes, True, grad_outputs, compared)
 
     def tested() -> list:
         return gradients(tested_side(options.device, call), call, grad_outputs)
@@ -278,26 +290,3 @@ def returns_its_input(call: Call) -> bool:
         and outputs[0].get("dtype") == str(source.dtype)
         and outputs[0].get("shape") == list(source.shape)
     )
-
-
-def match_recorded_gradients(tested: list, bench: list, specs: list) -> tuple[dict[int, Any], list]:
-    """({input index: recorded gradient}, shapes of the recorded gradients that match no input).
-
-    Item i of a backward `output` is usually the gradient of differentiable
-    input i, but for some APIs (linear, matmul) msprobe hooks an internal node
-    and records gradients in another order or of shapes that match no input.
-    A recorded gradient is matched by position and shape, else to the one input
-    whose shape it alone has; the rest cannot be compared and say so.
-    """
-    shapes = shapes_of(bench)
-    matched: dict[int, Any] = {}
-    strays = []
-    for position, (t, spec) in enumerate(zip(tested, specs)):
-        if spec is None or t is None:
-            continue
-        index = input_of(position, list(t.shape), shapes, matched)
-        if index is None:
-            strays.append(list(t.shape))
-        else:
-            matched[index] = t
-    return matched, strays

@@ -236,8 +236,11 @@ def forward(side: Side, call: Call) -> list:
     return flat_outputs(call_on(side, call)[0])
 
 
-def gradients(side: Side, call: Call, grad_outputs: list) -> list:
-    """Gradients of every floating input tensor, in argument order (None where unused)."""
+def gradients(side: Side, call: Call, grad_outputs: list, watch: Callable[[list, list], None] | None = None) -> list:
+    """Gradients of every floating input tensor, in argument order (None where unused).
+
+    `watch(outputs, leaves)` is called once the graph stands, before the backward
+    runs: the place to hook its nodes (`watch_graph`)."""
     out, leaves = call_on(side, call, grad=True)
     outs = [o for o in flat_outputs(out) if isinstance(o, torch.Tensor) and o.requires_grad]
     if not outs:
@@ -250,6 +253,8 @@ def gradients(side: Side, call: Call, grad_outputs: list) -> list:
         if o.shape != g.shape:
             raise Unsupported(f"grad_output {i} has shape {list(g.shape)}, its output {list(o.shape)}")
     wanted = [leaf for leaf in leaves if leaf.requires_grad]
+    if watch is not None:
+        watch([o for o, _ in chosen], leaves)
     # d/do of sum(o * g) is g exactly, so this is backward with grad_outputs g;
     # autograd.grad(..., grad_outputs=) imports sympy on first use (0.25-1.3 s a process).
     if any(o.is_complex() for o, _ in chosen):  # a complex loss has no implicit grad
@@ -260,6 +265,56 @@ def gradients(side: Side, call: Call, grad_outputs: list) -> list:
         loss = sum((o * g.to(o.dtype)).sum() for o, g in chosen)
         found = iter(torch.autograd.grad(loss, wanted, allow_unused=True))
     return [next(found) if leaf.requires_grad else None for leaf in leaves]
+
+
+@dataclass(frozen=True)
+class NodeGradient:
+    """The gradient arriving at one input of one node of a call's backward graph."""
+
+    node: str  # "NllLossBackward0"
+    slot: int  # which of the node's inputs
+    value: torch.Tensor
+    inputs: frozenset[int]  # the floating inputs of the call (argument order) it flows on to
+
+    def describe(self) -> str:
+        return f"{self.node} (its input {self.slot})"
+
+
+def watch_graph(outputs: list, leaves: list, shapes: set[tuple[int, ...]], found: list[NodeGradient]) -> None:
+    """Hook every node below `outputs` so that the backward appends to `found` each gradient it
+    passes on whose shape is in `shapes` (msprobe records some APIs' gradients at such nodes)."""
+    leaf_index = {id(leaf): i for i, leaf in enumerate(leaves)}
+    reached: dict[int, frozenset[int]] = {}
+
+    def reach(fn: Any) -> frozenset[int]:
+        if fn is None:
+            return frozenset()
+        if id(fn) not in reached:
+            variable = getattr(fn, "variable", None)  # an AccumulateGrad: a leaf
+            if variable is not None:
+                reached[id(fn)] = frozenset({leaf_index[id(variable)]} if id(variable) in leaf_index else ())
+            else:
+                reached[id(fn)] = frozenset().union(*(reach(f) for f, _ in fn.next_functions))
+        return reached[id(fn)]
+
+    def hook_for(fn: Any) -> Callable[[tuple, tuple], None]:
+        targets = [reach(f) for f, _ in fn.next_functions]
+
+        def hook(grad_inputs: tuple, grad_outputs: tuple) -> None:
+            for slot, grad in enumerate(grad_inputs):
+                if isinstance(grad, torch.Tensor) and tuple(grad.shape) in shapes:
+                    found.append(NodeGradient(fn.name(), slot, grad.detach(), targets[slot]))
+
+        return hook
+
+    stack, seen = [o.grad_fn for o in outputs if o.grad_fn is not None], set()
+    while stack:
+        fn = stack.pop()
+        if id(fn) in seen or getattr(fn, "variable", None) is not None:
+            continue
+        seen.add(id(fn))
+        fn.register_hook(hook_for(fn))
+        stack.extend(f for f, _ in fn.next_functions if f is not None)
 
 
 # -- outputs -------------------------------------------------------------------
@@ -313,24 +368,25 @@ def pairs_of(tested: Sequence[Any], bench: Sequence[Any]) -> list[OutputPair]:
 # -- gradients recorded at other places ----------------------------------------
 
 
-def gradient_pairs(matched: dict[int, Any], bench: list, strays: list) -> list[OutputPair]:
-    """The matched gradients against the bench's, and a SKIP for each input left without
-    one when some recorded gradient matched no input."""
+def gradient_pairs(
+    matched: dict[int, Any], bench: list, unfitting: str = "", elsewhere: dict[int, tuple[Any, str]] | None = None
+) -> list[OutputPair]:
+    """The matched gradients against the bench's, and, when `unfitting` says what msprobe
+    recorded that fits no input, a SKIP for each input left without one. `elsewhere` holds,
+    by input, a bench value taken at another node of the graph and what to say about it."""
     shapes = shapes_of(bench)
+    elsewhere = elsewhere or {}
     pairs = []
     for index in sorted(matched):
-        pair = pairs_of([matched[index]], [bench[index]])[0]
+        bench_value, note = elsewhere.get(index, (bench[index], ""))
+        pair = pairs_of([matched[index]], [bench_value])[0]
         pair.index = index
+        pair.note = note
         pairs.append(pair)
-    if strays:
+    if unfitting:
         for index in (i for i, s in enumerate(shapes) if s is not None and i not in matched):
-            pairs.append(
-                OutputPair(
-                    index,
-                    skip=f"no recorded gradient has this input's shape {shapes[index]}: "
-                    f"msprobe recorded {strays}, which match no input",
-                )
-            )
+            why = f"no recorded gradient fits this input's gradient {shapes[index]}: msprobe recorded {unfitting}"
+            pairs.append(OutputPair(index, skip=why))
     return sorted(pairs, key=lambda p: p.index)
 
 
@@ -350,8 +406,8 @@ def input_of(position: int, shape: list, shapes: list, taken: dict) -> int | Non
 # -- the driver ----------------------------------------------------------------
 
 
-def _as_recorded(tested: list, bench: list) -> list:
-    return tested
+def _as_compared(tested: list, bench: list) -> tuple[list, list]:
+    return tested, bench
 
 
 @dataclass
@@ -364,8 +420,8 @@ class Sides:
     notes: list[str] = field(default_factory=list)
     recorded: bool = False  # tested values read from the dump: failing to read them is a SKIP, not a finding
     grad_outputs: list | None = None  # backward: the gradients fed to the outputs
-    # The tested values in the order of the bench's, for the error data.
-    kept_order: Callable[[list, list], list] = _as_recorded
+    # (tested, bench) as they were compared, tested in the order of the bench's, for the error data.
+    compared: Callable[[list, list], tuple[list, list]] = _as_compared
 
 
 def run_sides(call: Call, sides: Sides, keep: bool) -> Run:
@@ -384,8 +440,8 @@ def run_sides(call: Call, sides: Sides, keep: bool) -> Run:
             run.tested_error = f"{type(exc).__name__}: {first_line(exc)}"
     if keep:
         grads = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
-        kept = None if tested is None else sides.kept_order(tested, bench)
-        run.kept = Kept({"args": call.args, "kwargs": call.kwargs}, kept, bench, grads)
+        kept_tested, kept_bench = (None, bench) if tested is None else sides.compared(tested, bench)
+        run.kept = Kept({"args": call.args, "kwargs": call.kwargs}, kept_tested, kept_bench, grads)
     if tested is not None:
         run.pairs = sides.pair(tested, bench)
     return run
