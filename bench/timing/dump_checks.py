@@ -1,37 +1,35 @@
-"""What issue 12's checks of a dump's bytes cost beside its parse (bench_collect's 100,000-entry dump).
+"""What the checks of a dump's bytes cost beside its parse (collect's 100,000-entry dump).
 
-read_dump now also looks for entry names written twice (dump_scan.duplicate_entries): a regex
+read_dump looks for entry names written twice (dump_scan.duplicate_entries): a regex
 count over the bytes when the file holds no backslash, the structural scan (dump_scan.Layout)
 when it does or when the count disagrees; and a dump with an entry nested past the parser's
 depth is cut (dump_scan.cut_too_deep) and parsed again. This times, in fresh processes, best
 CPU time (process_time) of --repeats:
 
-- parse: dump.parse_dump_json alone (NaN quoting + orjson, as before issue 12)
+- parse: dump.parse_dump_json alone (NaN quoting + orjson)
 - duplicate check: dump_scan.duplicate_entries on the dump as msprobe writes it; with one
   backslash in a string value (still the count); with one key written with an escape
   (`...forwar\\u0064`: the structural scan)
 - read_dump: the whole of it (parse, header checks, duplicate check)
 - read_dump of the dump with one entry nested 10,000 deep (cut and parsed again)
 
-    python bench/bench_dump_checks.py [--entries 100000] [--repeats 5] [--work DIR]
+    python -m bench.timing.dump_checks [--entries 100000] [--repeats 5] [--work DIR]
 
-prints a markdown table and writes it to bench/results_dump_checks.md (--results to change).
+run from the repository root with the interpreter that has pytest-msprobe installed; prints a
+markdown table and writes it to bench/timing/results_dump_checks.md (--results to change).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from bench_collect import make_dump
-from workdir import work_dir
-
-ROOT = Path(__file__).resolve().parents[1]
+from bench.timing.collect import ROOT, make_dump
+from bench.timing.workdir import work_dir
 
 BACKSLASH_IN_A_VALUE = 'raw.replace(b\'"task": "statistics"\', b\'"task": "stat\\\\\\\\istics"\', 1)'
 ESCAPED_KEY = "raw.replace(b'\"Functional.relu.0.forward\":', b'\"Functional.relu.0.forwar\\\\u0064\":', 1)"
@@ -96,15 +94,15 @@ def main() -> int:
         rows = [(step, measure(step, path, deep, args.repeats)) for step in STEPS]
     parse = rows[0][1]
     lines = [
-        "| step | CPU s (best of %d) | / parse |" % args.repeats,
+        f"| step | CPU s (best of {args.repeats}) | / parse |",
         "|---|---:|---:|",
         *[f"| {step} | {seconds:.3f} | {seconds / parse:.2f}x |" for step, seconds in rows],
     ]
     head = (
-        f"# The checks of a dump's bytes (issue 12)\n\nWritten by `python bench/bench_dump_checks.py "
+        f"# The checks of a dump's bytes\n\nWritten by `python -m bench.timing.dump_checks "
         f"--entries {args.entries} --repeats {args.repeats}` on {time.strftime('%Y-%m-%d %H:%M')}; "
         f"{platform.processor() or platform.machine()}, Python {platform.python_version()}; a "
-        f"{path.stat().st_size / 1e6:.1f} MB dump of {args.entries:,} entries made by bench_collect.py.\n\n"
+        f"{path.stat().st_size / 1e6:.1f} MB dump of {args.entries:,} entries made by bench.timing.collect.\n\n"
     )
     text = head + "\n".join(lines) + "\n"
     print(text)
