@@ -9,7 +9,7 @@ deep out of the bytes (its body becomes null, its name and field are kept), so t
 The cheap test runs on every dump (a count over the bytes, and a look at the keys written
 with escapes: about 0.1 s for 77 MB); the structural scan, which places every string and
 bracket (numpy, about 1 s), only when the cheap test cannot vouch for the file
-(bench/results_dump_checks.md).
+(bench/timing/results_dump_checks.md).
 """
 
 from __future__ import annotations
