@@ -13,24 +13,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from test_resume import KILLER
 
 from conftest import read_csv, run_msprobe
 from pytest_msprobe.report import read_result_rows
-
-KILLER = """
-import os, signal
-seen = []
-
-def pytest_configure(config):
-    seen.append(config)
-
-def pytest_runtest_logreport(report):
-    if hasattr(seen[0], "workerinput") or report.when != "call":
-        return
-    seen.append(report)
-    if len(seen) - 1 == int(os.environ["KILL_AT"]):
-        os.kill(os.getpid(), signal.SIGKILL)
-"""
 
 
 def rows(folder: Path, kind: str = "result") -> Counter:
