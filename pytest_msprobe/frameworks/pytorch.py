@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch
 
+from .. import apis
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, Undescribed, is_tensor_spec, tree_map
 from . import OutputPair, Run, RunOptions, Unsupported
@@ -100,6 +101,7 @@ def resolve_npu(api: str, recorded: bool, device: str) -> tuple[Callable | None,
     """torch_npu's fused op on the NPU, its float64 CPU reference as the bench."""
     from . import npu_reference
 
+    listed = apis.listed(apis.PYTORCH, "NPU", api)  # before anything else: only msprobe's APIs
     reference = npu_reference.lookup(api)
     if reference is None:
         raise Unsupported(f"NPU op {api} has no CPU reference to benchmark it with")
@@ -113,7 +115,7 @@ def resolve_npu(api: str, recorded: bool, device: str) -> tuple[Callable | None,
         )
     import torch_npu
 
-    return getattr(torch_npu, api), bench
+    return apis.resolve(torch_npu, listed, f"torch_npu {torch_npu.__version__}"), bench
 
 
 def _skip_unmodelled(api: str, reference: Callable, unsupported: type[Exception]) -> Callable:
@@ -129,6 +131,7 @@ def _skip_unmodelled(api: str, reference: Callable, unsupported: type[Exception]
 
 
 def resolve_torch(api_type: str, api: str) -> Callable:
+    """Only what msprobe's list for the type names, and only along the listed path (apis.py)."""
     roots = {
         "Functional": lambda: torch.nn.functional,
         "Tensor": lambda: torch.Tensor,
@@ -136,17 +139,10 @@ def resolve_torch(api_type: str, api: str) -> Callable:
         "VF": lambda: torch._VF,
         "Aten": lambda: torch.ops.aten,
     }
+    listed = apis.listed(apis.PYTORCH, api_type, api)
     if api_type not in roots:
         raise Unsupported(f"unknown API type {api_type!r}")
-    target: Any = roots[api_type]()
-    for part in api.split("."):
-        try:
-            target = getattr(target, part)
-        except (AttributeError, RuntimeError):
-            raise Unsupported(f"{api_type}.{api} does not exist in torch {torch.__version__}") from None
-    if not callable(target):
-        raise Unsupported(f"{api_type}.{api} is not callable")
-    return target
+    return apis.resolve(roots[api_type](), listed, f"torch {torch.__version__}")
 
 
 # -- the call ------------------------------------------------------------------

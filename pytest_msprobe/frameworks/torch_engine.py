@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from .. import apis
 from ..compare import ExtraRuns
 from ..dump import Dump, EntryName
 from ..inputs import REAL, Codec, Device, Rebuilder, is_tensor_spec, tree_map
@@ -30,16 +31,15 @@ NONDETERMINISTIC = re.compile(
     r"|cauchy_|log_normal_|^random_$|rrelu|^empty|new_empty"
 )
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+# By the names of apis.TORCH_DTYPES: a dtype named by a dump is looked up, never an attribute of torch.
+DTYPES = {name: vars(torch)[name] for name in apis.TORCH_DTYPES if isinstance(vars(torch).get(name), torch.dtype)}
 
 
 class TorchCodec:
     """Specs -> torch values (see inputs.Codec)."""
 
     def dtype(self, name: str) -> torch.dtype:
-        dtype = getattr(torch, str(name).replace("torch.", "", 1), None) if str(name).startswith("torch.") else None
-        if not isinstance(dtype, torch.dtype):
-            raise KeyError(name)
-        return dtype
+        return DTYPES[apis.torch_dtype_name(name)]
 
     def dtype_kind(self, name: str) -> str:
         dtype = self.dtype(name)
