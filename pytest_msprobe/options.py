@@ -21,6 +21,9 @@ AUTO, REAL, RANDOM = "auto", "real", "random"
 MODES = (AUTO, REAL, RANDOM)
 ERROR_DATA_FOLDER = "msprobe_error_data"  # under --msprobe-out
 PROBES = ("off", "fp32")  # --msprobe-probe
+# Random data is built from the recorded shapes: at most this many elements an entry (8 GiB as
+# float64, more than any one call of a real model's step); beyond it, the entry is a SKIP.
+DEFAULT_MAX_ELEMENTS = 2**30
 
 _TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
 
@@ -48,6 +51,7 @@ class Options:
     save_error_data: str | None = None  # None: off; "": the default folder under out; else a folder
     repro: str = ""  # the folder of the reproducers; "": none written
     probe: str = "off"
+    max_elements: int = DEFAULT_MAX_ELEMENTS
 
     def out_dir(self, base: Path) -> Path:
         return base / self.out
@@ -131,6 +135,7 @@ OPTIONS = (
         "to tell autocast's rounding from a faulty kernel",
         PROBES,
     ),
+    Option("max_elements", "random data: the most elements an entry's inputs may have (beyond: SKIP)", read=int),
 )
 
 

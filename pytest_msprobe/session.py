@@ -17,7 +17,7 @@ import pytest
 
 from . import devices, workers
 from .check import Checker
-from .dump import Dump, find_dump_files, peek_framework, peek_task
+from .dump import Dump, code_beside, find_dump_files, peek_framework, peek_task
 from .frameworks import RunOptions, Tested
 from .items import RUN_KEY, DumpFile
 from .options import RANDOM, Options
@@ -26,6 +26,7 @@ from .results import REPORT_ATTRIBUTE
 from .selection import Selection
 from .standards import make_standard
 from .summary import metric_properties
+from .untrusted import printable
 
 
 def start(config: pytest.Config, options: Options) -> None:
@@ -62,10 +63,21 @@ class MsprobeRun:
     def _build(self, config: pytest.Config, options: Options, notes: list[str]) -> None:
         base = config.invocation_params.dir
         self.options = options
-        self.dump_files = [f.resolve() for p in options.dumps for f in find_dump_files(base / p)]
+        refused: list[str] = []  # said in the header: a FIFO named dump.json, ...
+        self.dump_files = [f.resolve() for p in options.dumps for f in find_dump_files(base / p, refused)]
         if not self.dump_files:
-            raise pytest.UsageError(f"--msprobe-dump: no dump.json under {', '.join(options.dumps)}")
-        self.device_notes = notes
+            raise pytest.UsageError(
+                f"--msprobe-dump: no dump.json under {', '.join(options.dumps)}" + "".join(f"; {r}" for r in refused)
+            )
+        code = [str(found) for p in options.dumps for found in code_beside(base / p)]
+        if code:  # pytest would import them to collect the dumps: a dump is data, never code
+            raise pytest.UsageError(
+                "--msprobe-dump: the dump's folders hold Python files pytest would import to collect it: "
+                f"{', '.join(code)}; move dump.json and dump_tensor_data elsewhere"
+            )
+        if options.max_elements < 1:
+            raise pytest.UsageError(f"--msprobe-max-elements must be at least 1, not {options.max_elements}")
+        self.device_notes = [*refused, *notes]
         self.frameworks = {peek_framework(path) for path in self.dump_files}
         self.device_kind = devices.choose(options.device, self.device_notes, self.frameworks)
         self.check_recorded()
@@ -90,7 +102,11 @@ class MsprobeRun:
             probe=options.probe == "fp32",
         )
         self.checker = Checker(
-            run_options, make_standard(options), options.error_data_dir(base), options.repro_dir(base)
+            run_options,
+            make_standard(options),
+            options.error_data_dir(base),
+            options.repro_dir(base),
+            max_elements=options.max_elements,
         )
         self.collected: dict[str, Dump] = {}  # by node id, as DumpFile collects them
 
@@ -139,7 +155,7 @@ class MsprobeRun:
         lines = []
         for path, dump in self.collected.items():
             counts = ", ".join(f"{n} {kind}" for kind, n in dump.counts().items() if n or kind != "unknown")
-            lines.append(f"msprobe: {path}: {dump.framework} {dump.task} dump, {counts} entries")
+            lines.append(printable(f"msprobe: {path}: {dump.framework} {dump.task} dump, {counts} entries"))
         return lines
 
     @pytest.hookimpl(wrapper=True)

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
+from ..compare import ExtraRuns
+
 if TYPE_CHECKING:
     from ..dump import Dump, EntryName
 
@@ -75,6 +77,7 @@ class OutputPair:
     shape: list[int] | None = None
     skip: str = ""  # why this output cannot be compared
     note: str = ""  # what the pairing had to do (a gradient judged at another node of the graph)
+    extra: ExtraRuns = field(default_factory=ExtraRuns)  # more of the bench, for a standard that asks
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,8 @@ class Recipe:
     grad_flags: tuple[bool, ...] = ()  # per floating input: took a gradient in the step
     inplace: bool = False  # an in-place op: its inputs are cloned before a backward
     primitive_args: tuple | None = None  # a MindSpore primitive: its constructor's arguments
+    # The torch API whose magnitude model the dtype standard's extra runs use (frameworks/magnitudes.py).
+    magnitude_api: str = ""
 
 
 @dataclass
@@ -120,7 +125,6 @@ class Run:
 
     pairs: list[OutputPair]
     notes: list[str] = field(default_factory=list)
-    input_scale: float = 0.0
     tested_error: str = ""  # the exception of the device under test, if it raised
     kept: Kept | None = None
     probe: Probe | None = None  # asked for by RunOptions.probe

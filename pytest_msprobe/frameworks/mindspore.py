@@ -18,10 +18,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from .. import apis
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, is_tensor_spec, tree_map
 from . import OutputPair, Recipe, Run, RunOptions, Unsupported, ms_mapping
 from . import torch_engine as engine
+from .magnitudes import with_magnitudes
 
 DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
@@ -175,6 +177,8 @@ def resolve_bench(name: EntryName) -> ms_mapping.Equivalent:
         raise Unsupported(f"{name.api_type} collective: it cannot be re-run alone, on one device")
     if engine.NONDETERMINISTIC.search(name.api.rsplit(".", 1)[-1]):
         raise Unsupported(f"non-deterministic API {name.api}: two runs never agree")
+    if name.api_type != "Primitive":  # the same SKIP whether the tested side runs or is recorded
+        apis.listed(apis.MINDSPORE, name.api_type, name.api)
     equivalent = ms_mapping.lookup(name.api_type, name.api)
     if equivalent is None and name.api_type == "Primitive":
         raise Unsupported(
@@ -194,10 +198,9 @@ def resolve_tested(name: EntryName, call: engine.Call) -> Callable:
     """The MindSpore callable of the entry (a primitive is built with its attributes)."""
     ms = mindspore()
     api_type, api = name.api_type, name.api
+    where = f"MindSpore {ms.__version__}"
     if api_type == "Primitive":
-        cls = getattr(ms.ops, ms_mapping.primitive_class(api), None)
-        if cls is None:
-            raise Unsupported(f"Primitive {api}: no class {ms_mapping.primitive_class(api)} in mindspore.ops")
+        cls = apis.resolve(ms.ops, apis.primitive(api, ms_mapping.PRIMITIVE), where)
         attributes = resolve_bench(name).primitive_args or (lambda *args: ())
         try:
             return cls(*attributes(*call.args))
@@ -206,12 +209,14 @@ def resolve_tested(name: EntryName, call: engine.Call) -> Callable:
                 f"Primitive {api}: cannot derive its attributes from the recorded arguments "
                 f"({type(exc).__name__}: {exc})"
             ) from None
-    target: Any = ms
-    for part in [*NAMESPACES[api_type].split(".")[1:], *api.split(".")]:
-        target = getattr(target, part, None)
-        if target is None:
-            raise Unsupported(f"{api_type}.{api} does not exist in MindSpore {ms.__version__}")
-    return target
+    roots = {
+        "Mint": lambda: ms.mint,
+        "MintFunctional": lambda: ms.mint.nn.functional,
+        "Functional": lambda: ms.ops,
+        "Tensor": lambda: ms.Tensor,
+    }
+    listed = apis.listed(apis.MINDSPORE, api_type, api)  # only msprobe's APIs, along the listed path
+    return apis.resolve(roots[api_type](), listed, where)
 
 
 # -- the call ------------------------------------------------------------------
@@ -332,30 +337,31 @@ class MindSpore:
         sides = (
             backward_sides(dump, call, options) if entry.direction == BACKWARD else forward_sides(dump, call, options)
         )
+        # The benchmark's PyTorch API says how its terms' magnitude is had (an adapter's says nothing).
+        torch_name = resolve_bench(entry).torch_name
+        magnitude_api = "" if " " in torch_name else torch_name
         if options.keep:
-            sides.recipe = recipe(call)
-        return engine.run_sides(call, sides, options)
+            sides.recipe = recipe(call, magnitude_api)
+        return engine.run_sides(call, with_magnitudes(sides, magnitude_api, call), options)
 
 
-# API type -> the MindSpore namespace of its APIs: a dump's `Mint.exp` is mindspore.mint.exp.
-NAMESPACES = {
-    "Mint": "mindspore.mint",
-    "MintFunctional": "mindspore.mint.nn.functional",
-    "Functional": "mindspore.ops",
-    "Tensor": "mindspore.Tensor",
-    "Primitive": "mindspore.ops",
-}
-
-
-def recipe(call: engine.Call) -> Recipe:
-    """The call as repro.py rebuilds it: the MindSpore callable, and the PyTorch bench as source."""
+def recipe(call: engine.Call, magnitude_api: str) -> Recipe:
+    """The call as repro.py rebuilds it: the MindSpore callable by the path apis.py resolves it by,
+    and the PyTorch bench as source."""
     name = call.name
     equivalent = resolve_bench(name)
     if name.api_type == "Primitive":
         attributes = equivalent.primitive_args or (lambda *args: ())
-        path = f"{NAMESPACES['Primitive']}.{ms_mapping.primitive_class(name.api)}"
-        return Recipe("mindspore", path, equivalent.source(), primitive_args=tuple(attributes(*call.args)))
-    return Recipe("mindspore", f"{NAMESPACES[name.api_type]}.{name.api}", equivalent.source())
+        path = apis.primitive(name.api, ms_mapping.PRIMITIVE).dotted
+        return Recipe(
+            "mindspore",
+            path,
+            equivalent.source(),
+            primitive_args=tuple(attributes(*call.args)),
+            magnitude_api=magnitude_api,
+        )
+    path = apis.listed(apis.MINDSPORE, name.api_type, name.api).dotted
+    return Recipe("mindspore", path, equivalent.source(), magnitude_api=magnitude_api)
 
 
 def probing(options: RunOptions, work: Callable[[], list]) -> Callable[[], list]:

@@ -11,9 +11,11 @@ from typing import Any, Callable
 
 import torch
 
+from .. import apis
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, Undescribed, is_tensor_spec, tree_map
 from . import OutputPair, Recipe, Run, RunOptions, Unsupported
+from .magnitudes import with_magnitudes
 from .recorded_gradients import Attribution, attribute
 from .torch_engine import (
     CODEC,
@@ -79,30 +81,22 @@ class PyTorch:
         )
         if options.keep:
             sides.recipe = recipe(call)
-        return run_sides(call, sides, options)
-
-
-# API type -> the torch namespace of its APIs: a dump's `Functional.relu` is torch.nn.functional.relu.
-NAMESPACES = {
-    "Functional": "torch.nn.functional",
-    "Tensor": "torch.Tensor",
-    "Torch": "torch",
-    "VF": "torch._VF",
-    "Aten": "torch.ops.aten",
-    "NPU": "torch_npu",
-}
+        return run_sides(call, with_magnitudes(sides, entry.api, call), options)
 
 
 def recipe(call: Call) -> Recipe:
-    """The call as repro.py rebuilds it; an NPU op's float64 reference is not rebuilt there."""
+    """The call as repro.py rebuilds it: the path apis.py resolved it by (msprobe's list for its
+    type, never the dump's words); an NPU op's float64 reference is not rebuilt there."""
     name = call.name
-    path = f"{NAMESPACES[name.api_type]}.{name.api}"
+    path = apis.listed(apis.PYTORCH, name.api_type, name.api).dotted
     bench = (
         ""
         if name.api_type == "NPU"
         else f'def bench(*args, **kwargs):\n    return resolve("{path}")(*args, **kwargs)\n'
     )
-    return Recipe("pytorch", path, bench, str(call.autocast or ""), tuple(call.grad_flags), call.inplace)
+    return Recipe(
+        "pytorch", path, bench, str(call.autocast or ""), tuple(call.grad_flags), call.inplace, magnitude_api=name.api
+    )
 
 
 # -- resolving an entry --------------------------------------------------------
@@ -125,6 +119,7 @@ def resolve_npu(api: str, recorded: bool, device: str) -> tuple[Callable | None,
     """torch_npu's fused op on the NPU, its float64 CPU reference as the bench."""
     from . import npu_reference
 
+    listed = apis.listed(apis.PYTORCH, "NPU", api)  # before anything else: only msprobe's APIs
     reference = npu_reference.lookup(api)
     if reference is None:
         raise Unsupported(f"NPU op {api} has no CPU reference to benchmark it with")
@@ -138,7 +133,7 @@ def resolve_npu(api: str, recorded: bool, device: str) -> tuple[Callable | None,
         )
     import torch_npu
 
-    return getattr(torch_npu, api), bench
+    return apis.resolve(torch_npu, listed, f"torch_npu {torch_npu.__version__}"), bench
 
 
 def _skip_unmodelled(api: str, reference: Callable, unsupported: type[Exception]) -> Callable:
@@ -154,17 +149,18 @@ def _skip_unmodelled(api: str, reference: Callable, unsupported: type[Exception]
 
 
 def resolve_torch(api_type: str, api: str) -> Callable:
-    if api_type not in NAMESPACES or api_type == "NPU":
+    """Only what msprobe's list for the type names, and only along the listed path (apis.py)."""
+    roots = {
+        "Functional": lambda: torch.nn.functional,
+        "Tensor": lambda: torch.Tensor,
+        "Torch": lambda: torch,
+        "VF": lambda: torch._VF,
+        "Aten": lambda: torch.ops.aten,
+    }
+    listed = apis.listed(apis.PYTORCH, api_type, api)
+    if api_type not in roots:
         raise Unsupported(f"unknown API type {api_type!r}")
-    target: Any = torch
-    for part in [*NAMESPACES[api_type].split(".")[1:], *api.split(".")]:
-        try:
-            target = getattr(target, part)
-        except (AttributeError, RuntimeError):
-            raise Unsupported(f"{api_type}.{api} does not exist in torch {torch.__version__}") from None
-    if not callable(target):
-        raise Unsupported(f"{api_type}.{api} is not callable")
-    return target
+    return apis.resolve(roots[api_type](), listed, f"torch {torch.__version__}")
 
 
 # -- the call ------------------------------------------------------------------
@@ -287,8 +283,15 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
         def recorded() -> list:
             return recorded_values(CODEC, dump, name.full, grad_specs, "output")
 
+        attributed: list[Attribution] = []  # the last one, for the extra runs
+
         def attribution(tested: list, bench: list) -> Attribution:
-            return attribute(tested, grad_specs, bench, nodes, flat_outputs(grad_outputs))
+            attributed[:] = [attribute(tested, grad_specs, bench, nodes, flat_outputs(grad_outputs))]
+            return attributed[0]
+
+        def compared_bench_run(side: Any) -> list:
+            found = watched_bench(side)
+            return attributed[0].rebased(found, nodes) if attributed else found
 
         def compared(tested: list, bench: list) -> tuple[list, list]:
             return attribution(tested, bench).compared(bench)
@@ -297,7 +300,17 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
             found = attribution(tested, bench)
             return gradient_pairs(found.matched, bench, "; ".join(found.strays), found.elsewhere)
 
-        return Sides(watched_bench, recorded, recorded_pairs, notes, True, grad_outputs, compared, probe)
+        return Sides(
+            watched_bench,
+            recorded,
+            recorded_pairs,
+            notes,
+            True,
+            grad_outputs,
+            compared,
+            probe,
+            compared_bench=compared_bench_run,
+        )
 
     def tested() -> list:
         return gradients(tested_side(options.device, call), call, grad_outputs)
