@@ -116,11 +116,11 @@ def summary_lines(results: Sequence[EntryResult]) -> list[str]:
     return lines
 
 
-def failure_text(result: EntryResult, standard: str) -> str:
-    """The failure message of one item: every output that broke the rule, with its metrics."""
+def message_lines(result: EntryResult, standard: str) -> list[str]:
+    """The failure message of one item, by line: every output that broke the rule, with its metrics."""
     failed = [row for row in result.outputs if row.status == ERROR]
     if not failed:
-        return f"{result.entry}: {entry_message(result)}"
+        return [f"{result.entry}: {entry_message(result)}"]
     lines = [f"{result.entry}: {len(failed)} of {len(result.outputs)} outputs break the standard {standard}"]
     if result.call_site is not None:
         lines.append(f"  {call_site_text(result.call_site)}")
@@ -134,7 +134,7 @@ def failure_text(result: EntryResult, standard: str) -> str:
     if result.probe is not None:
         lines.append(f"  fp32 probe: {probe_text(result.probe)}")
     lines += [f"  note: {note}" for note in result.notes]
-    return "\n".join(lines)
+    return lines
 
 
 def metric_properties(result: EntryResult) -> list[tuple[str, str]]:
