@@ -51,7 +51,7 @@ class Checker:
             return result
         result.call_site = self.call_sites.of(dump.path, name)
         if run.probe is not None and low_precision_failure(result, run):
-            result.probe = self.probe(name, run, run.probe)
+            result.probe = self.probe(result, name, run, run.probe)
         self.save(dump, result, run)
         return result
 
@@ -89,11 +89,19 @@ class Checker:
             verdict.reasons,
             verdict.floor,
             pair.note,
+            verdict.ratio,
         )
 
-    def probe(self, name: EntryName, run: Run, probe: Probe) -> ProbeResult:
+    def probe(self, result: EntryResult, name: EntryName, run: Run, probe: Probe) -> ProbeResult:
         """The fp32 probe of a failing entry, judged by the run's standard."""
         found = ProbeResult(f"{name.api_type}.{name.api}", probe.device, self.run.recorded)
+        at_nodes = sorted(o.index for o in result.outputs if o.status == ERROR and o.index in probe.unprobed)
+        if at_nodes:
+            found.error = (
+                f"output {', '.join(map(str, at_nodes))} was judged at a node of the API's graph (where msprobe "
+                "recorded it), and a run of the call in fp32 gives the inputs' gradients only"
+            )
+            return found
         try:
             pairs = probe.pairs()
         except Exception as exc:  # noqa: BLE001 - the probe is an extra: the verdict stands without it

@@ -55,6 +55,7 @@ class OutputResult:
     # A failure within the rounding budget of this dtype ("bf16"): rounding alone, not a fault.
     floor: str = ""
     note: str = ""  # how it was paired (a gradient msprobe recorded inside the API's graph)
+    ratio: float | None = None  # the dtype standard's: the worst element's error over its budget
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)

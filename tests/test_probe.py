@@ -8,7 +8,7 @@ import torch
 from dumpwriter import DumpWriter, mindspore_mul_dump
 
 from conftest import read_csv, run_msprobe
-from pytest_msprobe.frameworks import for_framework
+from pytest_msprobe.frameworks import for_framework, pytorch
 
 PASSES = "passes when run in fp32: keep {api} out of autocast or cast it to fp32"
 PASSES_ON_CPU = (
@@ -59,10 +59,13 @@ def probe_runs(monkeypatch):
 
 def test_a_recorded_bf16_accumulation_passes_in_fp32_on_the_cpu(pytester, probe_runs):
     dump = write_dump(pytester.path / "acc", torch.bfloat16, bf16_accumulating_matmul)
-    result = run_msprobe(pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype",
-                         "--msprobe-probe", "fp32")
+    result = run_msprobe(
+        pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype", "--msprobe-probe", "fp32"
+    )
     assert result.parseoutcomes() == {"failed": 1, "passed": 1}
-    result.stdout.fnmatch_lines(["msprobe: fp32 probe of every failing fp16/bf16 entry on the CPU (the tested side is recorded)"])
+    result.stdout.fnmatch_lines(
+        ["msprobe: fp32 probe of every failing fp16/bf16 entry on the CPU (the tested side is recorded)"]
+    )
     text = PASSES_ON_CPU.format(api="Torch.matmul")
     result.stdout.fnmatch_lines([f"  fp32 probe: {text}"])  # the failure message
     result.stdout.fnmatch_lines(["Torch.matmul.0.forward: *", f"    {text}"])  # the summary
@@ -71,44 +74,59 @@ def test_a_recorded_bf16_accumulation_passes_in_fp32_on_the_cpu(pytester, probe_
     assert probe_runs == ["Torch.matmul.0.forward"]  # the passing entry does not pay
 
 
-def test_a_kernel_accumulating_in_bf16_passes_in_fp32_on_the_device(pytester, probe_runs):
+@pytest.fixture
+def device_kernels(monkeypatch):
+    """The device under test (the CPU here) with kernels of its own for some APIs, {"Torch.matmul":
+    wrap}: the tested callable is wrap(the API), while the benchmark and the dtype standard's
+    reference (PyTorch's own CPU kernel, its extra run `low`) stay the API, as on a real device."""
+    kernels = {}
+    real = pytorch.resolve
+
+    def resolve(name, recorded, device):
+        tested, bench = real(name, recorded, device)
+        wrap = kernels.get(f"{name.api_type}.{name.api}")
+        return (tested if wrap is None or tested is None else wrap(tested)), bench
+
+    monkeypatch.setattr(pytorch, "resolve", resolve)
+    return kernels
+
+
+def bf16_accumulating(real):
+    """A kernel that sums bf16 products in bf16 (fp32 and wider inputs: the API itself)."""
+
+    def matmul(a, b, **kwargs):
+        return bf16_accumulating_matmul(a, b) if a.dtype == torch.bfloat16 else real(a, b, **kwargs)
+
+    return matmul
+
+
+def scaled(real):
+    """A kernel off by 1% whatever its dtype."""
+
+    def kernel(*args, **kwargs):
+        return real(*args, **kwargs) * 1.01
+
+    return kernel
+
+
+def test_a_kernel_accumulating_in_bf16_passes_in_fp32_on_the_device(pytester, probe_runs, device_kernels):
     dump = write_dump(pytester.path / "acc", torch.bfloat16)
-    # The device under test (here the CPU) with a kernel that accumulates bf16 matmuls in bf16.
-    pytester.makeconftest("""
-        import torch
-        from probe_kernels import bf16_accumulating
-        real = torch.matmul
-
-        def pytest_configure(config):
-            torch.matmul = bf16_accumulating(real)
-
-        def pytest_unconfigure(config):
-            torch.matmul = real
-    """)
-    pytester.makepyfile(probe_kernels=KERNELS)
-    result = run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-standard", "dtype",
-                         "--msprobe-probe", "fp32")
+    device_kernels["Torch.matmul"] = bf16_accumulating
+    result = run_msprobe(
+        pytester, dump, "--msprobe-device", "cpu", "--msprobe-standard", "dtype", "--msprobe-probe", "fp32"
+    )
     assert result.parseoutcomes() == {"failed": 1, "passed": 1}
     assert PASSES.format(api="Torch.matmul") in messages(pytester.path / "out")["Torch.matmul.0"]
     assert probe_runs == ["Torch.matmul.0.forward"]
 
 
-def test_a_kernel_off_in_fp32_too_fails_in_fp32_too(pytester, probe_runs):
+@pytest.mark.parametrize("standard", ["basic", "dtype"])
+def test_a_kernel_off_in_fp32_too_fails_in_fp32_too(pytester, probe_runs, device_kernels, standard):
     dump = write_dump(pytester.path / "off", torch.float16)
-    # A kernel that computes in fp32 and is off by 1% (its float64 path, the bench's, is right).
-    pytester.makeconftest("""
-        import torch
-        from probe_kernels import scaled
-        real = torch.matmul
-
-        def pytest_configure(config):
-            torch.matmul = scaled(real)
-
-        def pytest_unconfigure(config):
-            torch.matmul = real
-    """)
-    pytester.makepyfile(probe_kernels=KERNELS)
-    result = run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-probe", "fp32")
+    device_kernels["Torch.matmul"] = scaled
+    result = run_msprobe(
+        pytester, dump, "--msprobe-device", "cpu", "--msprobe-standard", standard, "--msprobe-probe", "fp32"
+    )
     assert result.parseoutcomes()["failed"] >= 1
     found = messages(pytester.path / "out")
     assert KERNEL in found["Torch.matmul.0"]
@@ -116,32 +134,23 @@ def test_a_kernel_off_in_fp32_too_fails_in_fp32_too(pytester, probe_runs):
     assert "Torch.matmul.0.forward" in probe_runs
 
 
-KERNELS = '''
-import torch
-
-def bf16_accumulating(real):
-    def matmul(a, b, **kwargs):
-        if a.dtype != torch.bfloat16:
-            return real(a, b, **kwargs)
-        total = torch.zeros(a.shape[0], b.shape[1])
-        for k in range(a.shape[1]):
-            total = (total + a[:, k : k + 1].float() * b[k : k + 1, :].float()).to(torch.bfloat16).float()
-        return total.to(torch.bfloat16)
-    return matmul
-
-def scaled(real):
-    def matmul(a, b, **kwargs):
-        out = real(a, b, **kwargs)
-        return out if out.dtype == torch.float64 else out * 1.01
-    return matmul
-'''
+def test_the_cpu_checked_against_itself_has_nothing_to_probe(pytester, probe_runs):
+    """The dtype standard's reference for bf16 is PyTorch's own CPU kernel: the CPU as the device
+    under test passes by construction, and nothing fails to be probed."""
+    dump = write_dump(pytester.path / "acc", torch.bfloat16)
+    result = run_msprobe(
+        pytester, dump, "--msprobe-device", "cpu", "--msprobe-standard", "dtype", "--msprobe-probe", "fp32"
+    )
+    assert result.parseoutcomes() == {"passed": 2}
+    assert probe_runs == []
 
 
 def test_without_the_option_nothing_is_probed(pytester, probe_runs):
     dump = write_dump(pytester.path / "acc", torch.bfloat16, bf16_accumulating_matmul)
     result = run_msprobe(pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype")
     assert result.parseoutcomes() == {"failed": 1, "passed": 1}
-    assert probe_runs == [] and "fp32" not in messages(pytester.path / "out")["Torch.matmul.0"]
+    message = messages(pytester.path / "out")["Torch.matmul.0"]
+    assert probe_runs == [] and "in fp32" not in message and "probe" not in message
 
 
 def test_the_option_takes_fp32_or_off_and_an_ini_key(pytester):
@@ -153,13 +162,59 @@ def test_the_option_takes_fp32_or_off_and_an_ini_key(pytester):
     assert PASSES_ON_CPU.format(api="Torch.matmul") in messages(pytester.path / "out")["Torch.matmul.0"]
 
 
-def test_a_real_autocast_backward_passes_in_fp32(pytester, copy_dump):
-    """examples/pt_tensor_L1: the autocast linear's gradients break the fp32 budget; run in fp32 they do not."""
+def bf16_accumulating_linear(real):
+    """F.linear summing bf16 products in bf16: what autocast hands it (bf16 inputs); in fp32 the API."""
+
+    def linear(x, weight, bias=None):
+        if x.dtype != torch.bfloat16:
+            return real(x, weight, bias)
+        rows = bf16_accumulating_matmul(x.reshape(-1, x.shape[-1]), weight.t())
+        out = rows.reshape(*x.shape[:-1], weight.shape[0])
+        return out if bias is None else (out.float() + bias.float()).to(torch.bfloat16)
+
+    return linear
+
+
+def test_a_real_autocast_linear_whose_kernel_sums_in_bf16_passes_in_fp32(pytester, copy_dump, device_kernels):
+    """examples/pt_tensor_L1's autocast linear (fp32 inputs, a bf16 output): both sides take its inputs
+    rounded to bf16, as autocast does, so on PyTorch's CPU kernel it passes the dtype standard. On a
+    device whose linear sums in bf16 it fails; in fp32, out of autocast (against the benchmark of the
+    inputs as recorded, not rounded), it passes. Under the basic standard a bf16 output breaks
+    MaxAbsErr < 1e-4 on its rounding alone, in fp32 too, and the probe says so."""
     dump = copy_dump("pt_tensor_L1")
-    result = run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-standard", "dtype",
-                         "--msprobe-probe", "fp32")
+    device_kernels["Functional.linear"] = bf16_accumulating_linear
+    result = run_msprobe(
+        pytester, dump, "--msprobe-device", "cpu", "--msprobe-standard", "dtype", "--msprobe-probe", "fp32"
+    )
+    assert result.parseoutcomes() == {"failed": 1, "passed": 65}  # its gradients sum no bf16 products
+    passes = PASSES.format(api="Functional.linear")
+    assert messages(pytester.path / "out")["Functional.linear.1"].startswith("forward: ")
+    assert passes in messages(pytester.path / "out")["Functional.linear.1"]
+    result.stdout.fnmatch_lines([f"  fp32 probe: {passes}"])
+    basic = run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-probe", "fp32", out="basic")
+    assert basic.parseoutcomes()["failed"] >= 2
+    forward = messages(pytester.path / "basic")["Functional.linear.1"].split(" | ")[0]
+    assert forward.startswith("forward: ")
+    assert "fails in fp32 too, within the bf16 rounding budget: rounding to bf16 alone" in forward
+
+
+def test_a_gradient_judged_at_a_node_of_the_graph_is_not_probed(pytester, copy_dump):
+    """examples/pt_tensor_L1's autocast linear: msprobe took its weight gradient inside the graph
+    (transposed), where the run judges it; a run of the call in fp32 gives the inputs' gradients."""
+    dump = copy_dump("pt_tensor_L1")
+    path = dump.parent / "dump_tensor_data" / "Functional.linear.1.backward.output.2.pt"
+    recorded = torch.load(path, weights_only=True)
+    torch.save((recorded.double() * 1.05).to(recorded.dtype), path)
+    result = run_msprobe(
+        pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype", "--msprobe-probe", "fp32"
+    )
     assert result.parseoutcomes() == {"failed": 1, "passed": 65}
-    assert PASSES.format(api="Functional.linear") in messages(pytester.path / "out")["Functional.linear.1"]
+    message = messages(pytester.path / "out")["Functional.linear.1"]
+    assert "judged against the float64 gradient there" in message
+    assert (
+        "fp32 probe (on the CPU: the tested side was recorded, there is no device to re-run) could not run: "
+        "output 1 was judged at a node of the API's graph" in message
+    )
 
 
 # -- MindSpore ---------------------------------------------------------------------
@@ -168,13 +223,16 @@ def test_a_real_autocast_backward_passes_in_fp32(pytester, copy_dump):
 def test_mindspore_recorded_bf16_off_by_3_percent_passes_in_fp32_on_the_cpu(pytester):
     pytest.importorskip("mindspore")
     dump = mindspore_mul_dump(pytester.path / "ms", torch.bfloat16, scale=1.03)
-    result = run_msprobe(pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype",
-                         "--msprobe-probe", "fp32")
+    result = run_msprobe(
+        pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype", "--msprobe-probe", "fp32"
+    )
     assert result.parseoutcomes() == {"failed": 1, "passed": 1}
     assert PASSES_ON_CPU.format(api="Mint.mul") in messages(pytester.path / "out")["Mint.mul.0"]
 
 
-def test_mindspore_kernel_off_in_fp32_too(pytester):
+@pytest.mark.parametrize("standard", ["basic", "dtype"])
+def test_mindspore_kernel_off_in_fp32_too(pytester, standard):
+    """MindSpore's tested side is its own kernel, the benchmark and the reference PyTorch's."""
     pytest.importorskip("mindspore")
     dump = mindspore_mul_dump(pytester.path / "ms", torch.float16)
     pytester.makeconftest("""
@@ -187,7 +245,9 @@ def test_mindspore_kernel_off_in_fp32_too(pytester):
         def pytest_unconfigure(config):
             mint.mul = real
     """)
-    result = run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-probe", "fp32")
+    result = run_msprobe(
+        pytester, dump, "--msprobe-device", "cpu", "--msprobe-standard", standard, "--msprobe-probe", "fp32"
+    )
     found = messages(pytester.path / "out")["Mint.mul.0"]
     assert found.startswith("forward: ") and KERNEL in found.split(" | ")[0]
     result.stdout.fnmatch_lines(["Mint.mul.0.forward: 1 of 1 outputs break*", f"  fp32 probe: {KERNEL}"])

@@ -20,6 +20,7 @@ from ..compare import ExtraRuns
 
 if TYPE_CHECKING:
     from ..dump import Dump, EntryName
+    from .torch_engine import ExtraBenchRuns
 
 
 class Unsupported(Exception):
@@ -106,7 +107,9 @@ class Kept:
     bench: list
     grad_outputs: list | None = None  # backward: the gradients fed to the outputs
     recipe: Recipe | None = None
-    bench_inside: bool = False  # some bench values are gradients inside the API's graph (recorded_gradients)
+    # The outputs whose bench is a gradient inside the API's graph (recorded_gradients), by index.
+    at_nodes: frozenset[int] = frozenset()
+    extra: ExtraBenchRuns | None = None  # the standard's extra runs of the bench, as far as it asked them
 
 
 @dataclass
@@ -117,6 +120,9 @@ class Probe:
 
     device: str  # where it runs: the device under test, or the CPU for a recorded tested side
     pairs: Callable[[], list[OutputPair]]  # the rounded outputs beside the run's bench outputs
+    # Outputs it cannot judge: gradients the run judged at a node of the API's graph, which a rerun
+    # of the call does not give.
+    unprobed: frozenset[int] = frozenset()
 
 
 @dataclass

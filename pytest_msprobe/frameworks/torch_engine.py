@@ -466,28 +466,28 @@ def run_sides(call: Call, sides: Sides, options: RunOptions) -> Run:
             raise
         except Exception as exc:  # noqa: BLE001 - a device that raises is a finding
             run.tested_error = f"{type(exc).__name__}: {first_line(exc)}"
+    compared_tested, compared_bench = (None, bench) if tested is None else sides.compared(tested, bench)
+    # Gradients msprobe took inside the API's graph are judged against the float64 gradient at
+    # that node of the graph, not the input's: a rerun of the call (a script, the probe) has no such value.
+    at_nodes = frozenset(i for i, (k, b) in enumerate(zip(compared_bench, bench)) if k is not b)
     if options.keep:
         grads = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
-        kept_tested, kept_bench = (None, bench) if tested is None else sides.compared(tested, bench)
-        run.kept = Kept({"args": call.args, "kwargs": call.kwargs}, kept_tested, kept_bench, grads, sides.recipe)
-        # Gradients msprobe took inside the API's graph are judged against the float64 gradient
-        # there, which a script rebuilding the call does not compute.
-        run.kept.bench_inside = any(k is not b for k, b in zip(kept_bench, bench))
+        inputs = {"args": call.args, "kwargs": call.kwargs}
+        run.kept = Kept(inputs, compared_tested, compared_bench, grads, sides.recipe, at_nodes)
     if tested is not None:
         run.pairs = sides.pair(tested, bench)
-        extra = ExtraBenchRuns(call, sides, side, bench)
+        # The extra runs against the bench as it was compared (a node's value where judged at a node).
+        extra = ExtraBenchRuns(call, sides, side, compared_bench)
         for pair in run.pairs:
             if not pair.skip:
                 pair.extra = extra.for_output(pair.index)
+        if run.kept is not None:
+            run.kept.extra = extra
         if options.probe and sides.probe is not None:
-            # The probe reruns the call: its outputs stand beside the bench's own (no graph node),
-            # judged with the same extra runs of the bench.
-            leaves = (
-                extra
-                if sides.compared_bench is None
-                else ExtraBenchRuns(call, replace(sides, compared_bench=None), side, bench)
+            assert compared_tested is not None
+            run.probe = probe_of(
+                call, sides, sides.probe, compared_tested, (bench, extra), run.pairs, at_nodes, options
             )
-            run.probe = probe_of(sides.probe, sides.compared(tested, bench)[0], bench, run.pairs, options, leaves)
             run.low_precision = call.autocast is not None or any(
                 t.dtype in LOW_PRECISION for t in floating(call.args, call.kwargs)
             )
@@ -495,19 +495,30 @@ def run_sides(call: Call, sides: Sides, options: RunOptions) -> Run:
 
 
 def probe_of(
+    call: Call,
+    sides: Sides,
     rerun: Callable[[], list],
     recorded: list,
-    bench: list,
+    benched: tuple[list, ExtraBenchRuns],
     pairs: list[OutputPair],
+    at_nodes: frozenset[int],
     options: RunOptions,
-    extra: ExtraBenchRuns,
 ) -> Probe:
-    """The fp32 probe, to run later: its outputs rounded back to the recorded dtypes, and paired
-    with the bench's as the run paired the tested ones (the same outputs, by their index), each
-    with the standard's extra runs of that output."""
-    compared = {pair.index for pair in pairs if not pair.skip}
+    """The fp32 probe, to run later: the tested side again with its fp16/bf16 inputs in fp32 and no
+    autocast, its outputs rounded back to the recorded dtypes and paired with the bench's as the
+    run paired the tested ones (by index), each with the standard's extra runs of that output.
+
+    An autocast entry's bench took its inputs rounded to the autocast dtype, as the kernel did; run
+    in fp32 the call takes them as recorded, so its bench (and extra runs) are the bench's again
+    without that rounding. A gradient judged at a node of the graph is not probed (`at_nodes`)."""
+    compared = {pair.index for pair in pairs if not pair.skip and pair.index not in at_nodes}
 
     def probe_pairs() -> list[OutputPair]:
+        bench, extra = benched
+        if call.autocast is not None:
+            plain = replace(call, autocast=None)
+            bench, side, _ = run_bench(sides.bench, plain)
+            extra = ExtraBenchRuns(plain, sides, side, bench)
         rounded = [round_like(value, like) for value, like in zip(rerun(), recorded)]
         found = [pair for pair in pairs_of(rounded, bench) if pair.index in compared]
         for pair in found:
@@ -515,7 +526,7 @@ def probe_of(
                 pair.extra = extra.for_output(pair.index)
         return found
 
-    return Probe(options.probe_device, probe_pairs)
+    return Probe(options.probe_device, probe_pairs, at_nodes)
 
 
 def absolute(side: Side) -> Side:
