@@ -146,3 +146,23 @@ def mindspore_mul_dump(folder: Path, dtype: torch.dtype, scale: float = 1.0) -> 
     writer.record("Mint.mul.0", [x, y], [out], [grad], [(grad.float() * y.float()).to(dtype),
                                                         (grad.float() * x.float()).to(dtype)])
     return writer.write()
+
+
+def bf16_accumulating_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A matmul whose running sum is rounded to bf16 at every step: a low-precision accumulation."""
+    total = torch.zeros(a.shape[0], b.shape[1])
+    for k in range(a.shape[1]):
+        total = (total + a[:, k : k + 1].float() * b[k : k + 1, :].float()).to(torch.bfloat16).float()
+    return total.to(torch.bfloat16)
+
+
+def matmul_add_dump(folder: Path, dtype: torch.dtype, matmul: Callable = torch.matmul) -> Path:
+    """A matmul over 1024 terms and an add, both in `dtype`; the matmul's output as `matmul`
+    computed it. Summed in bf16, 1024 terms are tens of ULP off: far over the bf16 budget."""
+    generator = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(shape, generator=generator).to(dtype) for shape in ((16, 1024), (1024, 16)))
+    x, y = (torch.randn(8, 8, generator=generator).to(dtype) for _ in range(2))
+    writer = DumpWriter(folder)
+    writer.record("Torch.matmul.0", matmul, [a, b])
+    writer.record("Torch.add.0", torch.add, [x, y])
+    return writer.write()

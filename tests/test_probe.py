@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from dumpwriter import DumpWriter, mindspore_mul_dump
+from dumpwriter import bf16_accumulating_matmul, matmul_add_dump, mindspore_mul_dump
 
 from conftest import read_csv, run_msprobe
 from pytest_msprobe.frameworks import for_framework, pytorch
@@ -16,26 +16,6 @@ PASSES_ON_CPU = (
     "keep {api} out of autocast or cast it to fp32"
 )
 KERNEL = "fails in fp32 too: the kernel itself"
-
-
-def bf16_accumulating_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """A matmul whose running sum is rounded to bf16 at every step: a low-precision accumulation."""
-    total = torch.zeros(a.shape[0], b.shape[1])
-    for k in range(a.shape[1]):
-        total = (total + a[:, k : k + 1].float() * b[k : k + 1, :].float()).to(torch.bfloat16).float()
-    return total.to(torch.bfloat16)
-
-
-def write_dump(folder, dtype, matmul=torch.matmul):
-    """A matmul over 1024 terms and an add, both in `dtype`; the matmul's output as `matmul` computed it.
-    Summed in bf16, 1024 terms are off by 4.8 ULP RMS: over the bf16 budget's error limit (2.5)."""
-    generator = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(shape, generator=generator).to(dtype) for shape in ((16, 1024), (1024, 16)))
-    x, y = (torch.randn(8, 8, generator=generator).to(dtype) for _ in range(2))
-    writer = DumpWriter(folder)
-    writer.record("Torch.matmul.0", matmul, [a, b])
-    writer.record("Torch.add.0", torch.add, [x, y])
-    return writer.write()
 
 
 def messages(folder):
@@ -58,7 +38,7 @@ def probe_runs(monkeypatch):
 
 
 def test_a_recorded_bf16_accumulation_passes_in_fp32_on_the_cpu(pytester, probe_runs):
-    dump = write_dump(pytester.path / "acc", torch.bfloat16, bf16_accumulating_matmul)
+    dump = matmul_add_dump(pytester.path / "acc", torch.bfloat16, bf16_accumulating_matmul)
     result = run_msprobe(
         pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype", "--msprobe-probe", "fp32"
     )
@@ -110,7 +90,7 @@ def scaled(real):
 
 
 def test_a_kernel_accumulating_in_bf16_passes_in_fp32_on_the_device(pytester, probe_runs, device_kernels):
-    dump = write_dump(pytester.path / "acc", torch.bfloat16)
+    dump = matmul_add_dump(pytester.path / "acc", torch.bfloat16)
     device_kernels["Torch.matmul"] = bf16_accumulating
     result = run_msprobe(
         pytester, dump, "--msprobe-device", "cpu", "--msprobe-standard", "dtype", "--msprobe-probe", "fp32"
@@ -122,7 +102,7 @@ def test_a_kernel_accumulating_in_bf16_passes_in_fp32_on_the_device(pytester, pr
 
 @pytest.mark.parametrize("standard", ["basic", "dtype"])
 def test_a_kernel_off_in_fp32_too_fails_in_fp32_too(pytester, probe_runs, device_kernels, standard):
-    dump = write_dump(pytester.path / "off", torch.float16)
+    dump = matmul_add_dump(pytester.path / "off", torch.float16)
     device_kernels["Torch.matmul"] = scaled
     result = run_msprobe(
         pytester, dump, "--msprobe-device", "cpu", "--msprobe-standard", standard, "--msprobe-probe", "fp32"
@@ -137,7 +117,7 @@ def test_a_kernel_off_in_fp32_too_fails_in_fp32_too(pytester, probe_runs, device
 def test_the_cpu_checked_against_itself_has_nothing_to_probe(pytester, probe_runs):
     """The dtype standard's reference for bf16 is PyTorch's own CPU kernel: the CPU as the device
     under test passes by construction, and nothing fails to be probed."""
-    dump = write_dump(pytester.path / "acc", torch.bfloat16)
+    dump = matmul_add_dump(pytester.path / "acc", torch.bfloat16)
     result = run_msprobe(
         pytester, dump, "--msprobe-device", "cpu", "--msprobe-standard", "dtype", "--msprobe-probe", "fp32"
     )
@@ -146,7 +126,7 @@ def test_the_cpu_checked_against_itself_has_nothing_to_probe(pytester, probe_run
 
 
 def test_without_the_option_nothing_is_probed(pytester, probe_runs):
-    dump = write_dump(pytester.path / "acc", torch.bfloat16, bf16_accumulating_matmul)
+    dump = matmul_add_dump(pytester.path / "acc", torch.bfloat16, bf16_accumulating_matmul)
     result = run_msprobe(pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype")
     assert result.parseoutcomes() == {"failed": 1, "passed": 1}
     message = messages(pytester.path / "out")["Torch.matmul.0"]
@@ -154,7 +134,7 @@ def test_without_the_option_nothing_is_probed(pytester, probe_runs):
 
 
 def test_the_option_takes_fp32_or_off_and_an_ini_key(pytester):
-    dump = write_dump(pytester.path / "acc", torch.bfloat16, bf16_accumulating_matmul)
+    dump = matmul_add_dump(pytester.path / "acc", torch.bfloat16, bf16_accumulating_matmul)
     result = run_msprobe(pytester, dump, "--msprobe-device", "recorded", "--msprobe-probe", "fp16")
     result.stderr.fnmatch_lines(["*--msprobe-probe must be off or fp32, not 'fp16'*"])
     pytester.makeini("[pytest]\nmsprobe_probe = fp32\nmsprobe_standard = dtype\n")

@@ -5,7 +5,10 @@ run rebuilt them, plain tensors) and verdict.json (what the run found). It rebui
 runs it on the device in the recorded dtypes and on the CPU with every floating input in
 float64 (float32 where float64 has no kernel), and prints per output the metrics of the
 details CSV (Cosine, MaxAbsErr, MaxRelativeErr) and the verdict of the run's standard, beside
-the run's. One intra-op thread, as the run had: on the CPU the numbers are the run's.
+the run's. The dtype standard is the package's own code, written in at the end of this script
+(SOURCES), with the extra benchmark runs it asks for (the terms' magnitude, the spread under
+perturbed inputs, PyTorch's own CPU kernel in the tested dtype at 1 to 8 threads). The run's
+intra-op thread count, as the run had: on the CPU the numbers are the run's.
 
     python repro.py                 # on the kind of device the run tested (DEVICE below)
     python repro.py --device cpu    # cpu, cuda[:i], npu[:i] (torch_npu is imported only then),
@@ -15,17 +18,21 @@ the run's. One intra-op thread, as the run had: on the CPU the numbers are the r
     python repro.py --json          # the same, as JSON
 
 A MindSpore entry runs its tested side on MindSpore (cpu or npu) and its benchmark on torch.
-Exit status 1 when the verdict is error, as the run's item failed.
+Autocast is reproduced as the run did it: both sides take the inputs rounded to the autocast
+dtype (what the kernel really took). Exit status 1 when the verdict is error, as the run's
+item failed.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import functools
 import importlib
 import json
-import math
+import linecache
 import sys
+import types
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,12 +44,15 @@ ENTRY = "Torch.matmul.0.forward"
 FRAMEWORK = "pytorch"  # the tested side runs on pytorch or mindspore
 DEVICE = "cpu"  # the device the run tested: cpu, cuda, npu or recorded
 TESTED = "torch.matmul"  # the tested callable
-AUTOCAST = ""  # the tested call ran under autocast to this dtype
+AUTOCAST = ""  # the tested call ran under autocast to this dtype: both sides take the inputs rounded to it
 GRAD_FLAGS: list[bool] = []  # backward: per floating input, whether it took a gradient in the step
 INPLACE = False
 PRIMITIVE_ARGS: list | None = None  # a MindSpore primitive's constructor arguments
 COMPARED = {0: "torch.float32"}  # the outputs the run compared: index -> tested dtype
 THREADS: int | None = 1  # intra-op threads of the run (None: the user's OMP_NUM_THREADS)
+MAGNITUDE_API = "matmul"  # the torch API whose magnitude model the dtype standard's extra runs use
+SPREAD_SEEDS = 3  # the extra run `spread`: this many seeds of perturbed inputs
+LOW_THREADS = [1, 2, 4, 8]  # the extra run `low`: the CPU kernel at these thread counts
 STANDARD: dict[str, Any] = {
     "name": "basic",
     "describe": "basic (Cosine > 0.99 and MaxAbsErr < 0.0001)",
@@ -61,16 +71,34 @@ def bench(*args, **kwargs):
 HERE = Path(__file__).resolve().parent
 DIRECTION = ENTRY.rsplit(".", 1)[-1]
 REL_EPS = 1e-8  # MaxRelativeErr's denominator where the bench is exactly zero
-SEVERITY = {"pass": 0, "warning": 1, "error": 2}
+PASS, WARNING, ERROR = "pass", "warning", "error"
+SEVERITY = {PASS: 0, WARNING: 1, ERROR: 2}
+DTYPES = {str(d): d for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+FLOOR_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
 
 
 def resolve(path: str) -> Any:
-    """A dotted name: `torch.nn.functional.linear`, `mindspore.mint.exp`."""
+    """A dotted name the run resolved through msprobe's list of the APIs it wraps:
+    `torch.nn.functional.linear`, `mindspore.mint.exp`."""
     root, *parts = path.split(".")
     target: Any = importlib.import_module(root)
     for part in parts:
         target = getattr(target, part)
     return target
+
+
+@functools.cache
+def package_module(name: str) -> types.ModuleType:
+    """One of pytest-msprobe's modules, run from its source in SOURCES: the code the run judged with."""
+    module = types.ModuleType(f"pytest_msprobe_repro_{name}")
+    module.__dict__.update(PASS=PASS, WARNING=WARNING, ERROR=ERROR)
+    for used in USES.get(name, []):  # what it imported from the package's modules written before it
+        module.__dict__.update({k: v for k, v in vars(package_module(used)).items() if not k.startswith("__")})
+    filename = f"<pytest-msprobe {name}.py>"
+    linecache.cache[filename] = (len(SOURCES[name]), None, SOURCES[name].splitlines(True), filename)
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    exec(compile(SOURCES[name], filename, "exec"), module.__dict__)
+    return module
 
 
 # -- the call, as the run rebuilt it --------------------------------------------
@@ -121,22 +149,56 @@ def widen(value: Any) -> Any:
     )
 
 
-def place(value: Any, device: str, dtype: torch.dtype | None) -> Any:
-    """A value on a side: on `device`, floating tensors in `dtype` (None keeps the recorded one)."""
-    if isinstance(value, torch.device):  # a device argument: the side's device
-        return torch.device(device)
-    if not isinstance(value, torch.Tensor):
-        return value
-    wanted = dtype if (value.is_floating_point() and dtype is not None) else value.dtype
-    return value.detach().to(device=device, dtype=wanted, copy=True)
+@dataclass
+class Side:
+    """How one side places its tensors and what it runs, as the run's (torch_engine.Side): the
+    tested side (the device, the recorded dtypes) or the bench (the CPU, `bench`, float64)."""
+
+    device: str
+    floating: torch.dtype | None = None  # every floating tensor in this dtype; None keeps the recorded one
+    autocast: torch.dtype | None = None  # floating inputs rounded to this dtype first, as autocast does
+    reference: bool = False  # run `bench` (the benchmark's callable) instead of the tested API
+    transform: Callable[[torch.Tensor], torch.Tensor] | None = None  # on every floating tensor (extra runs)
+
+    def place(self, value: Any) -> Any:
+        if isinstance(value, torch.device):  # a device argument: the side's device
+            return torch.device(self.device)
+        if not isinstance(value, torch.Tensor):
+            return value
+        if not value.is_floating_point():
+            return value.detach().to(device=self.device, copy=True)
+        if self.autocast is not None:
+            value = value.detach().to(self.autocast)
+        placed = value.detach().to(device=self.device, dtype=self.floating or value.dtype, copy=True)
+        return placed if self.transform is None else self.transform(placed)
 
 
-def call_on(
-    fn: Callable, call: dict, device: str, dtype: torch.dtype | None, autocast: str, grad: bool
-) -> tuple[Any, list[torch.Tensor]]:
+def autocast_dtype(fp32: bool) -> torch.dtype | None:
+    """The run's autocast dtype; none for the fp32 probe, which runs out of autocast."""
+    return None if fp32 or not AUTOCAST else DTYPES[AUTOCAST]
+
+
+def absolute(side: Side) -> Side:
+    """Every floating tensor (inputs and grad_outputs) made |x|: a sum's benchmark then gives the
+    magnitude of the terms it adds."""
+    return replace(side, transform=torch.abs)
+
+
+def perturbed(side: Side, relative: float, seed: int) -> Side:
+    """Every floating tensor multiplied by 1 + relative x (+-1 at random), as the run's."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def transform(t: torch.Tensor) -> torch.Tensor:
+        signs = torch.randint(0, 2, t.shape, generator=generator).to(t.dtype) * 2 - 1
+        return t * (1 + relative * signs)
+
+    return replace(side, transform=transform)
+
+
+def call_on(side: Side, call: dict, grad: bool) -> tuple[Any, list[torch.Tensor]]:
     """(output, floating input tensors in argument order) of the call on one side."""
-    args = tree_map(lambda v: place(v, device, dtype), call["args"])
-    kwargs = tree_map(lambda v: place(v, device, dtype), call["kwargs"])
+    args = tree_map(side.place, call["args"])
+    kwargs = tree_map(side.place, call["kwargs"])
     leaves = floating(args, kwargs)
     if grad:
         wanted = GRAD_FLAGS[: len(leaves)] + [True] * (len(leaves) - len(GRAD_FLAGS))
@@ -144,10 +206,8 @@ def call_on(
             leaf.requires_grad_(grad_wanted)
     if grad and INPLACE:  # an in-place op may not write into a leaf that requires grad
         args, kwargs = tree_map(clone, args), tree_map(clone, kwargs)
-    context: Any = contextlib.nullcontext()
-    if autocast:
-        context = torch.autocast(torch.device(device).type, dtype=getattr(torch, autocast.replace("torch.", "")))
-    with context, torch.set_grad_enabled(grad):
+    fn = bench if side.reference else resolve(TESTED)
+    with torch.set_grad_enabled(grad):
         return fn(*args, **kwargs), leaves
 
 
@@ -161,13 +221,13 @@ def flat_outputs(out: Any) -> list:
     return [out]
 
 
-def run_torch(fn: Callable, call: dict, device: str, dtype: torch.dtype | None, autocast: str) -> list:
+def run_torch(side: Side, call: dict) -> list:
     """Forward: the outputs, flattened. Backward: the gradients of every floating input."""
     if DIRECTION == "forward":
-        return flat_outputs(call_on(fn, call, device, dtype, autocast, False)[0])
-    out, leaves = call_on(fn, call, device, dtype, autocast, True)
+        return flat_outputs(call_on(side, call, False)[0])
+    out, leaves = call_on(side, call, True)
     outs = [o for o in flat_outputs(out) if isinstance(o, torch.Tensor) and o.requires_grad]
-    grads = [place(g, device, dtype) if isinstance(g, torch.Tensor) else None for g in flat_outputs(call["grads"])]
+    grads = [side.place(g) if isinstance(g, torch.Tensor) else None for g in flat_outputs(call["grads"])]
     chosen = [(o, g) for o, g in zip(outs, grads) if g is not None]
     wanted = [leaf for leaf in leaves if leaf.requires_grad]
     # d/do of sum(o * g) is g: backward with grad_outputs g, as the run computed it.
@@ -181,20 +241,36 @@ def run_torch(fn: Callable, call: dict, device: str, dtype: torch.dtype | None, 
     return [next(found) if leaf.requires_grad else None for leaf in leaves]
 
 
-def run_bench(call: dict, device: str) -> tuple[list, str]:
-    """float64 on the CPU; float32 where float64 has no kernel."""
-    if "bench" in call:  # an NPU op: its float64 reference is pytest-msprobe's, the run's outputs
-        return call["bench"], "the run's (pytest-msprobe's float64 reference of this NPU op, from inputs.pt)"
-    if device == "recorded" and "recorded_bench" in call:
-        # msprobe took some of these gradients inside the API's graph: the run judged them against
-        # the float64 gradient there, which this script does not compute.
-        return call["recorded_bench"], "the run's float64 gradients where msprobe recorded them (inputs.pt)"
-    try:
-        return run_torch(bench, call, "cpu", torch.float64, ""), "float64 on the CPU"
-    except Exception as exc:  # noqa: BLE001 - as the run: float32 where float64 raises
-        first = str(exc).strip().splitlines()
-        note = f"float32 on the CPU: float64 raised {type(exc).__name__}: {first[0][:300] if first else ''}"
-        return run_torch(bench, call, "cpu", torch.float32, ""), note
+def run_bench(call: dict, device: str, fp32: bool) -> tuple[list, Side | None, list[str]]:
+    """(outputs, the side they ran on, what to say): float64 on the CPU; float32 where float64 has
+    no kernel. Where the run's benchmark is not rebuilt here, its values from inputs.pt."""
+    if "bench" in call:  # an NPU op: its float64 reference is pytest-msprobe's own
+        if fp32 and AUTOCAST:
+            raise SystemExit("--fp32 of an autocast NPU op needs its reference without autocast: not here")
+        npu = "the run's: pytest-msprobe's float64 reference of this NPU op (from inputs.pt, with its extra runs)"
+        return call["bench"], None, [npu]
+    errors: list[str] = []
+    autocast = autocast_dtype(fp32)
+    for dtype in (torch.float64, torch.float32):
+        side = Side("cpu", dtype, autocast, True)
+        try:
+            found = run_torch(side, call)
+        except Exception as exc:  # noqa: BLE001 - as the run: float32 where float64 raises
+            first = str(exc).strip().splitlines()
+            errors.append(f"{type(exc).__name__}: {first[0][:300] if first else ''}")
+            continue
+        said = ["float64 on the CPU" if dtype == torch.float64 else f"float32 on the CPU: float64 raised {errors[0]}"]
+        if device == "recorded" and not fp32 and call.get("at_nodes"):
+            # msprobe took these gradients inside the API's graph: the run judged them against the
+            # float64 gradient there, which this script does not compute.
+            for index in call["at_nodes"]:
+                found[index] = call["recorded_bench"][index]
+            nodes = ", ".join(map(str, call["at_nodes"]))
+            said.append(
+                f"output {nodes}: the run's float64 gradient at a node of the graph (inputs.pt, with its extra runs)"
+            )
+        return found, side, said
+    raise SystemExit(f"the benchmark cannot run on the CPU: {errors[-1]}")
 
 
 def run_tested(call: dict, device: str, fp32: bool) -> list:
@@ -209,7 +285,97 @@ def run_tested(call: dict, device: str, fp32: bool) -> list:
         return run_mindspore(call, device)
     if device.startswith("npu"):
         import torch_npu  # noqa: F401 - only for an NPU: it registers the device with torch
-    return run_torch(resolve(TESTED), call, device, None, "" if fp32 else AUTOCAST)
+    return run_torch(Side(device, None, autocast_dtype(fp32)), call)
+
+
+# -- the dtype standard's extra runs, as the run's (torch_engine.ExtraBenchRuns) ------
+
+
+class ExtraRuns:
+    """More of the benchmark, computed only when the standard asks (an output over its budget),
+    each run once: the magnitude of the terms a kernel sums, the spread under inputs perturbed
+    by u_acc (3 seeds), PyTorch's own CPU kernel in the tested dtype at 1 to 8 threads. A run
+    that raises answers None, as in the run. `saved`: the run's answers, by output, where the
+    benchmark is the run's (an NPU op, a gradient at a node of the graph)."""
+
+    def __init__(self, call: dict, side: Side | None, bench: list, fp32: bool, saved: dict[int, dict]):
+        self.call, self.side, self.bench, self.fp32, self.saved = call, side, bench, fp32, saved
+        self.runs: dict[tuple, list | None] = {}
+
+    @functools.cached_property
+    def kind(self) -> str:
+        """ "sum", "formula" or "": how the API's magnitude is had (frameworks/magnitudes.py)."""
+        return package_module("magnitudes").family(MAGNITUDE_API) if MAGNITUDE_API else ""
+
+    def for_output(self, index: int) -> Any:
+        if index in self.saved:
+            answers = {name: None if value is None else value.numpy() for name, value in self.saved[index].items()}
+            return types.SimpleNamespace(
+                magnitude=lambda: answers.get("magnitude"),
+                spread=lambda relative: answers.get("spread"),
+                low=lambda: answers.get("low"),
+            )
+        return types.SimpleNamespace(
+            magnitude=lambda: self.magnitude(index),
+            spread=lambda relative: self.spread(index, relative),
+            low=lambda: self.low(index),
+        )
+
+    def magnitude(self, index: int) -> np.ndarray | None:
+        if self.kind == "sum":  # the benchmark on |inputs|
+            assert self.side is not None
+            return self.output(("magnitude",), functools.partial(run_torch, absolute(self.side), self.call), index)
+        if self.kind == "formula":  # the API's formula on magnitudes
+            grads = flat_outputs(self.call["grads"]) if "grads" in self.call else None
+            formula = package_module("magnitudes").formula
+            args, kwargs = self.call["args"], self.call["kwargs"]
+            return self.output(("magnitude",), lambda: formula(MAGNITUDE_API, args, kwargs, grads), index)
+        return None
+
+    def spread(self, index: int, relative: float) -> np.ndarray | None:
+        bench = self.output(("bench",), lambda: self.bench, index)
+        if self.kind == "sum" or bench is None or self.side is None:  # a sum's magnitude says it all
+            return None
+        widest: np.ndarray | None = None
+        for seed in range(SPREAD_SEEDS):
+            side = perturbed(self.side, relative, seed)
+            run = self.output(("spread", relative, seed), functools.partial(run_torch, side, self.call), index)
+            if run is None or run.shape != bench.shape:
+                return None
+            gap = np.abs(run - bench)
+            widest = gap if widest is None else np.maximum(widest, gap)
+        return widest
+
+    def low(self, index: int) -> np.ndarray | None:
+        bench = self.output(("bench",), lambda: self.bench, index)
+        widest: np.ndarray | None = None
+        for threads in LOW_THREADS:
+            run = self.output(("low", threads), functools.partial(self.low_run, threads), index)
+            if run is None or bench is None or run.shape != bench.shape:
+                return None
+            gap = np.abs(run - bench)
+            widest = gap if widest is None else np.maximum(widest, gap)
+        return widest
+
+    def low_run(self, threads: int) -> list:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return run_torch(Side("cpu", None, autocast_dtype(self.fp32), True), self.call)
+        finally:
+            torch.set_num_threads(before)
+
+    def output(self, key: tuple, compute: Callable[[], list], index: int) -> np.ndarray | None:
+        if key not in self.runs:
+            try:
+                self.runs[key] = compute()
+            except Exception:  # noqa: BLE001 - an extra run: the standard judges without it
+                self.runs[key] = None
+        outputs = self.runs[key]
+        if outputs is None or index >= len(outputs):
+            return None
+        found = to_array(outputs[index])
+        return None if found is None else np.asarray(found[0], dtype=np.float64)
 
 
 # -- MindSpore: the tested side of a MindSpore entry ----------------------------
@@ -341,6 +507,14 @@ def metrics(tested: np.ndarray, bench: np.ndarray) -> dict[str, Any]:
     }
 
 
+def where(m: dict) -> str:
+    """` at [0, 6] (tested -0.63, bench -0.63)`: the worst element, as the run's messages say it."""
+    if not m.get("where"):
+        return ""
+    index, tested, benched = m["where"]
+    return f" at [{', '.join(map(str, index))}] (tested {tested:.8g}, bench {benched:.8g})"
+
+
 def cosine(t: np.ndarray, b: np.ndarray) -> float | None:
     if t.size <= 1:
         return None
@@ -358,43 +532,52 @@ def kind(array: np.ndarray) -> str:
     return {"f": "f", "c": "f", "b": "b"}.get(np.asarray(array).dtype.kind, "i")
 
 
-def judge(t: np.ndarray, b: np.ndarray, tested_dtype: str, index: int, input_scale: float) -> tuple[dict, str, str]:
-    """(metrics, status, why) of one output: structural faults first, then the run's standard."""
+def judge(t: np.ndarray, b: np.ndarray, tested_dtype: str, index: int, extra: Any) -> dict[str, Any]:
+    """Metrics, status, why and the dtype standard's ratio of one output: structural faults
+    first, then the run's standard (compare.compare)."""
+    nan = float("nan")
     if np.shape(t) != np.shape(b):
-        nan = float("nan")
-        return {"cosine": None, "max_abs_err": nan, "max_rel_err": nan, "where": None}, "error", "shapes differ"
+        why = f"shape {list(np.shape(t))} differs from the bench's {list(np.shape(b))}"
+        return {"cosine": None, "max_abs_err": nan, "max_rel_err": nan, "status": ERROR, "why": why}
     if kind(t) != kind(b) and "f" in (kind(t), kind(b)):
-        return {"cosine": None, "max_abs_err": float("nan"), "max_rel_err": float("nan")}, "error", "dtype kinds differ"
+        names = {"f": "floating", "b": "bool", "i": "integer"}
+        why = f"dtype kind differs: tested is {names[kind(t)]}, bench is {names[kind(b)]}"
+        return {"cosine": None, "max_abs_err": nan, "max_rel_err": nan, "status": ERROR, "why": why}
     m = metrics(t, b)
     if kind(t) != "f":  # integer and bool outputs must be equal
         wrong = int((np.asarray(t) != np.asarray(b)).sum())
-        return (m, "error", f"{wrong} of {np.size(t)} elements differ") if wrong else (m, "pass", "equal")
+        why = f"{wrong} of {np.size(t)} elements differ (integer/bool outputs must be equal)" if wrong else ""
+        return {**m, "status": ERROR if wrong else PASS, "why": why}
     t64, b64 = np.asarray(t, np.float64), np.asarray(b, np.float64)
-    if not np.array_equal(np.isnan(t64), np.isnan(b64)):
-        return m, "error", "NaN where the other side has none"
-    if ((np.isinf(t64) | np.isinf(b64)) & ~(np.isnan(t64) | np.isnan(b64)) & (t64 != b64)).any():
-        return m, "error", "inf where the other side differs"
-    status, why = standard_verdict(t, b, m, tested_dtype, index, input_scale)
-    return m, status, why
+    t_nan, b_nan, t_inf, b_inf = np.isnan(t64), np.isnan(b64), np.isinf(t64), np.isinf(b64)
+    faults = []
+    nan_off = int((t_nan != b_nan).sum())
+    if nan_off:
+        faults.append(f"NaN at {nan_off} position(s) where the other side has none")
+    inf_off = int(((t_inf | b_inf) & ~(t_nan | b_nan) & (t64 != b64)).sum())
+    if inf_off:
+        faults.append(f"inf at {inf_off} position(s) where the other side differs")
+    if faults:
+        return {**m, "status": ERROR, "why": "; ".join(faults)}
+    return {**m, **standard_verdict(t64, b64, m, tested_dtype, index, extra)}
 
 
-def standard_verdict(t: np.ndarray, b: np.ndarray, m: dict, dtype: str, index: int, input_scale: float) -> tuple:
+def standard_verdict(t: np.ndarray, b: np.ndarray, m: dict, dtype: str, index: int, extra: Any) -> dict[str, Any]:
     name = STANDARD["name"]
     if name == "basic":
-        return basic(t, b, m, STANDARD["cosine"], STANDARD["max_abs_err"])
+        found = basic(t, b, m, STANDARD["cosine"], STANDARD["max_abs_err"])
+        if found["status"] == ERROR:
+            floor = rounding_floor(t, b, dtype, extra)
+            if floor:
+                found["why"] += f"; within the {floor} rounding budget (--msprobe-standard dtype passes it)"
+        return found
     if name == "dtype":
-        tolerance = STANDARD["tolerances"].get(str(index))
-        if tolerance is not None:
-            return within_tolerance(t, b, *tolerance)
-        budget = STANDARD["budgets"].get(dtype)
-        if budget is None:
-            status, why = basic(t, b, m, **STANDARD["fallback"])
-            return status, f"no dtype budget for {dtype}, basic rule: {why}"
-        return within_budget(t, b, budget, input_scale, STANDARD["warning"])
-    return "", f"the standard {name} is not reproduced here: compare the metrics with verdict.json"
+        return dtype_verdict(t, b, m, dtype, index, extra, STANDARD["warning"])
+    return {"status": "", "why": f"the standard {name} is not reproduced here: compare the metrics with verdict.json"}
 
 
-def basic(t: np.ndarray, b: np.ndarray, m: dict, cosine: float, max_abs_err: float) -> tuple[str, str]:
+def basic(t: np.ndarray, b: np.ndarray, m: dict, cosine: float, max_abs_err: float) -> dict[str, Any]:
+    """standards/basic.py: Cosine > cosine and MaxAbsErr < max_abs_err."""
     broken = []
     zero_t, zero_b = (np.size(a) > 0 and not np.any(a) for a in (t, b))
     if zero_t != zero_b and np.size(t) > 1:
@@ -402,76 +585,58 @@ def basic(t: np.ndarray, b: np.ndarray, m: dict, cosine: float, max_abs_err: flo
     elif m["cosine"] is not None and not m["cosine"] > cosine:
         broken.append(f"Cosine {m['cosine']:.6g} <= {cosine:g}")
     if not m["max_abs_err"] < max_abs_err:
-        broken.append(f"MaxAbsErr {m['max_abs_err']:.3g} >= {max_abs_err:g}")
-    return ("error", "; ".join(broken)) if broken else ("pass", f"Cosine > {cosine:g} and MaxAbsErr < {max_abs_err:g}")
+        broken.append(f"MaxAbsErr {m['max_abs_err']:.3g} >= {max_abs_err:g}{where(m)}")
+    return {"status": ERROR, "why": "; ".join(broken)} if broken else {"status": PASS, "why": ""}
 
 
-def finite_pairs(t: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    t = np.asarray(t, dtype=np.float64).reshape(-1)
-    b = np.asarray(b, dtype=np.float64).reshape(-1)
+def rounding_floor(t: np.ndarray, b: np.ndarray, dtype: str, extra: Any) -> str:
+    """The dtype whose rounding budget holds a basic failure (the dtype standard's, no warning band)."""
+    if not SOURCES:
+        return ""
+    budget, dtype_module = package_module("budget"), package_module("dtype")
+    fmt = budget.format_of(dtype)
+    if fmt is None or budget.read(t, b, fmt, extra, dtype_module.CONSTANTS).ratio > 1:
+        return ""
+    name = dtype.rsplit(".", 1)[-1]
+    return FLOOR_NAMES.get(name, dtype)
+
+
+def dtype_verdict(
+    t: np.ndarray, b: np.ndarray, m: dict, dtype: str, index: int, extra: Any, warning: bool
+) -> dict[str, Any]:
+    """standards/dtype.py, DtypeStandard.judge: a per-API rule, else each element against its budget."""
+    rule = STANDARD["rules"].get(str(index))
+    if rule is not None:
+        return within_tolerance(t, b, m, *rule)
+    budget, dtype_module = package_module("budget"), package_module("dtype")
+    fmt = budget.format_of(dtype)
+    if fmt is None:
+        found = basic(t, b, m, **STANDARD["fallback"])
+        note = f"no dtype budget for {dtype}, basic rule"
+        return {**found, "why": f"{note}: {found['why']}" if found["why"] else note}
+    allowance = STANDARD["allowances"].get(str(index))  # [u_acc accepted, the tolerance line]
+    constants = dtype_module.CONSTANTS
+    reading = budget.read(t, b, fmt, extra, constants, allowance[0] if allowance else None)
+    status = PASS if reading.ratio <= 1 else WARNING if warning and reading.ratio <= constants.band else ERROR
+    why = dtype_module._message(reading, status) + (f" (allowed: {allowance[1]})" if allowance else "")
+    return {"status": status, "why": why, "ratio": reading.ratio, "asked": list(reading.asked)}
+
+
+def within_tolerance(
+    t: np.ndarray, b: np.ndarray, m: dict, rtol: float, atol: float, pattern: str, line: str
+) -> dict[str, Any]:
+    """standards/tolerances.py, Tolerance.judge: |t - b| <= atol + rtol |b| on every finite element."""
+    t, b = t.reshape(-1), b.reshape(-1)
     finite = np.isfinite(t) & np.isfinite(b)
-    return t[finite], b[finite]
-
-
-def within_tolerance(t: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tuple[str, str]:
-    t, b = finite_pairs(t, b)
-    off = int(np.count_nonzero(np.abs(t - b) > atol + rtol * np.abs(b)))
-    rule = f"|t - b| <= {atol:g} + {rtol:g} |b|"
-    return ("error", f"{off} of {t.size} elements break {rule}") if off else ("pass", f"within {rule}")
-
-
-def ulp(x: float, budget: dict) -> float:
-    x = abs(float(x))
-    exponent = math.frexp(x)[1] - 1 if x > 0 else budget["min_exponent"]
-    return math.ldexp(1.0, max(exponent, budget["min_exponent"]) - budget["mantissa_bits"])
-
-
-def rms(values: np.ndarray) -> float:
-    if not values.size:
-        return 0.0
-    scale = float(np.abs(values).max())
-    return scale * float(np.sqrt(np.mean((values / scale) ** 2))) if scale else 0.0
-
-
-def within_budget(t: np.ndarray, b: np.ndarray, budget: dict, input_scale: float, warning: bool) -> tuple[str, str]:
-    """The dtype standard: the max error in ULP of the output scale, the RMS error in ULP of its RMS."""
-    t, b = finite_pairs(t, b)
-    scale = abs(float(input_scale or 0.0))
-    scale = scale if math.isfinite(scale) else 0.0
-    input_part = budget["input_ulps"] * ulp(scale, budget) if scale else 0.0
-    output_scale = float(np.abs(b).max()) if b.size else 0.0
-    checks = [
-        ("max error", float(np.abs(t - b).max()) if t.size else 0.0, ulp(output_scale, budget), budget["max_error"]),
-        (
-            "RMS error",
-            rms(t - b),
-            max(math.ldexp(rms(b), -budget["mantissa_bits"]), ulp(0.0, budget)),
-            budget["rms_error"],
-        ),
-    ]
-    worst, why = "pass", []
-    for statistic, error, unit, (pass_ulps, error_ulps) in checks:
-        if error <= pass_ulps * unit + input_part:
-            status = "pass"
-        elif warning and error <= error_ulps * unit + input_part:
-            status = "warning"
-        else:
-            status = "error"
-        limit = error_ulps if warning else pass_ulps
-        why.append(f"{statistic} {error / unit:.3g} ULP (pass within {pass_ulps:g}, error beyond {limit:g})")
-        worst = status if SEVERITY[status] > SEVERITY[worst] else worst
-    scale_part = f"; each limit + {input_part:.3g} for the input scale" if input_part else ""
-    return worst, f"{budget['name']}: " + ", ".join(why) + scale_part
-
-
-def input_scale(call: dict) -> float:
-    scale = 0.0
-    for t in floating(call["args"], call["kwargs"]):
-        if t.numel():
-            finite = t[torch.isfinite(t)]
-            if finite.numel():
-                scale = max(scale, float(finite.abs().max()))
-    return scale
+    t, b = t[finite], b[finite]
+    error = np.abs(t - b)
+    off = int(np.count_nonzero(error > atol + rtol * np.abs(b)))
+    if not off:
+        return {"status": PASS, "why": f"within tolerance {pattern}"}
+    at = where(m)
+    why = f"tolerance {line}: {off} of {error.size} elements off, max error {m['max_abs_err']:.3g}"
+    why += f",{at}" if at else ""
+    return {"status": ERROR, "why": why}
 
 
 # -- the run again ----------------------------------------------------------------
@@ -479,39 +644,51 @@ def input_scale(call: dict) -> float:
 
 def reproduce(call: dict, device: str, fp32: bool) -> dict[str, Any]:
     report: dict[str, Any] = {"entry": ENTRY, "device": device, "fp32": fp32, "standard": STANDARD["describe"]}
-    benched, report["bench"] = run_bench(call, device)
+    benched, side, report["bench"] = run_bench(call, device, fp32)
     try:
         tested = run_tested(call, device, fp32)
     except Exception as exc:  # noqa: BLE001 - a device that raises is the finding, as in the run
-        report.update(status="error", outputs=[], raised=f"{type(exc).__name__}: {exc}")
+        report.update(status=ERROR, outputs=[], raised=f"{type(exc).__name__}: {exc}")
         return report
-    scale = input_scale(call)
+    # The run's answers to the extra runs where the bench is the run's: all of an NPU op's; a
+    # gradient judged at a node of the graph where the recorded outputs are judged again.
+    saved = call.get("extra", {})
+    if "bench" not in call and (device != "recorded" or fp32):
+        saved = {}
+    extra = ExtraRuns(call, side, benched, fp32, saved)
+    at_nodes = set(call.get("at_nodes", [])) if fp32 else set()  # not probed: a rerun has no such gradient
     outputs: list[dict[str, Any]] = []
     for index, dtype in COMPARED.items():
+        if index in at_nodes:
+            continue
         value = tested[index] if index < len(tested) else None
-        if fp32 and isinstance(value, torch.Tensor) and value.is_floating_point():
-            value = value.to(getattr(torch, dtype.replace("torch.", "")))  # rounded back to the recorded dtype
+        if fp32 and isinstance(value, torch.Tensor) and value.is_floating_point() and dtype in DTYPES:
+            value = value.to(DTYPES[dtype])  # rounded back to the recorded dtype
         t, b = to_array(value), to_array(benched[index] if index < len(benched) else None)
         if t is None or b is None:
-            outputs.append({"index": index, "status": "error", "why": "no output to compare"})
+            outputs.append({"index": index, "status": ERROR, "why": "no output to compare"})
             continue
-        m, status, why = judge(t[0], b[0], t[1], index, scale)
-        outputs.append(
-            {"index": index, "tested_dtype": t[1], "shape": list(np.shape(t[0])), **m, "status": status, "why": why}
-        )
+        found = judge(t[0], b[0], t[1], index, extra.for_output(index))
+        outputs.append({"index": index, "tested_dtype": t[1], "shape": list(np.shape(t[0])), **found})
     statuses: list[str] = [o["status"] for o in outputs if o["status"]]
     report["status"] = max(statuses, key=lambda status: SEVERITY[status]) if statuses else ""
     report["outputs"] = outputs
+    if at_nodes:
+        report["not_probed"] = sorted(at_nodes)
     return report
 
 
 def show(report: dict[str, Any], run: dict[str, Any]) -> None:
     """The report beside the run's (verdict.json; with --fp32, the run's fp32 probe), one line an output."""
     side = "in fp32, rounded back (the fp32 probe)" if report["fp32"] else "in the recorded dtypes"
-    print(f"{ENTRY}: {TESTED} on {report['device']} {side}; bench: {report['bench']}")
+    print(f"{ENTRY}: {TESTED} on {report['device']} {side}")
+    print(f"bench: {'; '.join(report['bench'])}")
     print(f"standard: {report['standard']}")
     if "raised" in report:
         print(f"the tested run raised {report['raised']}")
+    if report.get("not_probed"):
+        nodes = ", ".join(map(str, report["not_probed"]))
+        print(f"output {nodes}: judged at a node of the API's graph, where a run of the call in fp32 has no value")
     whose = "the run"
     if report["fp32"]:
         whose = "the run's probe"
@@ -524,13 +701,15 @@ def show(report: dict[str, Any], run: dict[str, Any]) -> None:
             for label, key in (("Cosine", "cosine"), ("MaxAbsErr", "max_abs_err"), ("MaxRelativeErr", "max_rel_err"))
             if key in o
         )
+        ratio = f", {o['ratio']!r}x its budget" if o.get("ratio") is not None else ""
         what = f"output.{o['index']} {o.get('tested_dtype', '')} {o.get('shape', '')}"
-        print(f"{what}: {numbers}: {o['status']} ({o['why']})")
+        print(f"{what}: {numbers}{ratio}: {o['status']}" + (f" ({o['why']})" if o["why"] else ""))
         theirs = ran.get(str(o["index"]))
         if theirs is not None:
+            theirs_ratio = f", {theirs['ratio']!r}x its budget" if theirs.get("ratio") is not None else ""
             print(
                 f"  {whose}: Cosine {theirs['cosine']!r}, MaxAbsErr {theirs['max_abs_err']!r}, "
-                f"MaxRelativeErr {theirs['max_rel_err']!r}: {theirs['status']}"
+                f"MaxRelativeErr {theirs['max_rel_err']!r}{theirs_ratio}: {theirs['status']}"
             )
     print(f"verdict: {report['status'] or 'not reproduced'} ({whose}: {run.get('status') or 'unknown'})")
 
@@ -553,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     options = parser.parse_args(argv)
     if THREADS:
-        torch.set_num_threads(THREADS)  # the run's count: a float sum rounds differently with more
+        torch.set_num_threads(THREADS)  # the run's count: a float sum rounds differently with another
     call = decode(torch.load(HERE / "inputs.pt", weights_only=True))
     if options.device == "recorded" and "recorded" not in call:
         parser.error("the run re-ran this entry: no recorded outputs here")
@@ -564,7 +743,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({**report, "run": run.get("status")}))
     else:
         show(report, run)
-    return 1 if report["status"] == "error" else 0
+    return 1 if report["status"] == ERROR else 0
+
+
+# -- the package's code: pytest-msprobe writes this part --
+PACKAGE = ""  # "pytest-msprobe 0.1.0": whose code SOURCES holds
+SOURCES: dict[str, str] = {}  # module -> its source: the dtype standard, the magnitude formulas
+USES: dict[str, list[str]] = {}  # module -> the modules of SOURCES whose names it uses
+# -- end of the package's code --
 
 
 if __name__ == "__main__":
