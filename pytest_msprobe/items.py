@@ -95,7 +95,9 @@ class EntryItem(pytest.Item):
         if self.result.status == SKIP:
             pytest.skip(cut(printable(entry_message(self.result) or "nothing to compare"), MAX_TERMINAL))
         if self.result.status == ERROR:
-            raise PrecisionError(cut(printable(failure_text(self.result, checker.standard.describe())), MAX_TERMINAL))
+            # Each line escaped on its own: a newline inside one is the dump's, between them ours.
+            lines = failure_text(self.result, checker.standard.describe())
+            raise PrecisionError(cut("\n".join(printable(line) for line in lines), MAX_TERMINAL))
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
         if isinstance(excinfo.value, PrecisionError):
