@@ -440,7 +440,8 @@ def reduction_forward(ar: Arith, p: dict, api: str) -> List[torch.Tensor]:
     return [ar.result(total)]
 
 
-# backward: (arith, bound inputs as float64, grad_outputs, forward outputs) -> gradients in input order
+# backward: (arith, bound inputs as float64, grad_output, forward output) -> the gradients of the
+# floating inputs, in argument order (None where an input takes none)
 
 
 def linear_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> List[Optional[torch.Tensor]]:
@@ -514,7 +515,7 @@ def embedding_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> List[Opt
     idx = p["input"].reshape(-1).long()
     g = g.reshape(idx.shape[0], -1)
     onehot = F.one_hot(idx, p["weight"].shape[0]).to(F64)  # (P, V): adding zeros changes no sum
-    return [None, ar.result(ar.sum(onehot[:, :, None] * g[:, None, :], 0))]
+    return [ar.result(ar.sum(onehot[:, :, None] * g[:, None, :], 0))]
 
 
 FORWARD_FNS: Dict[str, Callable] = {
@@ -527,20 +528,25 @@ BACKWARD_FNS: Dict[str, Callable] = {
 }
 
 
-def recorded_layout(family: str, p: dict, grads: Sequence[Optional[torch.Tensor]]) -> List[Optional[torch.Tensor]]:
-    """Gradients in input order -> the order and nodes msprobe records for the API's backward.
+def recorded_layout(family: Optional[str], p: dict,
+                    grads: Sequence[Optional[torch.Tensor]]) -> List[Optional[torch.Tensor]]:
+    """Gradients of the floating inputs in argument order -> the order and nodes msprobe records.
 
     linear on a 2-D input records addmm's gradients: bias, input, weight transposed (no bias: input,
-    weight transposed); on more dims an inner node (NotApplicable). embedding records the weight's alone.
+    weight transposed). Where msprobe records an inner node of the API's graph (linear or matmul on
+    more dimensions: the grad_output; cross_entropy: the gradient at log_softmax's output) there is
+    nothing to compare: NotApplicable.
     """
     if family == "linear":
         if p["input"].dim() != 2:
             raise NotApplicable("msprobe records a linear of a >2-D input at an inner node")
-        dx, dw, db = grads
+        dx, dw, db = (list(grads) + [None, None])[:3]
         wt = None if dw is None else dw.T
         return [db, dx, wt] if p["bias"] is not None else [dx, wt]
-    if family == "embedding":
-        return [grads[1]]
+    if family == "matmul" and (p["input"].dim() != 2 or p["other"].dim() != 2):
+        raise NotApplicable("msprobe records a batched matmul's gradient at an inner node (its grad_output)")
+    if family == "cross_entropy":
+        raise NotApplicable("msprobe records cross_entropy's gradient at log_softmax's output")
     return list(grads)
 
 
@@ -704,23 +710,63 @@ def applicable(entry: Entry, kinds: Optional[Iterable[str]] = None) -> List[str]
     return found
 
 
-def material(entry: Entry, values: Sequence[Optional[torch.Tensor]]) -> bool:
-    """Whether some element is more than 1 ULP of itself from the correctly rounded benchmark:
-    a deficit that moves none that far cannot be told from a 1-ULP math library, and passes."""
-    bench = run(EXACT, entry)
-    for value, exact in zip(values, bench):
-        if value is None or exact is None:
+ONE_ULP_LIBRARY = 1.5  # a 1-ULP library's farthest from the exact result, in ULP of the rounded result
+SEPARABLE = 2.0  # a warning band's width: what lies within it of a correct kernel cannot be called an error
+
+
+def changed(kind: str, entry: Entry, values: Sequence[Optional[torch.Tensor]]) -> List[int]:
+    """The outputs a deficit makes differ from the same kernel done right (layer_norm's missing term:
+    the input gradient alone; TF32: not the bias gradient); a control changes all."""
+    if not KINDS[kind].deficit:
+        return [i for i, v in enumerate(values) if v is not None]
+    reference = _in_recorded_dtypes(entry, run(Kernel(), entry))
+    return [i for i, (v, r) in enumerate(zip(values, reference))
+            if v is not None and (r is None or not torch.equal(v, r))]
+
+
+def correct_outputs(entry: Entry) -> List[List[Optional[torch.Tensor]]]:
+    """What correct kernels give for the entry: the recorded outputs and every control's."""
+    found = [list(entry.recorded)]
+    for spec in CONTROLS:
+        try:
+            found.append(compute(spec.name, entry))
+        except NotApplicable:
             continue
-        dtype = value.dtype
-        rounded = rnd(exact, dtype)
-        off = (value.to(F64) - rounded).abs() > ulp(rounded, dtype)
-        if bool(off.any()):
-            return True
-    return False
+    return found
 
 
-def expected_verdict(kind: str, entry: Entry, values: Sequence[Optional[torch.Tensor]]) -> str:
-    return ERROR if KINDS[kind].deficit and material(entry, values) else PASS
+def separation(value: torch.Tensor, exact: torch.Tensor, correct: Iterable[Optional[torch.Tensor]]) -> float:
+    """How far beyond every correct kernel a deficit's output gets at its worst element:
+    max_i |t_i - b_i| / max(E_i, 1.5 ulp_i), with E_i the largest error of the correct outputs at i
+    (recorded and controls) and 1.5 ULP a 1-ULP library's reach."""
+    error = (value.to(F64) - exact).abs()
+    reference = ONE_ULP_LIBRARY * ulp(rnd(exact, value.dtype), value.dtype)
+    for other in correct:
+        if other is not None and other.shape == value.shape:
+            reference = torch.maximum(reference, (other.to(F64) - exact).abs())
+    ratio = torch.where(error > 0, error / reference, torch.zeros_like(error)).nan_to_num(nan=math.inf)
+    return float(ratio.max()) if ratio.numel() else 0.0
+
+
+def material(value: torch.Tensor, exact: torch.Tensor, correct: Iterable[Optional[torch.Tensor]]) -> bool:
+    """Whether a deficit's output is, at some element, more than twice as far from the benchmark as every
+    correct kernel (and a 1-ULP library) is there. Below that no per-element rule that passes the
+    correct kernels with a 2x warning band can call it an error: it is immaterial."""
+    return separation(value, exact, correct) > SEPARABLE
+
+
+def expected_verdict(kind: str, entry: Entry, values: Sequence[Optional[torch.Tensor]]) -> Tuple[str, float]:
+    """(error or pass, separation): error for a deficit that is material at some output it changes."""
+    if not KINDS[kind].deficit:
+        return PASS, 0.0
+    bench = run(EXACT, entry)
+    correct = correct_outputs(entry)
+    worst = 0.0
+    for i in changed(kind, entry, values):
+        value, exact = values[i], bench[i]
+        if value is not None and exact is not None:
+            worst = max(worst, separation(value, exact, [c[i] for c in correct if i < len(c)]))
+    return (ERROR if worst > SEPARABLE else PASS), worst
 
 
 # -- a corpus ------------------------------------------------------------------
@@ -732,6 +778,7 @@ class Planted:
     kind: str
     expected: str  # error or pass
     outputs: Tuple[int, ...]  # the recorded outputs replaced (positions in the entry's output list)
+    separation: float = 0.0  # a deficit's worst element over every correct kernel's error there (see separation)
 
 
 def plan_all(dump_dir: Path, kinds: Optional[Iterable[str]] = None) -> List[Tuple[str, str]]:
@@ -763,20 +810,14 @@ def build_corpus(source: Path, target: Path, plan: Iterable[Tuple[str, str]], se
         seen.add(name)
         entry = load_entry(source, name, data)
         values = compute(kind, entry, seed)
-        # A deficit replaces the outputs it makes differ from the same kernel done right (layer_norm's
-        # missing term: the input gradient alone); a control replaces all.
-        reference = _in_recorded_dtypes(entry, run(Kernel(), entry)) if KINDS[kind].deficit else values
-        replaced = []
-        for position, (spec, value) in enumerate(zip(entry.output_specs, values)):
-            if value is None:
-                continue
-            counterpart = reference[position]
-            if KINDS[kind].deficit and counterpart is not None and torch.equal(value, counterpart):
-                continue
+        replaced = changed(kind, entry, values)
+        for position in replaced:
+            spec, value = entry.output_specs[position], values[position]
+            assert value is not None
             torch.save(value.clone(), target / "dump_tensor_data" / spec["data_name"])
             _restat(spec, value)  # spec is the dict inside `data`: the json is updated in place
-            replaced.append(position)
-        planted.append(Planted(name, kind, expected_verdict(kind, entry, values), tuple(replaced)))
+        expected, margin = expected_verdict(kind, entry, values)
+        planted.append(Planted(name, kind, expected, tuple(replaced), margin))
     (target / "dump.json").write_text(json.dumps(dump, indent=1))
     return planted
 
