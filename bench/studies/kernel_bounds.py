@@ -26,7 +26,8 @@ front of a probe T that passes an output.
 
     python -m bench.studies.kernel_bounds
 
-prints the tables of bench/studies/kernel_bounds.md (about 3 minutes on two cores).
+prints the tables of bench/studies/kernel_bounds.md (about 6 minutes on two cores; --cache FILE keeps the
+measurements to print the tables again in seconds).
 """
 
 from __future__ import annotations
@@ -480,6 +481,12 @@ class Rule:
 
 
 RULE = Rule()
+
+
+def with_constant(rule: Rule, name: str, value: float) -> Rule:
+    values = dict(vars(rule))
+    values[name] = value
+    return Rule(**values)
 STRICT = replace(RULE, c_spread=0.0, c_low=0.0)  # the check before any probe: m = |b|, no spread
 
 
@@ -657,8 +664,8 @@ def sensitivity(cases: List[Case], rule: Rule) -> List[str]:
     variants = [("recommended", rule)]
     for name in ("c_out", "c_acc", "c_spread", "c_low"):
         value = getattr(rule, name)
-        variants += [(f"{name} x 0.5", replace(rule, **{name: value / 2})),
-                     (f"{name} x 2", replace(rule, **{name: value * 2}))]
+        variants += [(f"{name} x 0.5", with_constant(rule, name, value / 2)),
+                     (f"{name} x 2", with_constant(rule, name, value * 2))]
     variants += [("no spread", replace(rule, c_spread=0.0)), ("spread from one seed", replace(rule, spread="spread1")),
                  ("no low", replace(rule, c_low=0.0)), ("low for gradients only", replace(rule, low_forward=False))]
     for label, r in variants:
@@ -667,6 +674,29 @@ def sensitivity(cases: List[Case], rule: Rule) -> List[str]:
         clear = sum(c.separation[v] > 8 for c, v in missed)
         which = sorted({f"{c.dtype} {c.api}{' grad' if c.family.endswith('grad') else ''}" for c, _ in fails})
         rows.append(f"| {label}: {r.describe()} | {len(fails)} | {len(missed)} | {clear} | {', '.join(which)} |")
+    return rows
+
+
+def knees(cases: List[Case], rule: Rule) -> List[str]:
+    """For each constant, the smallest value (the others fixed) at which every correct output passes."""
+    rows = head("constant", "recommended", "smallest passing every correct output", "margin",
+                "material deficits not errors there")
+
+    def fails(r: Rule) -> bool:
+        return any(verdict(c, v, r)[0] != "pass" for c in cases for v in correct_variants(c))
+
+    for name in ("c_out", "c_acc", "c_spread", "c_low"):
+        low, high = 0.0, 4 * getattr(rule, name)
+        if fails(with_constant(rule, name, low)):
+            for _ in range(24):
+                middle = (low + high) / 2
+                low, high = (low, middle) if not fails(with_constant(rule, name, middle)) else (middle, high)
+        else:
+            high = 0.0
+        missed = sum(verdict(c, v, with_constant(rule, name, high))[0] != "error" for c in cases
+                     for v in material_deficits(c))
+        margin = getattr(rule, name) / high if high else math.inf
+        rows.append(f"| {name} | {getattr(rule, name):g} | {high:.3g} | {fmt(margin)} | {missed} |")
     return rows
 
 
@@ -883,6 +913,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         ("Per variant", kinds_table(cases, RULE)),
         ("Exceptions: correct outputs that do not pass, material deficits that are no error", exceptions(cases, RULE)),
         ("Each constant halved, doubled, dropped", sensitivity(cases, RULE)),
+        ("Each constant at its knee", knees(cases, RULE)),
         ("The numpy prototype (bench/studies/kernel_bound.py) on the same outputs", prototype_check(cases, RULE)),
         ((f"Each probe alone: c needed at c_out = {RULE.c_out:g} (correct) / c below which deficits are errors / "
           "separation"), probes_table(cases, RULE.c_out)),
