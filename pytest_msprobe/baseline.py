@@ -6,28 +6,28 @@ the forward failed before is a new failure. No pytest.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, List, Sequence, Set, Tuple
 
-from .compare import ERROR, PASS
 from .dump import BACKWARD, FORWARD
-from .outcome import EntryResult
 from .report import read_result_rows
+from .results import ERROR, PASS, EntryResult
 
 
 class Baseline:
-    def __init__(self, path: Path, failed: Iterable[Tuple[str, str]]):
+    def __init__(self, path: Path, failed: Iterable[tuple[str, str]]):
         self.path = path
-        self.failed: Set[Tuple[str, str]] = {tuple(pair) for pair in failed}
+        self.failed: set[tuple[str, str]] = {(api, direction) for api, direction in failed}
 
     @classmethod
-    def read(cls, path: Path) -> "Baseline":
+    def read(cls, path: Path) -> Baseline:
         """Raises report.ReportError naming the file when it is missing or not a result CSV."""
         failed = []
         for row in read_result_rows(path):
             row = row + [""] * (3 - len(row))
-            failed += [(row[0], direction) for direction, status in ((FORWARD, row[1]), (BACKWARD, row[2]))
-                       if status == ERROR]
+            failed += [
+                (row[0], direction) for direction, status in ((FORWARD, row[1]), (BACKWARD, row[2])) if status == ERROR
+            ]
         return cls(path, failed)
 
     def failed_before(self, api: str, direction: str) -> bool:
@@ -39,15 +39,21 @@ class Baseline:
     def describe(self) -> str:
         return f"baseline {self.path}: {len(self.failed)} known failures, expected to fail (xfail)"
 
-    def summary_lines(self, results: Sequence[EntryResult], limit: int = 20) -> List[str]:
+    def summary_lines(self, results: Sequence[EntryResult], limit: int = 20) -> list[str]:
         """Known failures that still fail, the ones that now pass, the new ones."""
         known = [r for r in results if self.failed_before(r.api, r.direction)]
         fixed = [f"{r.api}.{r.direction}" for r in known if r.status == PASS]
         still = sum(r.status == ERROR for r in known)
-        new = [f"{r.api}.{r.direction}" for r in results
-               if r.status == ERROR and not self.failed_before(r.api, r.direction)]
-        lines = ["", f"baseline {self.path}:",
-                 f"{still} known failures still fail (xfailed), {len(fixed)} now pass, {len(new)} new failures"]
+        new = [
+            f"{r.api}.{r.direction}"
+            for r in results
+            if r.status == ERROR and not self.failed_before(r.api, r.direction)
+        ]
+        lines = [
+            "",
+            f"baseline {self.path}:",
+            f"{still} known failures still fail (xfailed), {len(fixed)} now pass, {len(new)} new failures",
+        ]
         if fixed:
             lines += ["now pass although the baseline failed them:", *_listed(fixed, limit)]
         if new:
@@ -55,6 +61,7 @@ class Baseline:
         return lines
 
 
-def _listed(names: List[str], limit: int) -> List[str]:
+def _listed(names: list[str], limit: int) -> list[str]:
     return [f"  {name}" for name in names[:limit]] + (
-        [f"  ... and {len(names) - limit} more"] if len(names) > limit else [])
+        [f"  ... and {len(names) - limit} more"] if len(names) > limit else []
+    )

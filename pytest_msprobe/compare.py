@@ -1,21 +1,22 @@
-"""Per-output metrics and the standards that judge them.
+"""Per-output metrics, and the structural faults that fail an output under any standard.
 
 Everything here works on numpy arrays in float64 and knows no framework: the
 framework modules hand over the tested and the bench output as arrays plus the
-tested dtype's name (torch spelling).
+tested dtype's name (torch spelling). The standards (standards/) judge what is
+left once the outputs are comparable element by element.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-PASS = "pass"
-ERROR = "error"
-WARNING = "warning"
-SKIP = "SKIP"
+from .results import ERROR, PASS
+
+if TYPE_CHECKING:
+    from .standards import Standard, Verdict
 
 # The denominator of MaxRelativeErr where the bench value is exactly zero
 # (msprobe's MindSpore checker uses the same constant).
@@ -37,18 +38,19 @@ class Comparison:
 
 @dataclass
 class Metrics:
-    cosine: Optional[float]
+    cosine: float | None
     max_abs_err: float
     max_rel_err: float
-    worst_index: Optional[Tuple[int, ...]] = None
-    worst_tested: Optional[float] = None
-    worst_bench: Optional[float] = None
+    worst_index: tuple[int, ...] | None = None
+    worst_tested: float | None = None
+    worst_bench: float | None = None
 
-
-@dataclass
-class Verdict:
-    status: str
-    message: str = ""
+    def where(self) -> str:
+        """` at [0, 6] (tested -0.63, bench -0.63)`: the worst element, for a message."""
+        if self.worst_index is None or self.worst_tested is None or self.worst_bench is None:
+            return ""
+        index = ", ".join(str(i) for i in self.worst_index)
+        return f" at [{index}] (tested {self.worst_tested:.8g}, bench {self.worst_bench:.8g})"
 
 
 def is_floating(dtype: str) -> bool:
@@ -80,7 +82,7 @@ def metrics(tested: np.ndarray, bench: np.ndarray) -> Metrics:
     )
 
 
-def cosine(t: np.ndarray, b: np.ndarray) -> Optional[float]:
+def cosine(t: np.ndarray, b: np.ndarray) -> float | None:
     """Cosine similarity; None where undefined (one element, a zero vector)."""
     if t.size <= 1:
         return None
@@ -95,7 +97,7 @@ def cosine(t: np.ndarray, b: np.ndarray) -> Optional[float]:
     return float(np.clip(np.dot(t, b) / (norm_t * norm_b), -1.0, 1.0))
 
 
-def incomparable(c: Comparison) -> Optional[str]:
+def incomparable(c: Comparison) -> str | None:
     """Why the two outputs cannot be compared element by element (a failure)."""
     if np.shape(c.tested) != np.shape(c.bench):
         return f"shape {list(np.shape(c.tested))} differs from the bench's {list(np.shape(c.bench))}"
@@ -114,12 +116,13 @@ def _kind_name(kind: str) -> str:
     return {"f": "floating", "b": "bool", "i": "integer"}[kind]
 
 
-def _nonfinite_mismatch(tested: np.ndarray, bench: np.ndarray) -> Optional[str]:
+def nonfinite_mismatch(tested: np.ndarray, bench: np.ndarray) -> list[str]:
+    """Where NaN and inf do not sit at the same places on both sides."""
     t, b = np.asarray(tested, np.float64), np.asarray(bench, np.float64)
     t_nan, b_nan = np.isnan(t), np.isnan(b)
     t_inf, b_inf = np.isinf(t), np.isinf(b)
     if not (t_nan.any() or b_nan.any() or t_inf.any() or b_inf.any()):
-        return None
+        return []
     faults = []
     nan_off = int((t_nan != b_nan).sum())
     if nan_off:
@@ -127,79 +130,28 @@ def _nonfinite_mismatch(tested: np.ndarray, bench: np.ndarray) -> Optional[str]:
     inf_off = int(((t_inf | b_inf) & ~(t_nan | b_nan) & (t != b)).sum())
     if inf_off:
         faults.append(f"inf at {inf_off} position(s) where the other side differs")
-    return "; ".join(faults) or None
+    return faults
 
 
-def judge_exact(c: Comparison) -> Verdict:
+def exact_mismatch(c: Comparison) -> list[str]:
     """Integer and bool outputs must be equal."""
     t, b = np.asarray(c.tested), np.asarray(c.bench)
     wrong = int((t != b).sum())
-    if wrong:
-        return Verdict(ERROR, f"{wrong} of {t.size} elements differ (integer/bool outputs must be equal)")
-    return Verdict(PASS)
+    return [f"{wrong} of {t.size} elements differ (integer/bool outputs must be equal)"] if wrong else []
 
 
-class BasicStandard:
-    """The user's rule: Cosine > cosine and MaxAbsErr < max_abs_err."""
-
-    name = "basic"
-
-    def __init__(self, cosine: float = 0.99, max_abs_err: float = 1e-4):
-        self.cosine = cosine
-        self.max_abs_err = max_abs_err
-
-    def describe(self) -> str:
-        return f"basic (Cosine > {self.cosine:g} and MaxAbsErr < {self.max_abs_err:g})"
-
-    def judge(self, c: Comparison, m: Metrics) -> Verdict:
-        broken = self.broken_rules(c, m)
-        return Verdict(ERROR, "; ".join(broken)) if broken else Verdict(PASS)
-
-    def broken_rules(self, c: Comparison, m: Metrics) -> Sequence[str]:
-        broken = []
-        one_side_zero = _all_zero(c.tested) != _all_zero(c.bench)
-        if one_side_zero and np.size(c.tested) > 1:
-            side = "tested" if _all_zero(c.tested) else "bench"
-            broken.append(f"the {side} output is all zero and the other is not")
-        elif m.cosine is not None and not m.cosine > self.cosine:
-            broken.append(f"Cosine {m.cosine:.6g} <= {self.cosine:g}")
-        if not m.max_abs_err < self.max_abs_err:
-            broken.append(f"MaxAbsErr {m.max_abs_err:.3g} >= {self.max_abs_err:g}{_where(c, m)}")
-        return broken
-
-
-def _all_zero(array: np.ndarray) -> bool:
-    a = np.asarray(array)
-    return a.size > 0 and not np.any(a)
-
-
-def _where(c: Comparison, m: Metrics) -> str:
-    if m.worst_index is None:
-        return ""
-    index = ", ".join(str(i) for i in m.worst_index)
-    return f" at [{index}] (tested {m.worst_tested:.8g}, bench {m.worst_bench:.8g})"
-
-
-def compare(c: Comparison, standard) -> Tuple[Metrics, Verdict]:
+def compare(c: Comparison, standard: Standard) -> tuple[Metrics, Verdict]:
     """Metrics and verdict of one output; structural faults fail under any standard."""
+    from .standards import Verdict
+
     fault = incomparable(c)
     if fault:
-        return Metrics(None, float("nan"), float("nan")), Verdict(ERROR, fault)
+        return Metrics(None, float("nan"), float("nan")), Verdict(ERROR, [fault])
     m = metrics(c.tested, c.bench)
     if _kind(c.tested) != "f":
-        return m, judge_exact(c)
-    fault = _nonfinite_mismatch(c.tested, c.bench)
-    if fault:
-        return m, Verdict(ERROR, fault)
+        wrong = exact_mismatch(c)
+        return m, Verdict(ERROR if wrong else PASS, wrong)
+    faults = nonfinite_mismatch(c.tested, c.bench)
+    if faults:
+        return m, Verdict(ERROR, faults)
     return m, standard.judge(c, m)
-
-
-def worst_status(statuses: Sequence[str]) -> str:
-    """An API's status from its outputs': error beats warning beats pass; all SKIP is SKIP."""
-    judged = [s for s in statuses if s != SKIP]
-    if not judged:
-        return SKIP
-    for status in (ERROR, WARNING):
-        if status in judged:
-            return status
-    return PASS

@@ -11,7 +11,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from typing import Dict, Iterable, List, Optional, Tuple
+from collections.abc import Iterable
 
 AUTO, NPU, CUDA, CPU, RECORDED = "auto", "npu", "cuda", "cpu", "recorded"
 CHOICES = (AUTO, NPU, CUDA, CPU, RECORDED)
@@ -39,7 +39,9 @@ def import_torch():
         return importlib.import_module("torch")
     except ImportError as exc:
         if has_module("torch_npu"):
-            raise DeviceError(f"`import torch` fails because torch_npu is installed but broken ({exc}); {CANN_HINT}")
+            raise DeviceError(
+                f"`import torch` fails because torch_npu is installed but broken ({exc}); {CANN_HINT}"
+            ) from None
         raise DeviceError(f"PyTorch is not installed ({exc}): pip install 'pytest-msprobe[torch]'") from None
     except OSError as exc:  # a missing libhccl.so and friends
         raise DeviceError(f"`import torch` fails: {exc}; {CANN_HINT}") from None
@@ -47,8 +49,10 @@ def import_torch():
 
 def import_torch_npu():
     if not has_module("torch_npu"):
-        raise DeviceError("--msprobe-device npu needs torch_npu, which is not installed here "
-                          "(pip install torch_npu matching your torch, on a machine with the CANN toolkit)")
+        raise DeviceError(
+            "--msprobe-device npu needs torch_npu, which is not installed here "
+            "(pip install torch_npu matching your torch, on a machine with the CANN toolkit)"
+        )
     import_torch()
     try:
         return importlib.import_module("torch_npu")
@@ -56,7 +60,7 @@ def import_torch_npu():
         raise DeviceError(f"torch_npu is installed but cannot be imported ({exc}); {CANN_HINT}") from None
 
 
-def choose(requested: str, notes: Optional[List[str]] = None, frameworks: Iterable[str] = ("pytorch",)) -> str:
+def choose(requested: str, notes: list[str] | None = None, frameworks: Iterable[str] = ("pytorch",)) -> str:
     """The kind of device under test: auto picks npu, else cuda, else cpu.
 
     `frameworks` are those of the run's dumps: MindSpore dumps run on MindSpore,
@@ -72,8 +76,10 @@ def choose(requested: str, notes: Optional[List[str]] = None, frameworks: Iterab
         if torch_dumps:
             import_torch_npu()
         if mindspore_dumps and not has_module("mindspore"):
-            raise DeviceError("--msprobe-device npu: the MindSpore dumps need MindSpore, which is not installed "
-                              "here (pip install mindspore, the Ascend build, with the CANN toolkit)")
+            raise DeviceError(
+                "--msprobe-device npu: the MindSpore dumps need MindSpore, which is not installed "
+                "here (pip install mindspore, the Ascend build, with the CANN toolkit)"
+            )
         return NPU
     if requested == AUTO and torch_dumps and has_module("torch_npu"):
         try:
@@ -92,14 +98,14 @@ def choose(requested: str, notes: Optional[List[str]] = None, frameworks: Iterab
     return CUDA if cuda_ready else CPU
 
 
-def _torch_and_mindspore(frameworks: Iterable[str]) -> Tuple[bool, bool]:
+def _torch_and_mindspore(frameworks: Iterable[str]) -> tuple[bool, bool]:
     names = set(frameworks)
     return bool(names - {"mindspore"}), "mindspore" in names
 
 
-def parse_ids(text: Optional[str]) -> List[int]:
+def parse_ids(text: str | None) -> list[int]:
     """`0,1,2,3`, `0-7` or `0-3,6` -> [ids]."""
-    ids: List[int] = []
+    ids: list[int] = []
     for part in (text or "").replace(" ", "").split(","):
         if not part:
             continue
@@ -126,8 +132,7 @@ def bind(kind: str, device_id: int, frameworks: Iterable[str] = ("pytorch",)) ->
     elif kind == CUDA:
         import_torch().cuda.set_device(device_id)
     if kind == NPU and mindspore_dumps:
-        from .frameworks import mindspore
-        from .outcome import Unsupported
+        from .frameworks import Unsupported, mindspore
 
         try:  # before any MindSpore op: it binds a process to one device, once
             mindspore.bind(device_name(kind, device_id))
@@ -141,7 +146,7 @@ def device_name(kind: str, device_id: int) -> str:
     return f"{kind}:{device_id}" if kind in (NPU, CUDA) else kind
 
 
-def ids_for(text: Optional[str], workers: int) -> List[int]:
+def ids_for(text: str | None, workers: int) -> list[int]:
     """The device ids of a run of `workers` processes: those named, or 0..workers-1 for `auto`."""
     if (text or AUTO).strip() == AUTO:
         return list(range(max(1, workers)))
@@ -151,12 +156,14 @@ def ids_for(text: Optional[str], workers: int) -> List[int]:
     if len(ids) < workers:
         # Not shared: two workers on one NPU compete for its memory and streams and
         # the run reads as if each had its own; a user who asks for 8 ids wants 8 devices.
-        raise DeviceError(f"{workers} xdist workers but {len(ids)} device ids ({text}): each worker needs "
-                          f"its own device; run with -n {len(ids)} or name {workers} ids")
+        raise DeviceError(
+            f"{workers} xdist workers but {len(ids)} device ids ({text}): each worker needs "
+            f"its own device; run with -n {len(ids)} or name {workers} ids"
+        )
     return ids
 
 
-def device_count(kind: str, frameworks: Iterable[str] = ("pytorch",)) -> Optional[int]:
+def device_count(kind: str, frameworks: Iterable[str] = ("pytorch",)) -> int | None:
     """How many devices of `kind` torch sees (None where ids mean nothing, or torch has no say)."""
     if kind == NPU and not _torch_and_mindspore(frameworks)[0]:
         return None  # MindSpore alone: it says so itself when it binds
@@ -168,13 +175,15 @@ def device_count(kind: str, frameworks: Iterable[str] = ("pytorch",)) -> Optiona
     return None
 
 
-def check_ids_exist(kind: str, ids: List[int], frameworks: Iterable[str] = ("pytorch",)) -> None:
+def check_ids_exist(kind: str, ids: list[int], frameworks: Iterable[str] = ("pytorch",)) -> None:
     count = device_count(kind, frameworks)
     missing = [i for i in ids if count is not None and not 0 <= i < count]
     if missing:
         seen = f"ids 0-{count - 1}" if count else "none"
-        raise DeviceError(f"--msprobe-devices: {kind} ids {', '.join(map(str, missing))} do not exist: "
-                          f"torch sees {count} {kind} device(s) ({seen})")
+        raise DeviceError(
+            f"--msprobe-devices: {kind} ids {', '.join(map(str, missing))} do not exist: "
+            f"torch sees {count} {kind} device(s) ({seen})"
+        )
 
 
 class DevicePool:
@@ -184,9 +193,9 @@ class DevicePool:
     gets a free id (the one just released), never one another worker holds.
     """
 
-    def __init__(self, ids: List[int]):
+    def __init__(self, ids: list[int]):
         self.ids = list(ids)
-        self.holders: Dict[str, int] = {}
+        self.holders: dict[str, int] = {}
 
     def allocate(self, worker: str) -> int:
         if worker in self.holders:
@@ -199,7 +208,7 @@ class DevicePool:
         self.holders[worker] = free[0]
         return free[0]
 
-    def release(self, worker: str) -> Optional[int]:
+    def release(self, worker: str) -> int | None:
         return self.holders.pop(worker, None)
 
 
@@ -211,7 +220,7 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
-def cpu_threads() -> Optional[int]:
+def cpu_threads() -> int | None:
     """Intra-op threads of a process that checks entries: one, and -n N for the cores.
 
     A float sum on the CPU rounds differently with the thread count, so a row would
@@ -223,13 +232,13 @@ def cpu_threads() -> Optional[int]:
     return None if os.environ.get("OMP_NUM_THREADS") else 1
 
 
-def threads_text(threads: Optional[int]) -> str:
+def threads_text(threads: int | None) -> str:
     if threads is None:
         return f"{os.environ.get('OMP_NUM_THREADS')} intra-op thread(s) (OMP_NUM_THREADS)"
     return f"{threads} intra-op thread(s) of {cpu_cores()} cores"
 
 
-def limit_threads(threads: Optional[int]) -> None:
+def limit_threads(threads: int | None) -> None:
     """Make the CPU side (the float64 benchmark, and the cpu device) use `threads` threads.
 
     Before torch is imported the environment does it, for OpenMP and MKL alike; once it is
@@ -249,7 +258,7 @@ def use_huge_pages() -> None:
 
     A real model's entry allocates hundreds of MB in float64, and with 4 KiB pages the
     kernel's page faults cost more CPU than the arithmetic: a ResNet step ran 1.5x faster,
-    rows unchanged (bench/results_xdist.md). torch reads THP_MEM_ALLOC_ENABLE at its first
+    rows unchanged (bench/timing/results_xdist.md). torch reads THP_MEM_ALLOC_ENABLE at its first
     allocation, so only before it is imported; the user's value wins, and a kernel with
     THP off ignores it.
     """

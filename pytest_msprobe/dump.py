@@ -11,14 +11,12 @@ import gc
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any
 
-try:  # orjson parses big dumps several times faster than json
-    import orjson
-except ImportError:  # pragma: no cover - orjson is a dependency
-    orjson = None
+import orjson  # parses big dumps several times faster than json
 
 DUMP_FILE_NAME = "dump.json"
 TENSOR_DIR_NAME = "dump_tensor_data"
@@ -53,7 +51,7 @@ class EntryName:
         return self.full[: -len(self.direction) - 1]
 
 
-def parse_entry_name(name: str) -> Optional[EntryName]:
+def parse_entry_name(name: str) -> EntryName | None:
     """The parts of an API entry name, or None for module/cell and unknown shapes."""
     parts = name.rsplit(".", 2)
     if len(parts) != 3:
@@ -83,7 +81,7 @@ class Dump:
     task: str
     level: str
     framework: str
-    entries: Dict[str, Any] = field(repr=False)
+    entries: dict[str, Any] = field(repr=False)
 
     @property
     def tensor_dir(self) -> Path:
@@ -97,14 +95,14 @@ class Dump:
             if parsed is not None:
                 yield parsed
 
-    def counts(self) -> Dict[str, int]:
+    def counts(self) -> dict[str, int]:
         counts = {"forward": 0, "backward": 0, "module": 0, "unknown": 0}
         for name in self.entries:
             counts[entry_kind(name)] += 1
         return counts
 
 
-def find_dump_files(path: os.PathLike | str) -> List[Path]:
+def find_dump_files(path: os.PathLike | str) -> list[Path]:
     """A dump.json itself, or every dump.json under a folder (step*/rank*/...)."""
     path = Path(path)
     if path.is_dir():
@@ -195,18 +193,17 @@ def parse_json(raw: bytes, path: Path) -> Any:
 
 
 def _parse(raw: bytes, path: Path) -> Any:
-    if orjson is not None:
-        try:
-            return orjson.loads(quote_bare_constants(raw))
-        except orjson.JSONDecodeError:
-            pass  # let json name the position of the fault
+    try:
+        return orjson.loads(quote_bare_constants(raw))
+    except orjson.JSONDecodeError:
+        pass  # let json name the position of the fault
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise DumpError(f"{path}: not valid JSON: {exc}") from None
 
 
-def infer_framework(entries: Dict[str, Any]) -> str:
+def infer_framework(entries: dict[str, Any]) -> str:
     """Older dumps have no `framework` key: the tensor spelling tells."""
     for body in _first_bodies(entries, 50):
         for spec in _walk_specs(body):
@@ -223,7 +220,7 @@ def infer_framework(entries: Dict[str, Any]) -> str:
     return "pytorch"
 
 
-def _first_bodies(entries: Dict[str, Any], limit: int) -> Iterator[Any]:
+def _first_bodies(entries: dict[str, Any], limit: int) -> Iterator[Any]:
     for i, body in enumerate(entries.values()):
         if i >= limit:
             return
@@ -242,7 +239,7 @@ def _walk_specs(node: Any) -> Iterator[dict]:
             yield from _walk_specs(value)
 
 
-def peek_task(path: Path, head_bytes: int = 65536) -> Tuple[Optional[str], Optional[str]]:
+def peek_task(path: Path, head_bytes: int = 65536) -> tuple[str | None, str | None]:
     """(task, framework) from the head of a dump.json, without parsing it all.
 
     msprobe writes the header keys before `data`; None where they are not there.

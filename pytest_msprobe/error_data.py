@@ -11,26 +11,34 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Tuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .frameworks import Kept
 from .inputs import Device, tree_map
-from .outcome import EntryResult, Kept
+from .messages import entry_message, output_message
+from .results import EntryResult, OutputResult
+
+if TYPE_CHECKING:
+    from .check import Checker
+    from .dump import Dump
 
 MANIFEST = "manifest.json"
 PARTS = ("inputs", "tested_outputs", "bench_outputs", "grad_outputs")
-TORCH_LOAD = ("torch.load(path, weights_only=True). inputs.pt: {'args': [...], 'kwargs': {...}} as rebuilt "
-              "(recorded dtypes, on CPU; a device argument is 'cpu'). tested_outputs.pt, bench_outputs.pt: "
-              "lists in the order of the details rows (output i is item i; for a backward, the gradient of "
-              "the i-th floating input, None where it has none). grad_outputs.pt: the gradients fed to the "
-              "outputs. The bench ran on CPU with floating tensors in its Bench Dtype.")
+TORCH_LOAD = (
+    "torch.load(path, weights_only=True). inputs.pt: {'args': [...], 'kwargs': {...}} as rebuilt "
+    "(recorded dtypes, on CPU; a device argument is 'cpu'). tested_outputs.pt, bench_outputs.pt: "
+    "lists in the order of the details rows (output i is item i; for a backward, the gradient of "
+    "the i-th floating input, None where it has none). grad_outputs.pt: the gradients fed to the "
+    "outputs. The bench ran on CPU with floating tensors in its Bench Dtype."
+)
 NUMPY_LOAD = "numpy.load(path): one array per value, keyed by where it sits (args[0], kwargs['x'], [1])."
 
 
-def save(folder: Path, dump, result: EntryResult, kept: Kept, settings) -> Path:
+def save(folder: Path, dump: Dump, result: EntryResult, kept: Kept, checker: Checker) -> Path:
     """Write the entry's values and manifest; returns the entry's folder."""
     target = folder / dump_label(Path(dump.path)) / f"{result.api}.{result.direction}"
     target.mkdir(parents=True, exist_ok=True)
@@ -41,18 +49,45 @@ def save(folder: Path, dump, result: EntryResult, kept: Kept, settings) -> Path:
             continue
         value = tree_map(_portable, value)
         files[part] = _save_torch(target, part, value) if torch_values else _save_numpy(target, part, value)
-        values[part] = [{"at": at, "dtype": _dtype(leaf), "shape": _shape(leaf)} for at, leaf in leaves(value)
-                        if _shape(leaf) is not None]
+        values[part] = [
+            {"at": at, "dtype": _dtype(leaf), "shape": _shape(leaf)}
+            for at, leaf in leaves(value)
+            if _shape(leaf) is not None
+        ]
     manifest = {
-        "entry": f"{result.api}.{result.direction}", "api": result.api, "direction": result.direction,
-        "dump": str(dump.path), "framework": dump.framework, "status": result.status, "message": result.message,
-        "device": settings.device, "mode": settings.mode, "seed": settings.seed,
-        "standard": settings.standard.describe(),
-        "outputs": [asdict(row) for row in result.outputs],
-        "files": files, "values": values, "load": TORCH_LOAD if torch_values else NUMPY_LOAD,
+        "entry": f"{result.api}.{result.direction}",
+        "api": result.api,
+        "direction": result.direction,
+        "dump": str(dump.path),
+        "framework": dump.framework,
+        "status": result.status.value,
+        "message": entry_message(result),
+        "device": checker.run.tested_on,
+        "mode": checker.run.mode,
+        "seed": checker.run.seed,
+        "standard": checker.standard.describe(),
+        "outputs": [output_row(result, output) for output in result.outputs],
+        "files": files,
+        "values": values,
+        "load": TORCH_LOAD if torch_values else NUMPY_LOAD,
     }
     (target / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
     return target
+
+
+def output_row(result: EntryResult, output: OutputResult) -> dict[str, Any]:
+    """An output as its details row says it."""
+    return {
+        "name": result.output_name(output),
+        "bench_dtype": output.bench_dtype,
+        "tested_dtype": output.tested_dtype,
+        "shape": output.shape,
+        "cosine": output.cosine,
+        "max_abs_err": output.max_abs_err,
+        "max_rel_err": output.max_rel_err,
+        "status": output.status.value,
+        "message": output_message(output),
+    }
 
 
 def dump_label(dump_path: Path) -> str:
@@ -80,13 +115,22 @@ def _save_torch(target: Path, part: str, value: Any) -> str:
 
 def _save_numpy(target: Path, part: str, value: Any) -> str:
     name = f"{part}.npz"
-    arrays = {at: np.asarray(leaf.asnumpy() if hasattr(leaf, "asnumpy") else leaf) for at, leaf in leaves(value)
-              if leaf is not None}
+    arrays = {at: _as_array(leaf) for at, leaf in leaves(value) if leaf is not None}
     np.savez(target / name, **arrays)
     return name
 
 
-def leaves(tree: Any, at: str = "") -> Iterator[Tuple[str, Any]]:
+def _as_array(value: Any) -> np.ndarray:
+    if hasattr(value, "asnumpy"):  # a MindSpore tensor
+        return np.asarray(value.asnumpy())
+    if hasattr(value, "detach"):  # a torch tensor (MindSpore checks rebuild their values in torch)
+        value = value.detach().cpu()
+        # numpy has no bfloat16: float32 holds every bfloat16 exactly.
+        return (value.float() if str(value.dtype) == "torch.bfloat16" else value).numpy()
+    return np.asarray(value)
+
+
+def leaves(tree: Any, at: str = "") -> Iterator[tuple[str, Any]]:
     """(where, value) of every leaf of nested dicts, lists and tuples: `args[0]`, `kwargs['weight']`."""
     if isinstance(tree, dict):
         for key, item in tree.items():
@@ -105,4 +149,3 @@ def _shape(value: Any):
 
 def _dtype(value: Any) -> str:
     return str(getattr(value, "dtype", type(value).__name__))
-

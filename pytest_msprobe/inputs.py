@@ -10,14 +10,11 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
-REAL = "real"
-RANDOM = "random"
-AUTO = "auto"
-MODES = (AUTO, REAL, RANDOM)
+from .options import RANDOM, REAL
 
 TENSOR_TYPE_SUFFIXES = ("Tensor", "Parameter", "StubTensor")
 
@@ -33,8 +30,8 @@ class Codec(Protocol):
     def dtype_kind(self, name: str) -> str: ...  # "f", "i", "b" or "c"
     def load(self, path: Path) -> Any: ...  # a tensor file -> tensor
     def from_array(self, array: np.ndarray, dtype: Any) -> Any: ...
-    def shape_of(self, tensor: Any) -> List[int]: ...
-    def size(self, dims: List[int]) -> Any: ...
+    def shape_of(self, tensor: Any) -> list[int]: ...
+    def size(self, dims: list[int]) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -57,7 +54,7 @@ class Rebuilt:
 
     args: list
     kwargs: dict
-    notes: List[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def is_tensor_spec(spec: Any) -> bool:
@@ -75,7 +72,7 @@ def tensor_seed(seed: int, entry: str, field_path: str) -> int:
     return int.from_bytes(digest, "little")
 
 
-def as_float(value: Any) -> Optional[float]:
+def as_float(value: Any) -> float | None:
     """A statistic as a float: msprobe writes numbers, bare NaN/Infinity, bools or null."""
     if value is None:
         return None
@@ -90,13 +87,13 @@ def as_float(value: Any) -> Optional[float]:
 class Rebuilder:
     """Rebuilds the arguments of one entry."""
 
-    def __init__(self, codec: Codec, entry: str, tensor_dir: Path, mode: str = AUTO, seed: int = 1234):
+    def __init__(self, codec: Codec, entry: str, tensor_dir: Path, mode: str, seed: int):
         self.codec = codec
         self.entry = entry
         self.tensor_dir = tensor_dir
         self.mode = mode
         self.seed = seed
-        self.notes: List[str] = []
+        self.notes: list[str] = []
 
     def error(self, field_path: str, what: str) -> InputError:
         return InputError(f"{self.entry}: {field_path}: {what}")
@@ -143,7 +140,7 @@ class Rebuilder:
     # -- tensors ----------------------------------------------------------
 
     def tensor(self, spec: dict, field_path: str) -> Any:
-        dtype_name = spec.get("dtype")
+        dtype_name = str(spec.get("dtype"))
         try:
             dtype = self.codec.dtype(dtype_name)
         except (KeyError, TypeError):
@@ -157,7 +154,7 @@ class Rebuilder:
         array = random_array(spec, self.codec.dtype_kind(dtype_name), tensor_seed(self.seed, self.entry, field_path))
         return self.codec.from_array(array, dtype)
 
-    def tensor_path(self, spec: dict, field_path: str) -> Optional[Path]:
+    def tensor_path(self, spec: dict, field_path: str) -> Path | None:
         """The tensor file to load, or None for random data (saying why)."""
         if self.mode == RANDOM:
             return None
@@ -183,10 +180,10 @@ class Rebuilder:
             raise self.error(f"{field_path}.data_name", f"{data_name!r} points outside {root}")
         return path
 
-    def load(self, path: Path, shape: List[int], dtype: Any, field_path: str) -> Any:
+    def load(self, path: Path, shape: list[int], dtype: Any, field_path: str) -> Any:
         try:
             tensor = self.codec.load(path)
-        except Exception as exc:  # a broken file is a fault of that entry only
+        except Exception as exc:  # noqa: BLE001 - a broken file is a fault of that entry only
             raise self.error(f"{field_path}.data_name", f"cannot load {path.name}: {exc}") from None
         found = self.codec.shape_of(tensor)
         if found != list(shape):
@@ -240,13 +237,13 @@ def random_array(spec: dict, kind: str, seed: int) -> np.ndarray:
     return array
 
 
-def _int_bounds(low: Optional[float], high: Optional[float]) -> tuple:
+def _int_bounds(low: float | None, high: float | None) -> tuple:
     lo = int(low) if low is not None and math.isfinite(low) else 0
     hi = int(high) if high is not None and math.isfinite(high) else lo + 1
     return min(lo, hi), max(lo, hi)
 
 
-def _finite_bounds(spec: dict, low: Optional[float], high: Optional[float]) -> tuple:
+def _finite_bounds(spec: dict, low: float | None, high: float | None) -> tuple:
     """Finite [lo, hi] for the bulk of a tensor whose Min/Max may be inf, NaN or absent."""
     low_finite = as_float(spec.get("Min_except_inf_nan"))
     high_finite = as_float(spec.get("Max_except_inf_nan"))
@@ -255,13 +252,14 @@ def _finite_bounds(spec: dict, low: Optional[float], high: Optional[float]) -> t
     if lo is None and hi is None:
         return -1.0, 1.0
     if lo is None:
+        assert hi is not None
         lo = hi - max(1.0, abs(hi))
     if hi is None:
         hi = lo + max(1.0, abs(lo))
     return (lo, hi) if lo <= hi else (hi, lo)
 
 
-def _finite(value: Optional[float]) -> bool:
+def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
@@ -270,16 +268,18 @@ def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
     if isinstance(tree, list):
         return [tree_map(fn, item) for item in tree]
     if isinstance(tree, tuple):
-        return type(tree)(*(tree_map(fn, item) for item in tree)) if hasattr(tree, "_fields") else tuple(
-            tree_map(fn, item) for item in tree
+        return (
+            type(tree)(*(tree_map(fn, item) for item in tree))
+            if hasattr(tree, "_fields")
+            else tuple(tree_map(fn, item) for item in tree)
         )
     if isinstance(tree, dict):
         return {key: tree_map(fn, item) for key, item in tree.items()}
     return fn(tree)
 
 
-def leaves(tree: Any) -> List[Any]:
+def leaves(tree: Any) -> list[Any]:
     """The leaves of nested lists, tuples and dicts, in order."""
-    found: List[Any] = []
+    found: list[Any] = []
     tree_map(found.append, tree)
     return found

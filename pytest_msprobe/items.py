@@ -2,47 +2,51 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import summary
-from .check import check_entry
-from .compare import ERROR, SKIP
-from .dump import DumpError, entry_kind, parse_entry_name, read_dump
-from .outcome import EntryResult
+from .dump import Dump, DumpError, entry_kind, parse_entry_name, read_dump
+from .messages import entry_message
+from .results import ERROR, SKIP, EntryResult
+from .summary import failure_text
 
-RUN_KEY = pytest.StashKey["MsprobeRun"]()
+if TYPE_CHECKING:
+    from .session import MsprobeRun
+
+RUN_KEY: pytest.StashKey[MsprobeRun] = pytest.StashKey()
 
 
 class DumpFile(pytest.File):
     """A dump.json: one item per API entry, in dump order."""
 
-    def collect(self):
+    dump: Dump
+
+    def collect(self) -> Any:
         try:
             self.dump = read_dump(self.path)
         except DumpError as exc:
             # Not a collection error: pytest would stop the whole session.
             yield UnreadableDump.from_parent(self, name="dump", message=str(exc))
             return
-        self.config.stash[RUN_KEY].dumps[self.nodeid] = self.dump
+        self.config.stash[RUN_KEY].collected[self.nodeid] = self.dump
         for name in self.dump.entries:
             if entry_kind(name) != "module":
                 yield EntryItem.from_parent(self, name=name)
 
 
 class UnreadableDump(pytest.Item):
-    def __init__(self, *, message: str, **kwargs):
+    def __init__(self, *, message: str, **kwargs: Any):
         super().__init__(**kwargs)
         self.message = message
 
     def runtest(self) -> None:
         raise DumpError(self.message)
 
-    def repr_failure(self, excinfo, style=None) -> str:
+    def repr_failure(self, excinfo: Any, style: Any = None) -> str:
         return str(excinfo.value)
 
-    def reportinfo(self):
+    def reportinfo(self) -> Any:
         return self.path, None, f"{self.path.name}: unreadable dump"
 
 
@@ -53,34 +57,44 @@ class PrecisionError(AssertionError):
 class EntryItem(pytest.Item):
     """One API entry of a dump, checked on the device under test against the bench."""
 
-    result: Optional[EntryResult] = None
+    result: EntryResult | None = None
 
     def runtest(self) -> None:
-        settings = self.config.stash[RUN_KEY].settings
+        checker = self.config.stash[RUN_KEY].checker
         entry = parse_entry_name(self.name)
         if entry is None:
-            self.result = EntryResult(self.name, "forward", SKIP, f"{self.name}: not an API entry name "
-                                      "(<Type>.<api>.<n>.<forward|backward>)", dump=str(self.path))
+            self.result = EntryResult(
+                self.name,
+                "forward",
+                SKIP,
+                f"{self.name}: not an API entry name (<Type>.<api>.<n>.<forward|backward>)",
+                dump=str(self.path),
+            )
         else:
+            assert isinstance(self.parent, DumpFile)
             try:
-                self.result = check_entry(self.parent.dump, entry, settings)
+                self.result = checker.check(self.parent.dump, entry)
             except Exception as exc:
                 # A fault of the plugin: the item fails with its traceback, the CSV still gets a row.
-                self.result = EntryResult(entry.prefix, entry.direction, SKIP,
-                                          f"pytest-msprobe failed on this entry: {type(exc).__name__}: {exc}",
-                                          dump=str(self.path))
+                self.result = EntryResult(
+                    entry.prefix,
+                    entry.direction,
+                    SKIP,
+                    f"pytest-msprobe failed on this entry: {type(exc).__name__}: {exc}",
+                    dump=str(self.path),
+                )
                 raise
         if self.result.status == SKIP:
-            pytest.skip(self.result.message or "nothing to compare")
+            pytest.skip(entry_message(self.result) or "nothing to compare")
         if self.result.status == ERROR:
-            raise PrecisionError(summary.failure_text(self.result, settings.standard.describe()))
+            raise PrecisionError(failure_text(self.result, checker.standard.describe()))
 
-    def repr_failure(self, excinfo, style=None):
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
         if isinstance(excinfo.value, PrecisionError):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style=style)
 
-    def reportinfo(self):
+    def reportinfo(self) -> Any:
         # A domain that is not the end of the node id: pytest would show the
         # entry's dots as `::` in verbose lines.
         return self.path, None, f"{self.name} of {self.path.parent.name}"

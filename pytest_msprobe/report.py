@@ -12,16 +12,25 @@ import csv
 import math
 import os
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import NamedTuple
 
-from .compare import ERROR
 from .dump import BACKWARD, FORWARD, parse_entry_name
-from .outcome import EntryResult
+from .messages import api_message, output_message
+from .results import ERROR, EntryResult
 
 RESULT_COLUMNS = ["API Name", "Forward Test Success", "Backward Test Success", "Message"]
 DETAILS_COLUMNS = [
-    "API Name", "Bench Dtype", "Tested Dtype", "Shape", "Cosine", "MaxAbsErr", "MaxRelativeErr", "Status", "Message",
+    "API Name",
+    "Bench Dtype",
+    "Tested Dtype",
+    "Shape",
+    "Cosine",
+    "MaxAbsErr",
+    "MaxRelativeErr",
+    "Status",
+    "Message",
 ]
 RESULT_PREFIX = "accuracy_checking_result_"
 DETAILS_PREFIX = "accuracy_checking_details_"
@@ -37,7 +46,7 @@ def text_cell(value: object) -> str:
     return "'" + text if text.startswith(_FORMULA_START) else text
 
 
-def number_cell(value: Optional[float]) -> str:
+def number_cell(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "" if value is None else "nan"
     return repr(float(value))
@@ -55,12 +64,12 @@ class ReportError(ValueError):
     """A file given as a result CSV that is missing or is not one."""
 
 
-def read_finished_apis(result_path: Path) -> Set[str]:
+def read_finished_apis(result_path: Path) -> set[str]:
     """API names already in a result CSV (for resume)."""
     return {row[0] for row in read_result_rows(result_path)}
 
 
-def read_result_rows(result_path: Path) -> List[List[str]]:
+def read_result_rows(result_path: Path) -> list[list[str]]:
     """The rows of a result CSV, header checked, cells as written (formula guard undone)."""
     try:
         with open(result_path, newline="", encoding=ENCODING) as handle:
@@ -70,12 +79,14 @@ def read_result_rows(result_path: Path) -> List[List[str]]:
     if not rows:
         return []  # created, then killed before its header reached the disk
     if rows[0] != RESULT_COLUMNS:
-        raise ReportError(f"{result_path}: not an accuracy_checking_result CSV: its header is {rows[0][:4]}, "
-                          f"expected {RESULT_COLUMNS}")
-    return [[_untext(cell) for cell in row] for row in rows[1:] if row]
+        raise ReportError(
+            f"{result_path}: not an accuracy_checking_result CSV: its header is {rows[0][:4]}, "
+            f"expected {RESULT_COLUMNS}"
+        )
+    return [[untext(cell) for cell in row] for row in rows[1:] if row]
 
 
-def _untext(cell: str) -> str:
+def untext(cell: str) -> str:
     return cell[1:] if cell.startswith("'") and cell[1:].startswith(_FORMULA_START) else cell
 
 
@@ -89,34 +100,44 @@ class CsvWriter:
         self._details = self._open(self.details_path, DETAILS_COLUMNS)
 
     @classmethod
-    def in_folder(cls, folder: Path, stamp: Optional[str] = None) -> "CsvWriter":
+    def in_folder(cls, folder: Path, stamp: str | None = None) -> CsvWriter:
         folder.mkdir(parents=True, exist_ok=True)
         return cls(folder / f"{RESULT_PREFIX}{stamp or timestamp()}.csv")
 
     @staticmethod
-    def _open(path: Path, columns: List[str]):
+    def _open(path: Path, columns: list[str]):
         new = not path.exists() or path.stat().st_size == 0
-        handle = open(path, "a", newline="", encoding="utf-8")
+        handle = open(path, "a", newline="", encoding="utf-8")  # noqa: SIM115 - open for the whole run
         if new:
             handle.write("\ufeff")
             csv.writer(handle).writerow(columns)
         return handle
 
-    def write_api(self, api: str, forward: Optional[EntryResult], backward: Optional[EntryResult]) -> None:
+    def write_api(self, api: str, forward: EntryResult | None, backward: EntryResult | None) -> None:
         details = csv.writer(self._details)
-        for result in (forward, backward):
-            for row in result.outputs if result else ():
-                details.writerow([
-                    text_cell(row.name), text_cell(row.bench_dtype), text_cell(row.tested_dtype),
-                    text_cell(row.shape if row.shape is not None else ""), number_cell(row.cosine),
-                    number_cell(row.max_abs_err), number_cell(row.max_rel_err), row.status, text_cell(row.message),
-                ])
-        csv.writer(self._result).writerow([
-            text_cell(api),
-            forward.status if forward else "",
-            backward.status if backward else "",
-            text_cell(api_message(forward, backward)),
-        ])
+        for result in (r for r in (forward, backward) if r is not None):
+            for row in result.outputs:
+                details.writerow(
+                    [
+                        text_cell(result.output_name(row)),
+                        text_cell(row.bench_dtype),
+                        text_cell(row.tested_dtype),
+                        text_cell(row.shape if row.shape is not None else ""),
+                        number_cell(row.cosine),
+                        number_cell(row.max_abs_err),
+                        number_cell(row.max_rel_err),
+                        row.status.value,
+                        text_cell(output_message(row)),
+                    ]
+                )
+        csv.writer(self._result).writerow(
+            [
+                text_cell(api),
+                forward.status.value if forward else "",
+                backward.status.value if backward else "",
+                text_cell(api_message(forward, backward)),
+            ]
+        )
         # Details first: a result row on disk always has its details beside it.
         self._details.flush()
         self._result.flush()
@@ -126,24 +147,16 @@ class CsvWriter:
         self._result.close()
 
 
-def api_message(forward: Optional[EntryResult], backward: Optional[EntryResult]) -> str:
-    if forward and backward and forward.message and backward.message:
-        return f"forward: {forward.message} | backward: {backward.message}"
-    if backward and backward.message:
-        return f"backward: {backward.message}" if forward else backward.message
-    return forward.message if forward else ""
-
-
-def crash_result(node_id: str, message: str) -> Optional[EntryResult]:
+def crash_result(node_id: str, message: str) -> EntryResult | None:
     """The result of an entry whose process died while checking it (a segfault, an abort,
     the OOM killer): an error, so the API gets its row and the run its failure."""
     name = parse_entry_name(node_id.rsplit("::", 1)[-1])
     if name is None:
         return None
-    return EntryResult(name.prefix, name.direction, ERROR, message, dump=node_id.split("::", 1)[0])
+    return EntryResult(name.prefix, name.direction, ERROR, reason=message, dump=node_id.split("::", 1)[0])
 
 
-def dump_folders(dump_files: Sequence[Path]) -> Dict[Path, Path]:
+def dump_folders(dump_files: Sequence[Path]) -> dict[Path, Path]:
     """The CSV folder of each dump, relative to --msprobe-out.
 
     One dump writes in --msprobe-out itself. Several (the ranks and steps of a
@@ -161,8 +174,8 @@ class ApiRow(NamedTuple):
 
     dump: str  # the dump's part of the node id, `step0/rank0/dump.json`
     api: str
-    forward: Optional[EntryResult]
-    backward: Optional[EntryResult]
+    forward: EntryResult | None
+    backward: EntryResult | None
 
 
 class ApiBook:
@@ -174,9 +187,9 @@ class ApiBook:
     """
 
     def __init__(self, skip: Iterable[str] = ()):
-        self.expected: Dict[Tuple[str, str], Set[str]] = {}
-        self.results: Dict[Tuple[str, str], Dict[str, EntryResult]] = {}
-        self.written: Set[Tuple[str, str]] = set()
+        self.expected: dict[tuple[str, str], set[str]] = {}
+        self.results: dict[tuple[str, str], dict[str, EntryResult]] = {}
+        self.written: set[tuple[str, str]] = set()
         self.skip = set(skip)  # APIs a resumed file already holds
 
     def expect(self, node_ids: Iterable[str]) -> None:
@@ -186,7 +199,7 @@ class ApiBook:
             if name is not None:
                 self.expected.setdefault((dump, name.prefix), set()).add(name.direction)
 
-    def add(self, dump: str, result: EntryResult) -> Optional[ApiRow]:
+    def add(self, dump: str, result: EntryResult) -> ApiRow | None:
         """The API's row once this result completes it, else None."""
         key = (dump, result.api)
         if key in self.written or result.api in self.skip:
@@ -197,11 +210,11 @@ class ApiBook:
             return self._take(key)
         return None
 
-    def leftovers(self) -> List[ApiRow]:
+    def leftovers(self) -> list[ApiRow]:
         """APIs with some results but not all (an interrupted run)."""
         return [self._take(key) for key in list(self.results) if key not in self.written]
 
-    def _take(self, key: Tuple[str, str]) -> ApiRow:
+    def _take(self, key: tuple[str, str]) -> ApiRow:
         got = self.results.pop(key)
         self.written.add(key)
         return ApiRow(*key, got.get(FORWARD), got.get(BACKWARD))

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List
 
 import pytest
 
 from . import summary
-from .outcome import EntryResult
 from .report import ApiBook, ApiRow, CsvWriter, dump_folders, timestamp
+from .results import REPORT_ATTRIBUTE, EntryResult
 
 
 class CsvReporter:
@@ -21,19 +20,19 @@ class CsvReporter:
         self.book = ApiBook(skip=run.selection.finished)
         self.folders = dump_folders(run.dump_files)
         self.stamp = timestamp()  # one for the run, whatever the number of dumps
-        self.writers: Dict[str, CsvWriter] = {}  # by the dump's part of the node id
-        self.results: List[EntryResult] = []
-        self.unfinished: List[ApiRow] = []
+        self.writers: dict[str, CsvWriter] = {}  # by the dump's part of the node id
+        self.results: list[EntryResult] = []
+        self.unfinished: list[ApiRow] = []
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.book.expect(item.nodeid for item in session.items)
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node, ids: List[str]) -> None:
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
         self.book.expect(ids)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        data = getattr(report, "msprobe", None)
+        data = getattr(report, REPORT_ATTRIBUTE, None)
         if data is None:
             return
         result = EntryResult.from_dict(data)
@@ -49,8 +48,9 @@ class CsvReporter:
         if dump not in self.writers:
             resumed = self.run.selection.resumed
             folder = self.folders.get((self.config.rootpath / dump).resolve(), Path())
-            self.writers[dump] = (CsvWriter(resumed) if resumed
-                                  else CsvWriter.in_folder(self.run.out_dir / folder, self.stamp))
+            self.writers[dump] = (
+                CsvWriter(resumed) if resumed else CsvWriter.in_folder(self.run.out_dir / folder, self.stamp)
+            )
         return self.writers[dump]
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
@@ -77,8 +77,10 @@ class CsvReporter:
         for dump in sorted({row.dump for row in self.unfinished}):
             count = sum(row.dump == dump for row in self.unfinished)
             where = f"{dump}: " if len(self.writers) > 1 else ""
-            terminalreporter.write_line(f"{where}{count} APIs unfinished when the run stopped, not written: "
-                                        f"--msprobe-resume {self.writers[dump].result_path} runs them")
+            terminalreporter.write_line(
+                f"{where}{count} APIs unfinished when the run stopped, not written: "
+                f"--msprobe-resume {self.writers[dump].result_path} runs them"
+            )
         for writer in self.writers.values():
             terminalreporter.write_line(f"result:  {writer.result_path}")
             terminalreporter.write_line(f"details: {writer.details_path}")

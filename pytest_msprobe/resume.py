@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import codecs
 import csv
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, List, Set, Tuple
 
-from .report import DETAILS_COLUMNS, RESULT_COLUMNS, ReportError, _untext, details_path_for
+from .report import DETAILS_COLUMNS, RESULT_COLUMNS, ReportError, details_path_for, untext
 
 
-def prepare(result_path: Path) -> Set[str]:
+def prepare(result_path: Path) -> set[str]:
     """The APIs finished in result_path, after cutting a killed run's torn tail from both files.
 
     Called once, by the process that writes the CSVs, before anything runs.
@@ -29,15 +29,15 @@ def prepare(result_path: Path) -> Set[str]:
         raise ReportError(f"{result_path}: cannot resume into it: {exc}") from None
 
 
-def _prepare(result_path: Path) -> Set[str]:
+def _prepare(result_path: Path) -> set[str]:
     rows, ends = complete_records(result_path, RESULT_COLUMNS)
-    finished = {_untext(row[0]) for row in rows[1:] if row}
+    finished = {untext(row[0]) for row in rows[1:] if row}
     _truncate(result_path, ends[-1] if ends else 0)
     details = details_path_for(result_path)
     if details.is_file():
         rows, ends = complete_records(details, DETAILS_COLUMNS)
         # Orphans can only sit at the end: the rows of the API being written when the run died.
-        while len(rows) > 1 and api_of_output(_untext(rows[-1][0])) not in finished:
+        while len(rows) > 1 and api_of_output(untext(rows[-1][0])) not in finished:
             rows.pop()
             ends.pop()
         _truncate(details, ends[-1] if ends else 0)
@@ -49,14 +49,14 @@ def api_of_output(name: str) -> str:
     return name.rsplit(".output.", 1)[0].rsplit(".", 1)[0]
 
 
-def complete_records(path: Path, columns: List[str]) -> Tuple[List[List[str]], List[int]]:
+def complete_records(path: Path, columns: list[str]) -> tuple[list[list[str]], list[int]]:
     """The complete CSV records of a file (header first) and the byte offset where each ends."""
     data = path.read_bytes()
     bom = codecs.BOM_UTF8
     start = len(bom) if data.startswith(bom) else len(data) if bom.startswith(data) else 0  # a torn BOM too
     read_to = [start]
-    rows: List[List[str]] = []
-    ends: List[int] = []
+    rows: list[list[str]] = []
+    ends: list[int] = []
     try:
         for row in csv.reader(_lines(data, start, read_to), strict=True):
             if not data[: read_to[0]].endswith(b"\n"):
@@ -66,15 +66,16 @@ def complete_records(path: Path, columns: List[str]) -> Tuple[List[List[str]], L
     except csv.Error:
         pass  # a quoted field cut off mid-write: everything before it stands
     if rows and rows[0] != columns:
-        raise ReportError(f"{path}: not an accuracy_checking CSV of pytest-msprobe: its header is {rows[0][:4]}, "
-                          f"expected {columns}")
+        raise ReportError(
+            f"{path}: not an accuracy_checking CSV of pytest-msprobe: its header is {rows[0][:4]}, expected {columns}"
+        )
     if not rows and not ",".join(columns).encode().startswith(data[start:].rstrip(b"\r\n")):
         # Only a header torn mid-write is no header at all.
         raise ReportError(f"{path}: not an accuracy_checking CSV of pytest-msprobe: no header line")
     return rows, ends
 
 
-def _lines(data: bytes, start: int, read_to: List[int]) -> Iterator[str]:
+def _lines(data: bytes, start: int, read_to: list[int]) -> Iterator[str]:
     """The text lines of data, recording in read_to how far the csv reader has read."""
     pos = start
     while pos < len(data):

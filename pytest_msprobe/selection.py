@@ -8,8 +8,8 @@ keeps appending rows to the resumed file.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Optional, Set
 
 import pytest
 
@@ -24,14 +24,13 @@ BASELINE_KEY = "msprobe_baseline_failed"
 
 
 class Selection:
-    def __init__(self, resumed: Optional[Path] = None, finished: Set[str] = frozenset(),
-                 baseline: Optional[Baseline] = None):
+    def __init__(self, resumed: Path | None = None, finished: Iterable[str] = (), baseline: Baseline | None = None):
         self.resumed = resumed  # the result CSV new rows are appended to
         self.finished = set(finished)
         self.baseline = baseline
 
     @classmethod
-    def from_config(cls, config: pytest.Config, base: Path, resume_arg: str, baseline_arg: str) -> "Selection":
+    def from_config(cls, config: pytest.Config, base: Path, resume_arg: str, baseline_arg: str) -> Selection:
         worker = getattr(config, "workerinput", None)
         resumed = base / resume_arg if resume_arg else None
         try:
@@ -68,20 +67,21 @@ class Selection:
     def pytest_report_header(self, config: pytest.Config):
         lines = []
         if self.resumed is not None:
-            lines.append(f"msprobe: resuming {self.resumed}: {len(self.finished)} APIs already finished "
-                         "are not run again")
+            lines.append(
+                f"msprobe: resuming {self.resumed}: {len(self.finished)} APIs already finished are not run again"
+            )
         if self.baseline is not None:
             lines.append(f"msprobe: {self.baseline.describe()}")
         return lines
 
 
-def _finished(resumed: Path, worker: Optional[dict]) -> Set[str]:
+def _finished(resumed: Path, worker: dict | None) -> set[str]:
     if worker is None:
         return resume.prepare(resumed)  # the one process that writes: it also cuts a torn tail
     return set(worker[FINISHED_KEY]) if FINISHED_KEY in worker else read_finished_apis(resumed)
 
 
-def _baseline(path: Path, worker: Optional[dict]) -> Baseline:
+def _baseline(path: Path, worker: dict | None) -> Baseline:
     if worker is not None and BASELINE_KEY in worker:
         return Baseline(path, worker[BASELINE_KEY])
     return Baseline.read(path)

@@ -1,19 +1,19 @@
-"""The lines of the terminal summary, from the results of a run. No pytest."""
+"""The lines of the terminal summary and of a failed item, from the results of a run. No pytest."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from typing import Dict, List, Sequence
+from collections.abc import Sequence
 
-from .compare import ERROR, PASS, SKIP, WARNING
 from .dump import BACKWARD, FORWARD
-from .outcome import EntryResult
+from .messages import entry_message, output_message
+from .results import ERROR, PASS, SKIP, WARNING, EntryResult
 
 STATUSES = (PASS, ERROR, WARNING, SKIP)
 
 
-def count_lines(results: Sequence[EntryResult]) -> List[str]:
+def count_lines(results: Sequence[EntryResult]) -> list[str]:
     lines = []
     for direction in (FORWARD, BACKWARD):
         counts = Counter(r.status for r in results if r.direction == direction)
@@ -22,7 +22,7 @@ def count_lines(results: Sequence[EntryResult]) -> List[str]:
     return lines
 
 
-def severity(result: EntryResult) -> tuple:
+def severity(result: EntryResult) -> tuple[float, float]:
     """Sort key, worst first: lowest cosine, then largest MaxAbsErr."""
     judged = [row for row in result.outputs if row.status == ERROR]
     cosines = [row.cosine for row in judged if row.cosine is not None]
@@ -30,11 +30,11 @@ def severity(result: EntryResult) -> tuple:
     return (min(cosines) if cosines else 1.0, -(max(errors) if errors else 0.0))
 
 
-def failure_lines(results: Sequence[EntryResult], limit: int = 20) -> List[str]:
+def failure_lines(results: Sequence[EntryResult], limit: int = 20) -> list[str]:
     failed = sorted((r for r in results if r.status == ERROR), key=severity)
     lines = []
     for result in failed[:limit]:
-        lines.append(f"{result.api}.{result.direction}: {result.message}"[:400])
+        lines.append(f"{result.entry}: {entry_message(result)}"[:400])
     if len(failed) > limit:
         lines.append(f"... and {len(failed) - limit} more in the result CSV")
     return lines
@@ -54,11 +54,11 @@ def _reason_class(message: str) -> str:
     return re.sub(r"\d+", "N", reason)
 
 
-def skip_lines(results: Sequence[EntryResult], examples: int = 3) -> List[str]:
-    by_reason: Dict[str, List[str]] = defaultdict(list)
+def skip_lines(results: Sequence[EntryResult], examples: int = 3) -> list[str]:
+    by_reason: dict[str, list[str]] = defaultdict(list)
     for result in results:
         if result.status == SKIP:
-            by_reason[_reason_class(result.message)].append(f"{result.api}.{result.direction}")
+            by_reason[_reason_class(entry_message(result))].append(result.entry)
     lines = []
     for reason, names in sorted(by_reason.items(), key=lambda item: -len(item[1])):
         shown = ", ".join(names[:examples]) + (", ..." if len(names) > examples else "")
@@ -66,19 +66,21 @@ def skip_lines(results: Sequence[EntryResult], examples: int = 3) -> List[str]:
     return lines
 
 
-def floor_line(results: Sequence[EntryResult]) -> List[str]:
+def floor_line(results: Sequence[EntryResult]) -> list[str]:
     """How many failing outputs are rounding alone, by dtype (basic standard only)."""
     failed = [row for r in results for row in r.outputs if row.status == ERROR]
-    at_floor = Counter(row.tested_dtype.rsplit(".", 1)[-1] for row in failed if row.at_floor)
+    at_floor = Counter(row.tested_dtype.rsplit(".", 1)[-1] for row in failed if row.floor)
     if not at_floor:
         return []
     dtypes = ", ".join(f"{n} {dtype}" for dtype, n in at_floor.most_common())
     total = sum(at_floor.values())
-    return [f"{total} of {len(failed)} failing outputs are at the rounding floor of their dtype ({dtypes}); "
-            "--msprobe-standard dtype would pass them"]
+    return [
+        f"{total} of {len(failed)} failing outputs are at the rounding floor of their dtype ({dtypes}); "
+        "--msprobe-standard dtype would pass them"
+    ]
 
 
-def summary_lines(results: Sequence[EntryResult]) -> List[str]:
+def summary_lines(results: Sequence[EntryResult]) -> list[str]:
     lines = count_lines(results)
     failures = failure_lines(results)
     if failures:
@@ -93,26 +95,30 @@ def failure_text(result: EntryResult, standard: str) -> str:
     """The failure message of one item: every output that broke the rule, with its metrics."""
     failed = [row for row in result.outputs if row.status == ERROR]
     if not failed:
-        return f"{result.api}.{result.direction}: {result.message}"
-    lines = [f"{result.api}.{result.direction}: {len(failed)} of {len(result.outputs)} outputs "
-             f"break the standard {standard}"]
+        return f"{result.entry}: {entry_message(result)}"
+    lines = [f"{result.entry}: {len(failed)} of {len(result.outputs)} outputs break the standard {standard}"]
     for row in failed:
         cosine = "n/a" if row.cosine is None else f"{row.cosine:.6g}"
-        lines.append(f"  output.{row.name.rsplit('.', 1)[-1]} {row.tested_dtype} {row.shape}: Cosine {cosine}, "
-                     f"MaxAbsErr {row.max_abs_err:.4g}, MaxRelativeErr {row.max_rel_err:.4g}")
-        lines.append(f"    {row.message}")
-    notes = [part for part in result.message.split("; ") if not part.startswith("output.")]
-    lines += [f"  note: {note}" for note in notes]
+        lines.append(
+            f"  output.{row.index} {row.tested_dtype} {row.shape}: Cosine {cosine}, "
+            f"MaxAbsErr {row.max_abs_err:.4g}, MaxRelativeErr {row.max_rel_err:.4g}"
+        )
+        lines.append(f"    {output_message(row)}")
+    lines += [f"  note: {note}" for note in result.notes]
     return "\n".join(lines)
 
 
-def metric_properties(result: EntryResult) -> List[tuple]:
+def metric_properties(result: EntryResult) -> list[tuple[str, str]]:
     """(name, value) pairs for --junitxml: the metrics of every output."""
     props = []
     for row in result.outputs:
-        props.append((f"{row.name}.status", row.status))
-        for metric, value in (("cosine", row.cosine), ("max_abs_err", row.max_abs_err),
-                              ("max_rel_err", row.max_rel_err)):
+        name = result.output_name(row)
+        props.append((f"{name}.status", row.status.value))
+        for metric, value in (
+            ("cosine", row.cosine),
+            ("max_abs_err", row.max_abs_err),
+            ("max_rel_err", row.max_rel_err),
+        ):
             if value is not None:
-                props.append((f"{row.name}.{metric}", repr(value)))
+                props.append((f"{name}.{metric}", repr(value)))
     return props

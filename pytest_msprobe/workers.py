@@ -12,12 +12,12 @@ from __future__ import annotations
 import gc
 import signal
 import subprocess
-from typing import Dict, List, Optional
 
 import pytest
 
 from . import devices
 from .report import crash_result
+from .results import REPORT_ATTRIBUTE
 
 DEVICE_ID = "msprobe_device_id"
 THREADS = "msprobe_threads"
@@ -25,8 +25,12 @@ THREADS = "msprobe_threads"
 
 def distributing(config: pytest.Config) -> bool:
     """This process is an xdist controller: it hands the items to workers and runs none."""
-    return (not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") != "no"
-            and bool(getattr(config.option, "tx", None)) and not config.option.collectonly)
+    return (
+        not hasattr(config, "workerinput")
+        and getattr(config.option, "dist", "no") != "no"
+        and bool(getattr(config.option, "tx", None))
+        and not config.option.collectonly
+    )
 
 
 def planned_workers(config: pytest.Config) -> int:
@@ -44,12 +48,12 @@ def planned_workers(config: pytest.Config) -> int:
     return count
 
 
-def device_id(config: pytest.Config, ids: List[int]) -> int:
+def device_id(config: pytest.Config, ids: list[int]) -> int:
     """The id this process binds: the one its controller gave it, else the first named."""
     return getattr(config, "workerinput", {}).get(DEVICE_ID, ids[0])
 
 
-def setup_cpu(config: pytest.Config) -> Optional[str]:
+def setup_cpu(config: pytest.Config) -> str | None:
     """Before anything imports torch, in a process that checks entries: its thread count
     (a worker's from its controller) and torch's huge pages. Returns the header note on
     the threads; None in the controller."""
@@ -76,7 +80,7 @@ class Worker:
     def pytest_sessionfinish(self) -> None:
         # Collect once, then freeze what is left (torch's ~170,000 objects, the run's): pytest's
         # five collections at exit and the interpreter's last one then skip it, a second or more
-        # of CPU a worker (bench/results_xdist.md). Never in-process, where it would keep cycles.
+        # of CPU a worker (bench/timing/results_xdist.md). Never in-process, where it would keep cycles.
         gc.collect()
         gc.freeze()
 
@@ -89,17 +93,21 @@ class Controller:
         self.run = run
         self.pool = devices.DevicePool(run.device_ids)
         self.threads = devices.cpu_threads()
-        self.down: Dict[str, str] = {}  # worker -> why it went down, for its crashed entry
+        self.down: dict[str, str] = {}  # worker -> why it went down, for its crashed entry
 
-    def device(self, device_id: Optional[int]) -> str:
+    def device(self, device_id: int | None) -> str:
         kind = self.run.device_kind
+        if device_id is None:
+            return kind
         name = devices.device_name(kind, device_id)
-        return name if name != kind or device_id is None else f"{kind} (id {device_id}, unused on {kind})"
+        return name if name != kind else f"{kind} (id {device_id}, unused on {kind})"
 
-    def pytest_report_header(self, config: pytest.Config) -> List[str]:
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
         ids = ",".join(map(str, self.run.device_ids))
-        return [f"msprobe: {planned_workers(config)} xdist workers, one device each from ids {ids}, "
-                f"{devices.threads_text(self.threads)} each"]
+        return [
+            f"msprobe: {planned_workers(config)} xdist workers, one device each from ids {ids}, "
+            f"{devices.threads_text(self.threads)} each"
+        ]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
@@ -118,11 +126,13 @@ class Controller:
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
-        message = (f"the xdist worker {worker} crashed while checking this entry on "
-                   f"{self.down.get(worker, 'its device')} (a segfault, an abort or the OOM killer in the API)")
+        message = (
+            f"the xdist worker {worker} crashed while checking this entry on "
+            f"{self.down.get(worker, 'its device')} (a segfault, an abort or the OOM killer in the API)"
+        )
         result = crash_result(crashitem, message)
         if result is not None:
-            report.msprobe = result.to_dict()  # the reporter writes its error row like any other
+            setattr(report, REPORT_ATTRIBUTE, result.to_dict())  # the reporter writes its error row like any other
             entry = crashitem.rsplit("::", 1)[-1]
             report.longrepr = f"{entry}: {message}"
             report.location = (report.location[0], None, entry)

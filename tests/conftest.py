@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import shutil
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence, Union
 
 import pytest
 
 # pytester's in-process runs forget the modules a run imported, and torch does
 # not survive a second import in one process: import it once, up front.
-import pytest_msprobe.frameworks.torch  # noqa: E402,F401
+import pytest_msprobe.frameworks.torch_engine  # noqa: F401
 
 # MindSpore likewise, where it is installed: imported once, in PyNative mode,
 # with kernel errors raised at the op that caused them (launch_blocking).
-try:
-    import mindspore  # noqa: F401
-except ImportError:
-    mindspore = None
-else:
+if importlib.util.find_spec("mindspore") is not None:
     from pytest_msprobe.frameworks import mindspore as ms_framework
 
     ms_framework.mindspore()
@@ -44,6 +41,18 @@ def copy_dump(pytester: pytest.Pytester):
         return target / "dump.json"
 
     return copy
+
+
+def run_msprobe(pytester: pytest.Pytester, dump: Union[Path, Sequence[Path], None], *args: str, out: str = "out",
+                device: Optional[str] = None, subprocess: bool = False) -> pytest.RunResult:
+    """pytest on `dump` (a dump.json, a folder, several, or None when args name them) in the
+    pytester folder, its CSVs in `out`: the one way the tests run the plugin. In process,
+    unless `subprocess` (a run that must be killed, or must not share this process's torch)."""
+    dumps = [] if dump is None else [dump] if isinstance(dump, (str, Path)) else list(dump)
+    command = [arg for path in dumps for arg in ("--msprobe-dump", str(path))]
+    command += ["--msprobe-device", device] if device else []
+    runner = pytester.runpytest_subprocess if subprocess else pytester.runpytest
+    return runner("-p", "no:cacheprovider", *command, "--msprobe-out", out, *args)
 
 
 def read_csv(folder: Path, kind: str) -> List[Dict[str, str]]:

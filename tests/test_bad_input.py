@@ -6,12 +6,8 @@ import json
 
 import pytest
 
-from conftest import read_csv
+from conftest import read_csv, run_msprobe
 
-
-def run(pytester, *dumps, device="cpu"):
-    args = [arg for dump in dumps for arg in ("--msprobe-dump", str(dump))]
-    return pytester.runpytest("-p", "no:cacheprovider", *args, "--msprobe-out", "out", "--msprobe-device", device, "-rs")
 
 
 def edit(dump_json, fn):
@@ -25,7 +21,7 @@ def test_a_file_that_is_not_json_is_one_failed_item_and_the_others_run(pytester,
     broken = pytester.path / "broken" / "dump.json"
     broken.parent.mkdir()
     broken.write_text('{"task": "statistics", "data": {')
-    result = run(pytester, broken, good)
+    result = run_msprobe(pytester, [broken, good], "-rs", device="cpu")
     outcomes = result.parseoutcomes()
     assert outcomes["failed"] >= 1 and outcomes["passed"] >= 30
     assert "INTERNALERROR" not in result.stdout.str()
@@ -36,7 +32,7 @@ def test_a_file_that_is_not_json_is_one_failed_item_and_the_others_run(pytester,
 def test_a_json_file_without_data_names_the_file(pytester):
     path = pytester.path / "dump.json"
     path.write_text('{"task": "tensor"}')
-    result = run(pytester, path)
+    result = run_msprobe(pytester, path, "-rs", device="cpu")
     assert result.parseoutcomes() == {"failed": 1}
     result.stdout.fnmatch_lines(["*dump.json: not an msprobe dump: no 'data' object*"])
 
@@ -51,7 +47,7 @@ def test_malformed_entries_skip_naming_entry_and_field(pytester, copy_dump):
         data["Tensor.t.0.forward"]["input_args"][0]["data_name"] = "../../etc/passwd"
 
     edit(dump, damage)
-    result = run(pytester, dump)
+    result = run_msprobe(pytester, dump, "-rs", device="cpu")
     assert "INTERNALERROR" not in result.stdout.str()
     result.stdout.fnmatch_lines_random([
         "*Functional.relu.0.forward: input_args[[]0[]].dtype: unknown dtype 'torch.float17'*",
@@ -72,7 +68,7 @@ def test_an_api_name_that_looks_like_a_formula_stays_text(pytester, copy_dump):
         data['=HYPERLINK("http://x").0.forward'] = data.pop("Functional.relu.0.forward")
 
     edit(dump, rename)
-    result = run(pytester, dump)
+    result = run_msprobe(pytester, dump, "-rs", device="cpu")
     assert "INTERNALERROR" not in result.stdout.str()
     names = [row["API Name"] for row in read_csv(pytester.path / "out", "result")]
     formula = [name for name in names if "HYPERLINK" in name]
@@ -87,7 +83,7 @@ def test_bare_nan_and_infinity_are_read(pytester, copy_dump):
         f'"Min": {first["Min"]!r}', '"Min": NaN', 1)
     assert "Infinity" in text and "NaN" in text
     dump.write_text(text)
-    result = run(pytester, dump)
+    result = run_msprobe(pytester, dump, "-rs", device="cpu")
     assert "INTERNALERROR" not in result.stdout.str()
     assert len(read_csv(pytester.path / "out", "result")) == 26
 
@@ -99,11 +95,11 @@ def test_missing_tensor_files_fall_back_to_random_and_say_so(pytester):
 
     (public / "dump.json").write_text(
         (DATA / "public" / "vllm-ascend__docs_msprobe_guide__L1_tensor_example_dump.json").read_text())
-    result = run(pytester, public / "dump.json")
+    result = run_msprobe(pytester, public / "dump.json", "-rs", device="cpu")
     assert "INTERNALERROR" not in result.stdout.str()
     rows = read_csv(pytester.path / "out", "result")
     assert rows and all("missing, random data used" in row["Message"] for row in rows if row["Message"])
-    real = run(pytester, public / "dump.json", device="recorded")
+    real = run_msprobe(pytester, public / "dump.json", "-rs", device="recorded")
     assert real.parseoutcomes().get("skipped", 0) >= 1
 
 

@@ -11,8 +11,10 @@ import pytest
 
 from pytest_msprobe import error_data
 from pytest_msprobe.baseline import Baseline
-from pytest_msprobe.check import Settings
-from pytest_msprobe.outcome import EntryResult, Kept, OutputRow
+from pytest_msprobe.check import Checker
+from pytest_msprobe.frameworks import Kept, RunOptions, Tested
+from pytest_msprobe.results import EntryResult, OutputResult
+from pytest_msprobe.standards.basic import BasicStandard
 from pytest_msprobe.report import CsvWriter, ReportError
 
 
@@ -47,10 +49,11 @@ def test_baseline_refuses_a_details_csv(tmp_path):
 def test_error_data_of_a_framework_without_torch_is_numpy(tmp_path):
     dump = SimpleNamespace(path=Path("/data/step0/rank0/dump.json"), framework="mindspore")
     entry = EntryResult("Mint.add.0", "forward", "error", "output.0: ...", [
-        OutputRow("Mint.add.0.forward.output.0", "Float64", "Float16", [2], 0.5, 1.0, 2.0, "error")])
+        OutputResult(0, "error", "Float64", "Float16", [2], 0.5, 1.0, 2.0)])
     x, y = np.arange(2, dtype=np.float16), np.ones(2, dtype=np.float16)
     kept = Kept({"args": [x, y], "kwargs": {"alpha": 1}}, [x + y], [np.array([1.0, 2.0])])
-    folder = error_data.save(tmp_path, dump, entry, kept, Settings())
+    checker = Checker(RunOptions("cpu", Tested.DEVICE, "auto", 1234), BasicStandard())
+    folder = error_data.save(tmp_path, dump, entry, kept, checker)
     assert folder.name == "Mint.add.0.forward"
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["files"] == {"inputs": "inputs.npz", "tested_outputs": "tested_outputs.npz",

@@ -11,8 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_msprobe import devices
-from pytest_msprobe.compare import ERROR
-from pytest_msprobe.outcome import EntryResult
+from pytest_msprobe.results import ERROR, EntryResult
 from pytest_msprobe.report import ApiBook, crash_result
 
 
@@ -78,8 +77,10 @@ def test_more_workers_than_ids_is_a_usage_error_that_says_what_to_do():
         devices.ids_for(",", 1)
 
 
-def test_cpu_ids_need_no_device():
-    devices.check_ids_exist(devices.CPU, [0, 1, 99])  # nothing to check, and torch not asked
+def test_cpu_ids_need_no_device(monkeypatch):
+    monkeypatch.setattr(devices, "import_torch", lambda: pytest.fail("torch asked about cpu ids"))
+    assert devices.device_count(devices.CPU) is None
+    assert devices.check_ids_exist(devices.CPU, [0, 1, 99]) is None  # any id: nothing to check
 
 
 def test_each_process_checks_with_one_thread_unless_the_user_says(monkeypatch):

@@ -14,8 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from pytest_msprobe.compare import ERROR, PASS, WARNING, BasicStandard, Comparison, compare
-from pytest_msprobe.dtype_standard import BFLOAT16, FLOAT16, FLOAT32, DtypeStandard, Tolerances
+from pytest_msprobe.compare import Comparison, compare
+from pytest_msprobe.results import ERROR, PASS, WARNING
+from pytest_msprobe.standards.basic import BasicStandard
+from pytest_msprobe.standards.dtype import BFLOAT16, FLOAT16, FLOAT32, DtypeStandard
+from pytest_msprobe.standards.tolerances import Tolerances
 
 # (explicit mantissa bits, exponent of the smallest normal): the test's own oracle.
 FORMATS = {"torch.bfloat16": (7, -126), "torch.float16": (10, -14), "torch.float32": (23, -126),

@@ -6,25 +6,22 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import read_csv
+from conftest import run_msprobe, read_csv
 from dumpwriter import DumpWriter
 
-
-def run(pytester, dump, *args, out="out"):
-    return pytester.runpytest("-p", "no:cacheprovider", "--msprobe-dump", str(dump), "--msprobe-out", out, *args)
 
 
 @pytest.mark.parametrize("device", ["cpu", "recorded"])
 def test_a_correct_bf16_model_fails_basic_on_rounding_and_passes_dtype(pytester, copy_dump, device):
     dump = copy_dump("pt_tensor_L1_bf16")
-    basic = run(pytester, dump, "--msprobe-device", device, out="basic")
+    basic = run_msprobe(pytester, dump, "--msprobe-device", device, out="basic")
     assert basic.parseoutcomes()["failed"] >= 20
     basic.stdout.fnmatch_lines(["* of * failing outputs are at the rounding floor of their dtype (* bfloat16*); "
                                 "--msprobe-standard dtype would pass them"])
     failing = [d for d in read_csv(pytester.path / "basic", "details") if d["Status"] == "error"]
     assert [d for d in failing if "rounding budget (--msprobe-standard dtype passes it)" not in d["Message"]] == []
 
-    dtype = run(pytester, dump, "--msprobe-device", device, "--msprobe-standard", "dtype", out="dtype")
+    dtype = run_msprobe(pytester, dump, "--msprobe-device", device, "--msprobe-standard", "dtype", out="dtype")
     outcomes = dtype.parseoutcomes()
     assert outcomes.get("failed", 0) == 0 and outcomes["passed"] >= 60
     dtype.stdout.fnmatch_lines(["msprobe: device *, standard dtype (*"])
@@ -66,7 +63,7 @@ def test_faults_in_a_bf16_dump_are_caught_and_controls_pass(pytester, copy_dump)
     for entry, fault in FAULTS.items():
         path = tensors / f"{entry}.output.0.pt"
         torch.save(fault(torch.load(path, weights_only=True)), path)
-    result = run(pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype")
+    result = run_msprobe(pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype")
     failed = {line.split("::")[1].split(" ")[0] for line in result.outlines if line.startswith("FAILED")}
     assert failed == set(FAULTS)
     rows = {r["API Name"]: r for r in read_csv(pytester.path / "out", "result")}
@@ -88,7 +85,7 @@ def write_fp16_dump(folder):
 
 def test_an_fp16_dump_of_correct_kernels_passes_the_dtype_standard(pytester):
     dump = write_fp16_dump(pytester.path / "fp16")
-    result = run(pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype")
+    result = run_msprobe(pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype")
     result.assert_outcomes(passed=5)
     tested = {row["Tested Dtype"] for row in read_csv(pytester.path / "out", "details")}
     assert tested == {"torch.float16"}
@@ -98,7 +95,7 @@ def test_per_api_tolerances_from_the_ini_file(pytester, copy_dump):
     dump = copy_dump("pt_tensor_L1_bf16")
     pytester.makeini("[pytest]\nmsprobe_standard = dtype\nmsprobe_tolerances =\n"
                      "    Torch.matmul.*: rtol=0, atol=0\n")
-    result = run(pytester, dump, "--msprobe-device", "recorded")
+    result = run_msprobe(pytester, dump, "--msprobe-device", "recorded")
     result.stdout.fnmatch_lines(["msprobe: tolerance Torch.matmul.*: rtol=0*atol=0*"])
     failed = {line.split("::")[1].split(" ")[0] for line in result.outlines if line.startswith("FAILED")}
     assert failed and all(name.startswith("Torch.matmul.") for name in failed)
@@ -107,6 +104,6 @@ def test_per_api_tolerances_from_the_ini_file(pytester, copy_dump):
 def test_a_bad_tolerance_line_is_a_usage_error(pytester, copy_dump):
     dump = copy_dump("pt_stats_L1")
     pytester.makeini("[pytest]\nmsprobe_tolerances =\n    Torch.matmul.*: rtol=fast\n")
-    result = run(pytester, dump, "--msprobe-standard", "dtype")
+    result = run_msprobe(pytester, dump, "--msprobe-standard", "dtype")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*msprobe_tolerances*rtol*"])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import read_csv
+from conftest import run_msprobe, read_csv
 
 FORWARD_APIS = 37  # examples/pt_tensor_L1: 37 forward and 29 backward API entries
 ENTRIES = 66
@@ -19,9 +19,6 @@ def api_entries(dump_json):
     return [name for name in data if not name.startswith("Module.")]
 
 
-def run(pytester, dump, *args):
-    return pytester.runpytest("-p", "no:cacheprovider", "--msprobe-dump", str(dump), "--msprobe-out", "out", *args)
-
 
 @pytest.fixture
 def example(copy_dump):
@@ -30,7 +27,7 @@ def example(copy_dump):
 
 @pytest.mark.parametrize("device", ["cpu", "recorded"])
 def test_every_api_entry_is_an_item_with_a_verdict(pytester, example, device):
-    result = run(pytester, example, "--msprobe-device", device, "-v")
+    result = run_msprobe(pytester, example, "--msprobe-device", device, "-v")
     outcomes = result.parseoutcomes()
     assert sum(outcomes.get(k, 0) for k in ("passed", "failed", "skipped")) == ENTRIES
     lines = [line.split(" ")[0] for line in result.outlines if line.startswith("pt_tensor_L1/dump.json::")]
@@ -49,7 +46,7 @@ def test_every_api_entry_is_an_item_with_a_verdict(pytester, example, device):
 
 
 def test_result_rows_follow_the_contract(pytester, example):
-    run(pytester, example, "--msprobe-device", "cpu")
+    run_msprobe(pytester, example, "--msprobe-device", "cpu")
     rows = {row["API Name"]: row for row in read_csv(pytester.path / "out", "result")}
     assert list(next(iter(rows.values()))) == ["API Name", "Forward Test Success", "Backward Test Success", "Message"]
     assert rows["Functional.relu.0"]["Forward Test Success"] == "pass"
@@ -65,7 +62,7 @@ def test_result_rows_follow_the_contract(pytester, example):
 
 
 def test_recorded_metrics_agree_with_an_independent_float64_computation(pytester, example):
-    run(pytester, example, "--msprobe-device", "recorded")
+    run_msprobe(pytester, example, "--msprobe-device", "recorded")
     details = {d["API Name"]: d for d in read_csv(pytester.path / "out", "details")}
     tensors = example.parent / "dump_tensor_data"
 
@@ -116,13 +113,21 @@ def failed_ids(result):
     return {line.split("::", 1)[1].split(" ")[0] for line in result.outlines if line.startswith("FAILED ")}
 
 
+def test_a_failure_names_each_output_rounding_floor_once(pytester, example):
+    """Each failing output says it is within the bf16 rounding budget, once; no note repeats it."""
+    result = run_msprobe(pytester, example, "--msprobe-device", "cpu", "-k", "Torch.matmul.1.backward")
+    failure = result.stdout.str().split(" FAILURES ", 1)[1].split(" msprobe ", 1)[0]
+    assert failure.count("within the bf16 rounding budget") == 2  # output.0 and output.1
+    assert "note:" not in failure
+
+
 def test_altered_recorded_outputs_fail_and_the_untouched_pass(pytester, copy_dump):
     clean = copy_dump("pt_tensor_L1", "clean")
-    baseline = failed_ids(run(pytester, clean, "--msprobe-device", "recorded", "-rf"))
+    baseline = failed_ids(run_msprobe(pytester, clean, "--msprobe-device", "recorded", "-rf"))
     altered = copy_dump("pt_tensor_L1", "altered")
     for entry, fn in ALTERATIONS.items():
         alter(altered.parent / "dump_tensor_data" / f"{entry}.output.0.pt", fn)
-    result = run(pytester, altered, "--msprobe-device", "recorded", "-rf")
+    result = run_msprobe(pytester, altered, "--msprobe-device", "recorded", "-rf")
     assert failed_ids(result) == baseline | set(ALTERATIONS)
     assert not baseline & set(ALTERATIONS)  # they passed untouched
     result.stdout.fnmatch_lines(["*Torch.softmax.0.forward*NaN at 1 position*"])
@@ -130,7 +135,7 @@ def test_altered_recorded_outputs_fail_and_the_untouched_pass(pytester, copy_dum
 
 def test_statistics_dump_runs_in_random_mode(pytester, copy_dump):
     dump = copy_dump("pt_stats_L1")
-    result = run(pytester, dump, "--msprobe-device", "cpu", "--msprobe-mode", "random")
+    result = run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-mode", "random")
     outcomes = result.parseoutcomes()
     assert sum(outcomes.get(k, 0) for k in ("passed", "failed", "skipped")) == len(api_entries(dump))
     rows = read_csv(pytester.path / "out", "result")
@@ -140,16 +145,16 @@ def test_statistics_dump_runs_in_random_mode(pytester, copy_dump):
 
 def test_recorded_device_refuses_a_statistics_dump(pytester, copy_dump):
     dump = copy_dump("pt_stats_L1")
-    result = run(pytester, dump, "--msprobe-device", "recorded")
+    result = run_msprobe(pytester, dump, "--msprobe-device", "recorded")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--msprobe-device recorded needs a tensor dump*pt_stats_L1*statistics dump*"])
 
 
 def test_thresholds_from_the_command_line_and_the_ini_file(pytester, example):
-    loose = run(pytester, example, "--msprobe-device", "cpu", "--msprobe-max-abs-err", "1e-2")
+    loose = run_msprobe(pytester, example, "--msprobe-device", "cpu", "--msprobe-max-abs-err", "1e-2")
     assert loose.ret == 0
     pytester.makeini("[pytest]\nmsprobe_cosine = 1.1\n")
-    strict = run(pytester, example, "--msprobe-device", "cpu", "--msprobe-out", "strict")
+    strict = run_msprobe(pytester, example, "--msprobe-device", "cpu", "--msprobe-out", "strict")
     strict.stdout.fnmatch_lines(["*standard basic (Cosine > 1.1 and MaxAbsErr < 0.0001)*"])
     details = read_csv(pytester.path / "strict", "details")
     judged = [d for d in details if d["Cosine"] and d["Tested Dtype"].startswith("torch.float")]
@@ -171,25 +176,25 @@ def test_runs_are_deterministic(pytester, copy_dump):
     dump = copy_dump("pt_stats_L1")
     seen = []
     for i in range(3):
-        run(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", f"out{i}")
+        run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", f"out{i}")
         seen.append(read_csv(pytester.path / f"out{i}", "details"))
     assert seen[0] == seen[1] == seen[2]
-    other_seed = run(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "seed2", "--msprobe-seed", "7")
+    other_seed = run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "seed2", "--msprobe-seed", "7")
     assert other_seed.ret in (0, 1)
     assert read_csv(pytester.path / "seed2", "details") != seen[0]
 
 
 def test_selection_does_not_change_an_entry_data(pytester, copy_dump):
     dump = copy_dump("pt_stats_L1")
-    run(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "all")
-    run(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "some", "-k", "matmul")
+    run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "all")
+    run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "some", "-k", "matmul")
     every = {d["API Name"]: d for d in read_csv(pytester.path / "all", "details")}
     some = read_csv(pytester.path / "some", "details")
     assert some and all(every[d["API Name"]] == d for d in some)
 
 
 def test_summary_lists_counts_failures_and_csv_paths(pytester, example):
-    result = run(pytester, example, "--msprobe-device", "cpu")
+    result = run_msprobe(pytester, example, "--msprobe-device", "cpu")
     result.stdout.fnmatch_lines([
         "*= msprobe =*",
         "forward  35 pass, 2 error, 0 warning, 0 SKIP",
@@ -205,14 +210,14 @@ def test_summary_lists_counts_failures_and_csv_paths(pytester, example):
 def test_real_mode_runs_are_deterministic(pytester, example):
     seen = []
     for i in range(3):
-        run(pytester, example, "--msprobe-device", "cpu", "--msprobe-out", f"out{i}")
+        run_msprobe(pytester, example, "--msprobe-device", "cpu", "--msprobe-out", f"out{i}")
         seen.append((read_csv(pytester.path / f"out{i}", "result"), read_csv(pytester.path / f"out{i}", "details")))
     assert seen[0] == seen[1] == seen[2]
 
 
 def test_backward_items_do_not_depend_on_forward_items(pytester, example):
-    run(pytester, example, "--msprobe-device", "cpu", "--msprobe-out", "all")
-    run(pytester, example, "--msprobe-device", "cpu", "--msprobe-out", "bwd", "-k", "backward", "-p", "no:randomly")
+    run_msprobe(pytester, example, "--msprobe-device", "cpu", "--msprobe-out", "all")
+    run_msprobe(pytester, example, "--msprobe-device", "cpu", "--msprobe-out", "bwd", "-k", "backward", "-p", "no:randomly")
     every = {d["API Name"]: d for d in read_csv(pytester.path / "all", "details")}
     backward = read_csv(pytester.path / "bwd", "details")
     assert len(backward) == sum(".backward." in name for name in every)
@@ -225,14 +230,14 @@ def test_backward_items_do_not_depend_on_forward_items(pytester, example):
                                           ("pt_tensor_mix", "cpu"), ("pt_tensor_mix", "recorded")])
 def test_at_least_95_percent_of_entries_run_to_a_verdict(pytester, copy_dump, name, device):
     dump = copy_dump(name)
-    outcomes = run(pytester, dump, "--msprobe-device", device).parseoutcomes()
+    outcomes = run_msprobe(pytester, dump, "--msprobe-device", device).parseoutcomes()
     total = sum(outcomes.get(k, 0) for k in ("passed", "failed", "skipped"))
     assert total == len(api_entries(dump))
     assert outcomes.get("skipped", 0) <= 0.05 * total
 
 
 def test_recorded_gradients_agree_with_an_independent_float64_autograd(pytester, example):
-    run(pytester, example, "--msprobe-device", "recorded")
+    run_msprobe(pytester, example, "--msprobe-device", "recorded")
     details = {d["API Name"]: d for d in read_csv(pytester.path / "out", "details")}
     tensors = example.parent / "dump_tensor_data"
 

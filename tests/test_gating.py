@@ -6,17 +6,13 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import read_csv
+from conftest import read_csv, run_msprobe
 from test_e2e_torch import ALTERATIONS, alter
 
-ARGS = ("-p", "no:cacheprovider", "--msprobe-device", "recorded")
 # examples/pt_tensor_L1 under the default rule: bf16 outputs fail on rounding alone.
 CLEAN_FAILURES = {"Torch.matmul.1.forward", "Functional.linear.1.forward", "Tensor.float.2.backward",
                   "Functional.linear.1.backward", "Tensor.float.0.backward", "Torch.matmul.1.backward"}
 
-
-def run(pytester, dump, out, *args):
-    return pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), "--msprobe-out", out, *args)
 
 
 def entries(result, word):
@@ -35,15 +31,15 @@ def altered(copy_dump):
 def test_exit_status_is_zero_when_all_pass_and_one_on_an_error(pytester, copy_dump, altered):
     clean = copy_dump("pt_tensor_L1", "clean")
     loose = ("--msprobe-max-abs-err", "1e-2")  # the bf16 rounding of the clean dump passes
-    assert run(pytester, clean, "clean_out", *loose).ret == pytest.ExitCode.OK
-    broken = run(pytester, altered, "altered_out", *loose, "-rf")
+    assert run_msprobe(pytester, clean, *loose, out="clean_out", device="recorded").ret == pytest.ExitCode.OK
+    broken = run_msprobe(pytester, altered, *loose, "-rf", out="altered_out", device="recorded")
     assert broken.ret == pytest.ExitCode.TESTS_FAILED
     assert entries(broken, "FAILED") == set(ALTERATIONS)
 
 
 def test_junitxml_carries_every_output_metric(pytester, copy_dump):
     dump = copy_dump("pt_tensor_L1")
-    run(pytester, dump, "out", "--junitxml", "junit.xml")
+    run_msprobe(pytester, dump, "--junitxml", "junit.xml", out="out", device="recorded")
     cases = {case.get("name"): case for case in ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")}
     assert len(cases) == 66
     details = {d["API Name"]: d for d in read_csv(pytester.path / "out", "details")}
@@ -59,18 +55,18 @@ def test_junitxml_carries_every_output_metric(pytester, copy_dump):
 
 def test_baseline_failures_are_xfail_and_only_new_ones_fail(pytester, copy_dump, altered):
     clean = copy_dump("pt_tensor_L1", "clean")
-    run(pytester, clean, "base")
+    run_msprobe(pytester, clean, out="base", device="recorded")
     baseline = next((pytester.path / "base").glob("accuracy_checking_result_*.csv"))
-    result = run(pytester, altered, "out", "--msprobe-baseline", str(baseline), "-rfxX")
+    result = run_msprobe(pytester, altered, "--msprobe-baseline", str(baseline), "-rfxX", out="out", device="recorded")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert entries(result, "FAILED") == set(ALTERATIONS)
     assert entries(result, "XFAIL") == CLEAN_FAILURES
-    assert result.parseoutcomes() == {"failed": 4, "xfailed": 6, "passed": 55, "skipped": 1}
+    assert result.parseoutcomes() == {"failed": 4, "xfailed": 6, "passed": 56}
     result.stdout.fnmatch_lines([
         f"msprobe: baseline {baseline}: 6 known failures, expected to fail (xfail)",
         "*= msprobe =*",
         "forward  31 pass, 6 error, 0 warning, 0 SKIP",  # xfailed entries still count as error
-        "backward 24 pass, 4 error, 0 warning, 1 SKIP",
+        "backward 25 pass, 4 error, 0 warning, 0 SKIP",
         f"baseline {baseline}:",
         "6 known failures still fail (xfailed), 0 now pass, 4 new failures",
         "new failures (not in the baseline):",
@@ -79,18 +75,19 @@ def test_baseline_failures_are_xfail_and_only_new_ones_fail(pytester, copy_dump,
     assert rows["Functional.linear.1"]["Forward Test Success"] == "error"  # the CSV stays the truth
 
 
+@pytest.mark.slow
 def test_fixed_apis_are_reported_and_do_not_fail_under_xdist(pytester, copy_dump, altered):
     """Workers mark the xfails, the controller counts and lists: both must agree."""
-    run(pytester, altered, "base")
+    run_msprobe(pytester, altered, out="base", device="recorded")
     baseline = next((pytester.path / "base").glob("accuracy_checking_result_*.csv"))
     clean = copy_dump("pt_tensor_L1", "clean")
     pytester.makeini(f"[pytest]\nmsprobe_baseline = {baseline.relative_to(pytester.path)}\n")
-    result = run(pytester, clean, "out", "-n", "2", "-rxX")
+    result = run_msprobe(pytester, clean, "-n", "2", "-rxX", out="out", device="recorded")
     assert result.ret == pytest.ExitCode.OK
-    assert result.parseoutcomes() == {"xfailed": 6, "xpassed": 4, "passed": 55, "skipped": 1}
+    assert result.parseoutcomes() == {"xfailed": 6, "xpassed": 4, "passed": 56}
     result.stdout.fnmatch_lines([
         "forward  35 pass, 2 error, 0 warning, 0 SKIP",
-        "backward 24 pass, 4 error, 0 warning, 1 SKIP",
+        "backward 25 pass, 4 error, 0 warning, 0 SKIP",
         "6 known failures still fail (xfailed), 4 now pass, 0 new failures",
         "now pass although the baseline failed them:",
     ])

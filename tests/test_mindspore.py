@@ -10,16 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DATA, read_csv
+from conftest import run_msprobe, DATA, read_csv
 
 ms = pytest.importorskip("mindspore")
 
 ENTRIES = 41  # ms_tensor_L1 and ms_stats_L1: 21 forward and 20 backward API entries
 FORWARD_APIS = 21
 
-
-def run(pytester, dump, *args):
-    return pytester.runpytest("-p", "no:cacheprovider", "--msprobe-dump", str(dump), "--msprobe-out", "out", *args)
 
 
 def api_entries(dump_json):
@@ -41,7 +38,7 @@ def tensor_dump(copy_dump):
 
 @pytest.mark.parametrize("device", ["cpu", "recorded"])
 def test_every_api_entry_is_an_item_with_a_verdict(pytester, tensor_dump, device):
-    result = run(pytester, tensor_dump, "--msprobe-device", device, "-v", "-rs")
+    result = run_msprobe(pytester, tensor_dump, "--msprobe-device", device, "-v", "-rs")
     assert outcome_total(result) == ENTRIES
     ids = [line.split(" ")[0].split("::")[1] for line in result.outlines if line.startswith("ms_tensor_L1/dump.json::")]
     assert ids == api_entries(tensor_dump)  # dump order, Primitive and Tensor entries included
@@ -61,7 +58,7 @@ def test_every_api_entry_is_an_item_with_a_verdict(pytester, tensor_dump, device
 
 
 def test_result_and_details_rows_follow_the_contract(pytester, tensor_dump):
-    run(pytester, tensor_dump, "--msprobe-device", "cpu")
+    run_msprobe(pytester, tensor_dump, "--msprobe-device", "cpu")
     rows = {row["API Name"]: row for row in read_csv(pytester.path / "out", "result")}
     assert list(next(iter(rows.values()))) == ["API Name", "Forward Test Success", "Backward Test Success", "Message"]
     assert (rows["Mint.matmul.0"]["Forward Test Success"], rows["Mint.matmul.0"]["Backward Test Success"]) == (
@@ -106,7 +103,7 @@ def assert_row_agrees(row, tested, exact):
 
 
 def test_recorded_metrics_agree_with_an_independent_float64_computation(pytester, tensor_dump):
-    run(pytester, tensor_dump, "--msprobe-device", "recorded")
+    run_msprobe(pytester, tensor_dump, "--msprobe-device", "recorded")
     details = {d["API Name"]: d for d in read_csv(pytester.path / "out", "details")}
     folder = tensor_dump.parent
     x, w, b = (load(folder, f"Primitive.dense.Dense.0.forward.input.{i}.npy") for i in range(3))
@@ -126,7 +123,7 @@ def test_recorded_metrics_agree_with_an_independent_float64_computation(pytester
 
 
 def test_primitive_gradients_agree_with_an_independent_float64_autograd(pytester, tensor_dump):
-    run(pytester, tensor_dump, "--msprobe-device", "recorded")
+    run_msprobe(pytester, tensor_dump, "--msprobe-device", "recorded")
     details = {d["API Name"]: d for d in read_csv(pytester.path / "out", "details")}
     folder = tensor_dump.parent
 
@@ -148,7 +145,7 @@ def test_primitive_gradients_agree_with_an_independent_float64_autograd(pytester
 
 def test_tested_run_metrics_agree_with_mindspore_and_numpy(pytester, tensor_dump):
     """cpu: the tested output is MindSpore's own; the bench is float64."""
-    run(pytester, tensor_dump, "--msprobe-device", "cpu")
+    run_msprobe(pytester, tensor_dump, "--msprobe-device", "cpu")
     details = {d["API Name"]: d for d in read_csv(pytester.path / "out", "details")}
     x = load(tensor_dump.parent, "Mint.exp.0.forward.input.0.npy", np.float32)
     tested = ms.mint.exp(ms.Tensor(x)).asnumpy().astype(np.float64)
@@ -186,12 +183,27 @@ def failed_ids(result):
     return {line.split("::", 1)[1].split(" ")[0] for line in result.outlines if line.startswith("FAILED ")}
 
 
+def test_error_data_of_a_mindspore_dump_is_saved_and_no_verdict_is_lost(pytester, tensor_dump):
+    """--msprobe-save-error-data once failed every MindSpore entry (its run took no `keep`)."""
+    result = run_msprobe(pytester, tensor_dump, "--msprobe-device", "cpu", "--msprobe-save-error-data")
+    assert result.parseoutcomes() == {"failed": 1, "passed": 40}
+    saved = pytester.path / "out" / "msprobe_error_data" / "ms_tensor_L1" / "Mint.exp.0.forward"
+    assert [p.name for p in saved.parent.iterdir()] == [saved.name]
+    manifest = json.loads((saved / "manifest.json").read_text())
+    assert set(manifest["files"]) == {"inputs", "tested_outputs", "bench_outputs"}
+    tested = np.load(saved / "tested_outputs.npz")["[0]"].astype(np.float64)
+    bench = np.load(saved / "bench_outputs.npz")["[0]"]
+    details = {d["API Name"]: d for d in read_csv(pytester.path / "out", "details")}
+    assert np.abs(tested - bench).max() == pytest.approx(float(details["Mint.exp.0.forward.output.0"]["MaxAbsErr"]),
+                                                         rel=1e-12)
+
+
 def test_altered_recorded_outputs_fail_and_the_untouched_pass(pytester, copy_dump):
-    baseline = failed_ids(run(pytester, copy_dump("ms_tensor_L1", "clean"), "--msprobe-device", "recorded", "-rf"))
+    baseline = failed_ids(run_msprobe(pytester, copy_dump("ms_tensor_L1", "clean"), "--msprobe-device", "recorded", "-rf"))
     altered = copy_dump("ms_tensor_L1", "altered")
     for name, fn in ALTERATIONS.items():
         alter(altered.parent / "dump_tensor_data" / name, fn)
-    result = run(pytester, altered, "--msprobe-device", "recorded", "-rf", "--msprobe-out", "altered-out")
+    result = run_msprobe(pytester, altered, "--msprobe-device", "recorded", "-rf", "--msprobe-out", "altered-out")
     expected = {name.rsplit(".output.", 1)[0] for name in ALTERATIONS}
     assert not baseline & expected  # they passed untouched
     assert failed_ids(result) == baseline | expected
@@ -202,7 +214,7 @@ def test_altered_recorded_outputs_fail_and_the_untouched_pass(pytester, copy_dum
 def test_ops_and_tensor_methods_in_mindspore_conventions(pytester, copy_dump, device):
     """ms_ops_L1: ops.* and Tensor methods with axis/keep_dims, tuples written as lists, fp16."""
     dump = copy_dump("ms_ops_L1")
-    result = run(pytester, dump, "--msprobe-device", device)
+    result = run_msprobe(pytester, dump, "--msprobe-device", device)
     assert outcome_total(result) == len(api_entries(dump)) == 52
     rows = {row["API Name"]: row for row in read_csv(pytester.path / "out", "result")}
     for api in ("Functional.mean.0", "Functional.softmax.0", "Functional.transpose.0", "Mint.permute.0",
@@ -221,7 +233,7 @@ def test_ops_and_tensor_methods_in_mindspore_conventions(pytester, copy_dump, de
 def test_primitives_and_cells_of_an_older_api_model(pytester, copy_dump, device):
     """ms_cnn_mix: Cell entries are no items; primitives whose attributes the dump lacks say so."""
     dump = copy_dump("ms_cnn_mix")
-    result = run(pytester, dump, "--msprobe-device", device)
+    result = run_msprobe(pytester, dump, "--msprobe-device", device)
     entries = api_entries(dump)
     assert outcome_total(result) == len([e for e in entries if not e.startswith("Cell.")]) == 48
     result.stdout.fnmatch_lines(["msprobe: ms_cnn_mix/dump.json: mindspore tensor dump, 26 forward, 22 backward, "
@@ -243,13 +255,13 @@ def test_primitives_and_cells_of_an_older_api_model(pytester, copy_dump, device)
 
 def test_statistics_dump_runs_in_random_mode_deterministically(pytester, copy_dump):
     dump = copy_dump("ms_stats_L1")
-    first = run(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "one")
+    first = run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "one")
     assert outcome_total(first) == ENTRIES
     assert first.parseoutcomes().get("skipped", 0) == 0  # every op here has a CPU kernel
     rows = read_csv(pytester.path / "one", "result")
     assert len(rows) == FORWARD_APIS
     assert sum(row["Forward Test Success"] == "pass" for row in rows) >= FORWARD_APIS - 1
-    run(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "two")
+    run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "two")
     assert read_csv(pytester.path / "one", "details") == read_csv(pytester.path / "two", "details")
 
 
@@ -258,7 +270,7 @@ def test_public_mindspore_statistics_dump(pytester):
     dump = pytester.path / "public" / "dump.json"
     dump.parent.mkdir()
     dump.write_bytes(source.read_bytes())
-    result = run(pytester, dump, "--msprobe-device", "cpu")
+    result = run_msprobe(pytester, dump, "--msprobe-device", "cpu")
     result.stdout.fnmatch_lines(["msprobe: public/dump.json: mindspore statistics dump, 1 forward*"])
     assert result.parseoutcomes() == {"passed": 1}
     assert read_csv(pytester.path / "out", "result")[0]["API Name"] == "MintFunctional.relu.0"
@@ -322,7 +334,7 @@ def test_ops_without_a_cpu_kernel_are_skips_naming_the_kernel(pytester):
     dump.parent.mkdir()
     dump.write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "mindspore",
                                 "dump_data_dir": None, "data": KERNEL_GAPS}))
-    result = run(pytester, dump, "--msprobe-device", "cpu", "-rs")
+    result = run_msprobe(pytester, dump, "--msprobe-device", "cpu", "-rs")
     assert outcome_total(result) == len(KERNEL_GAPS) - 1  # the Cell entry is no item
     rows = {row["API Name"]: row for row in read_csv(pytester.path / "out", "result")}
     missing = {"MintFunctional.gelu.0": "GeluExt", "MintFunctional.layer_norm.0": "LayerNormExt",
@@ -400,14 +412,14 @@ def test_ops_without_a_cpu_kernel_are_judged_from_a_recorded_dump(pytester):
     # layer_norm's normalized_shape is recorded as a list of ints, as msprobe writes a tuple
     body = json.loads(dump.read_text())
     assert body["data"]["MintFunctional.layer_norm.0.forward"]["input_args"][1] == [scalar("int", 8)]
-    result = run(pytester, dump, "--msprobe-device", "recorded")
+    result = run_msprobe(pytester, dump, "--msprobe-device", "recorded")
     assert result.parseoutcomes() == {"passed": 6}
     rows = {row["API Name"]: row for row in read_csv(pytester.path / "out", "result")}
     assert rows["MintFunctional.layer_norm.0"]["Backward Test Success"] == "pass"
     details = read_csv(pytester.path / "out", "details")
     assert len([d for d in details if d["API Name"].startswith("MintFunctional.layer_norm.0.backward")]) == 3
     # the same dump on this CPU: MindSpore has none of these kernels, each a SKIP that names its own
-    on_cpu = run(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "cpu")
+    on_cpu = run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "cpu")
     assert on_cpu.parseoutcomes() == {"skipped": 6}
     rows = read_csv(pytester.path / "cpu", "result")
     kernels = {"MintFunctional.gelu.0": "GeluExt", "MintFunctional.layer_norm.0": "LayerNormExt",
@@ -421,19 +433,20 @@ def test_a_bfloat16_dump_is_judged_in_bfloat16(pytester):
     writer = TensorDump(pytester.path / "bf16")
     writer.record("Mint.matmul.0", torch.matmul, x, y.T.contiguous())
     dump = writer.write()
-    run(pytester, dump, "--msprobe-device", "recorded")
+    run_msprobe(pytester, dump, "--msprobe-device", "recorded")
     row = read_csv(pytester.path / "out", "details")[0]
     assert (row["Bench Dtype"], row["Tested Dtype"], row["Status"]) == ("torch.float64", "torch.bfloat16", "error")
     exact = x.double() @ y.double().T  # the inputs as recorded, multiplied in float64
     recorded = torch.matmul(x, y.T).double()
     assert float(row["MaxAbsErr"]) == pytest.approx(float((recorded - exact).abs().max()), rel=1e-9)
     assert "within the bf16 rounding budget" in row["Message"]
-    on_cpu = run(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "cpu")
+    on_cpu = run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "cpu")
     assert on_cpu.parseoutcomes() == {"skipped": 1}  # MindSpore's CPU MatMul has no bfloat16 kernel
     assert "has no kernel MatMul for these input dtypes on cpu" in read_csv(pytester.path / "cpu", "result")[0][
         "Message"]
 
 
+@pytest.mark.slow
 def test_a_kernel_error_is_not_blamed_on_the_next_entry_in_a_fresh_process(tmp_path):
     """No conftest here, so nothing set up beforehand: every kernel error stays with its entry.
 
@@ -442,14 +455,18 @@ def test_a_kernel_error_is_not_blamed_on_the_next_entry_in_a_fresh_process(tmp_p
     dump = tmp_path / "dump.json"
     dump.write_text(json.dumps({"task": "statistics", "framework": "mindspore", "data": KERNEL_GAPS}))
     script = f"""
-from pytest_msprobe.check import Settings, check_entry
+from pytest_msprobe.check import Checker
 from pytest_msprobe.dump import read_dump
+from pytest_msprobe.frameworks import RunOptions, Tested
+from pytest_msprobe.messages import entry_message
+from pytest_msprobe.standards.basic import BasicStandard
 dump = read_dump({str(dump)!r})
 names = {{n.full: n for n in dump.api_names()}}
+checker = Checker(RunOptions("cpu", Tested.DEVICE, "auto", 1234), BasicStandard())
 for entry in ("MintFunctional.gelu.0.forward", "Mint.exp.0.forward", "MintFunctional.layer_norm.0.forward",
               "Mint.abs.0.forward"):
-    result = check_entry(dump, names[entry], Settings(device="cpu"))
-    print(entry, result.status, result.message)
+    result = checker.check(dump, names[entry])
+    print(entry, result.status, entry_message(result))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     lines = [line for line in done.stdout.splitlines() if line.startswith(("Mint", "MintFunctional"))]
@@ -459,17 +476,21 @@ for entry in ("MintFunctional.gelu.0.forward", "Mint.exp.0.forward", "MintFuncti
     assert "has no kernel GeluExt" in lines[0] and "has no kernel LayerNormExt" in lines[2]
 
 
+@pytest.mark.slow
 def test_a_recorded_check_needs_no_mindspore_and_the_plugin_never_imports_it(tmp_path):
     """`recorded` judges a MindSpore dump on a machine with PyTorch alone."""
     script = f"""
 import sys
 import pytest_msprobe.plugin
-from pytest_msprobe.check import Settings, check_entry
+from pytest_msprobe.check import Checker
 from pytest_msprobe.dump import read_dump
+from pytest_msprobe.frameworks import RunOptions, Tested
+from pytest_msprobe.standards.basic import BasicStandard
 assert "mindspore" not in sys.modules
 dump = read_dump({str(DATA / "ms_tensor_L1" / "dump.json")!r})
 names = {{n.full: n for n in dump.api_names()}}
-result = check_entry(dump, names["Mint.matmul.0.forward"], Settings(device="recorded"))
+checker = Checker(RunOptions("cpu", Tested.RECORDED, "auto", 1234), BasicStandard())
+result = checker.check(dump, names["Mint.matmul.0.forward"])
 assert result.status == "pass", result
 assert "mindspore" not in sys.modules
 print("ok")

@@ -9,7 +9,7 @@ import torch
 from pytest_msprobe.frameworks import mindspore as framework
 from pytest_msprobe.frameworks.mindspore import CODEC, missing_kernel
 from pytest_msprobe.inputs import InputError, Rebuilder
-from pytest_msprobe.outcome import Unsupported
+from pytest_msprobe.frameworks import Unsupported
 
 
 @pytest.mark.parametrize("name, dtype, kind", [
@@ -34,7 +34,7 @@ def spec(data_name, shape, dtype="Float32"):
 def test_npy_files_load_in_the_recorded_dtype(tmp_path):
     np.save(tmp_path / "scalar.npy", np.array(0.5, dtype=np.float32))
     np.save(tmp_path / "bf16.npy", np.array([1.0, 0.5, -2.0], dtype=np.float32))  # bf16 is stored as float32
-    rebuilder = Rebuilder(CODEC, "Mint.x.0.forward", tmp_path, "real")
+    rebuilder = Rebuilder(CODEC, "Mint.x.0.forward", tmp_path, "real", 1234)
     scalar = rebuilder.value(spec("scalar.npy", []), "input_args[0]")
     assert scalar.shape == () and scalar.dtype == torch.float32  # 0-d stays 0-d
     bf16 = rebuilder.value(spec("bf16.npy", [3], "BFloat16"), "input_args[1]")
@@ -43,7 +43,7 @@ def test_npy_files_load_in_the_recorded_dtype(tmp_path):
 
 def test_a_pickled_npy_is_refused_naming_the_field(tmp_path):
     np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
-    rebuilder = Rebuilder(CODEC, "Mint.x.0.forward", tmp_path, "real")
+    rebuilder = Rebuilder(CODEC, "Mint.x.0.forward", tmp_path, "real", 1234)
     with pytest.raises(InputError, match=r"Mint.x.0.forward: input_args\[0\].data_name: cannot load obj.npy"):
         rebuilder.value(spec("obj.npy", [1]), "input_args[0]")
 

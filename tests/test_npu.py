@@ -11,10 +11,10 @@ import os
 import pytest
 import torch
 
-from conftest import read_csv
+from conftest import read_csv, run_msprobe
 from dumpwriter import DumpWriter
 from pytest_msprobe import devices
-from pytest_msprobe.npu_reference import lookup
+from pytest_msprobe.frameworks.npu_reference import lookup
 
 
 def test_auto_chooses_cuda_where_torch_sees_it_else_cpu():
@@ -48,6 +48,7 @@ def broken_torch_npu(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(package.parent), prepend=os.pathsep)
 
 
+@pytest.mark.slow
 def test_npu_with_a_broken_torch_npu_says_what_to_set(pytester, copy_dump, broken_torch_npu):
     dump = copy_dump("pt_stats_L1")
     result = pytester.runpytest_subprocess("--msprobe-dump", str(dump), "--msprobe-device", "npu")
@@ -57,6 +58,7 @@ def test_npu_with_a_broken_torch_npu_says_what_to_set(pytester, copy_dump, broke
     assert "Traceback" not in result.stderr.str()
 
 
+@pytest.mark.slow
 def test_auto_passes_over_a_broken_torch_npu_and_says_so(pytester, copy_dump, broken_torch_npu):
     dump = copy_dump("pt_stats_L1")
     result = pytester.runpytest_subprocess("--msprobe-dump", str(dump), "--msprobe-device", "auto",
@@ -99,14 +101,10 @@ def write_npu_dump(folder):
     return writer.write()
 
 
-def run(pytester, dump, device="recorded", out="out"):
-    return pytester.runpytest("-p", "no:cacheprovider", "--msprobe-dump", str(dump), "--msprobe-device", device,
-                              "--msprobe-out", out, "-rs")
-
 
 def test_recorded_npu_dump_passes_where_outputs_are_right(pytester):
     dump = write_npu_dump(pytester.path / "npu")
-    result = run(pytester, dump)
+    result = run_msprobe(pytester, dump, "-rs", device="recorded")
     result.assert_outcomes(passed=14)
     rows = {r["API Name"]: r for r in read_csv(pytester.path / "out", "result")}
     assert rows["NPU.npu_rms_norm.0"]["Forward Test Success"] == "pass"
@@ -137,7 +135,7 @@ def test_recorded_npu_dump_fails_where_outputs_were_perturbed(pytester):
     bump(tensors / "NPU.npu_swiglu.0.forward.output.0.pt")
     scale(tensors / "NPU.npu_fusion_attention.0.forward.output.0.pt", 0.97)
     scale(tensors / "NPU.npu_rotary_mul.0.backward.output.0.pt", 1.05)
-    result = run(pytester, dump)
+    result = run_msprobe(pytester, dump, "-rs", device="recorded")
     result.assert_outcomes(passed=10, failed=4)
     rows = {r["API Name"]: r for r in read_csv(pytester.path / "out", "result")}
     assert rows["NPU.npu_rms_norm.0"]["Forward Test Success"] == "error"
@@ -148,7 +146,7 @@ def test_recorded_npu_dump_fails_where_outputs_were_perturbed(pytester):
 
 def test_npu_ops_off_the_npu_are_skipped_with_the_reason(pytester):
     dump = write_npu_dump(pytester.path / "npu")
-    result = run(pytester, dump, device="cpu")
+    result = run_msprobe(pytester, dump, "-rs", device="cpu")
     result.assert_outcomes(passed=2, skipped=12)
     result.stdout.fnmatch_lines(["*NPU op npu_rms_norm runs only on an NPU: use --msprobe-device npu, or recorded*"])
 
@@ -156,7 +154,7 @@ def test_npu_ops_off_the_npu_are_skipped_with_the_reason(pytester):
 def test_an_npu_op_without_reference_is_a_skip_naming_it(pytester):
     writer = DumpWriter(pytester.path / "npu")
     writer.record("NPU.npu_geglu.0", torch.add, [torch.ones(2), torch.ones(2)])
-    result = run(pytester, writer.write())
+    result = run_msprobe(pytester, writer.write(), "-rs", device="recorded")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*NPU op npu_geglu has no CPU reference*"])
 

@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_msprobe.npu_reference import REFERENCES, ReferenceUnsupported, lookup
+from pytest_msprobe.frameworks.npu_reference import REFERENCES, ReferenceUnsupported, lookup
 
 FAST = settings(max_examples=25, deadline=None)
 E = math.e

@@ -6,11 +6,10 @@ from collections import Counter
 
 import pytest
 
-from conftest import read_csv
+from conftest import read_csv, run_msprobe
 from pytest_msprobe import resume
 from pytest_msprobe.report import details_path_for
 
-ARGS = ("-p", "no:cacheprovider", "--msprobe-device", "recorded")
 
 # Kills the process that writes the CSVs (the xdist controller under -n) when the
 # KILL_AT-th test report arrives: a run killed at an arbitrary moment.
@@ -37,16 +36,17 @@ def rows(folder, kind):
 @pytest.fixture
 def full_run(pytester, copy_dump):
     dump = copy_dump("pt_tensor_L1")
-    pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), "--msprobe-out", "full")
+    run_msprobe(pytester, dump, out="full", device="recorded")
     return dump, rows(pytester.path / "full", "result"), rows(pytester.path / "full", "details")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_killed_then_resumed_run_has_every_row_once(pytester, full_run, monkeypatch, workers):
     dump, full_result, full_details = full_run
     pytester.makeconftest(KILLER)
     monkeypatch.setenv("KILL_AT", "50")
-    killed = pytester.runpytest_subprocess(*ARGS, *workers, "--msprobe-dump", str(dump), "--msprobe-out", "out")
+    killed = run_msprobe(pytester, dump, *workers, device="recorded", subprocess=True)
     assert killed.ret == -9
     partial = rows(pytester.path / "out", "result")
     assert 0 < sum(partial.values()) < sum(full_result.values())
@@ -58,7 +58,7 @@ def test_killed_then_resumed_run_has_every_row_once(pytester, full_run, monkeypa
 
     monkeypatch.setenv("KILL_AT", "0")
     result_csv = next((pytester.path / "out").glob("accuracy_checking_result_*.csv"))
-    resumed = pytester.runpytest(*ARGS, *workers, "--msprobe-dump", str(dump), "--msprobe-resume", str(result_csv))
+    resumed = run_msprobe(pytester, dump, *workers, "--msprobe-resume", str(result_csv), device="recorded")
     resumed.stdout.fnmatch_lines([f"msprobe: resuming *{result_csv.name}: {sum(partial.values())} APIs already "
                                   "finished are not run again"])
     # Under xdist the workers deselect; the controller counts what is left.
@@ -71,12 +71,12 @@ def test_killed_then_resumed_run_has_every_row_once(pytester, full_run, monkeypa
 def test_resume_of_a_finished_run_runs_nothing_by_option_or_ini(pytester, full_run):
     dump, full_result, _ = full_run
     result_csv = next((pytester.path / "full").glob("accuracy_checking_result_*.csv"))
-    result = pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), "--msprobe-resume", str(result_csv))
+    result = run_msprobe(pytester, dump, "--msprobe-resume", str(result_csv), device="recorded")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
     assert result.parseoutcomes() == {"deselected": 66}
     assert rows(pytester.path / "full", "result") == full_result
     pytester.makeini(f"[pytest]\nmsprobe_resume = {result_csv.relative_to(pytester.path)}\n")
-    assert pytester.runpytest(*ARGS, "--msprobe-dump", str(dump)).parseoutcomes() == {"deselected": 66}
+    assert run_msprobe(pytester, dump, device="recorded").parseoutcomes() == {"deselected": 66}
 
 
 def test_torn_tail_is_cut_and_its_api_runs_again(pytester, full_run):
@@ -94,7 +94,7 @@ def test_torn_tail_is_cut_and_its_api_runs_again(pytester, full_run):
     assert result_csv.read_bytes() == b"".join(lines[:-1])
     assert all(resume.api_of_output(d["API Name"]) in finished for d in read_csv(pytester.path / "full", "details"))
 
-    pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), "--msprobe-resume", str(result_csv))
+    run_msprobe(pytester, dump, "--msprobe-resume", str(result_csv), device="recorded")
     assert rows(pytester.path / "full", "result") == full_result
     assert rows(pytester.path / "full", "details") == full_details
 
@@ -102,11 +102,11 @@ def test_torn_tail_is_cut_and_its_api_runs_again(pytester, full_run):
 @pytest.mark.parametrize("option", ["--msprobe-resume", "--msprobe-baseline"])
 def test_a_missing_or_foreign_file_is_a_usage_error_naming_it(pytester, copy_dump, option):
     dump = copy_dump("pt_tensor_L1")
-    missing = pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), option, "nowhere.csv")
+    missing = run_msprobe(pytester, dump, option, "nowhere.csv", device="recorded")
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
     missing.stderr.fnmatch_lines([f"*{option}: *nowhere.csv*"])
     pytester.path.joinpath("other.csv").write_text("name,value\nx,1\n")
-    foreign = pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), option, "other.csv")
+    foreign = run_msprobe(pytester, dump, option, "other.csv", device="recorded")
     assert foreign.ret == pytest.ExitCode.USAGE_ERROR
     foreign.stderr.fnmatch_lines([f"*{option}: *other.csv: not an accuracy_checking*"])
     assert "INTERNALERROR" not in missing.stdout.str() + foreign.stdout.str()
@@ -130,6 +130,7 @@ def pytest_collection_finish(session):
 """
 
 
+@pytest.mark.slow
 def test_a_worker_restarted_mid_resume_deselects_what_the_others_did(pytester, full_run, monkeypatch):
     """The controller appends rows while a crashed worker is replaced and re-collects: same items."""
     dump, full_result, full_details = full_run
@@ -146,7 +147,7 @@ def test_a_worker_restarted_mid_resume_deselects_what_the_others_did(pytester, f
     monkeypatch.setenv("CRASH_AT", f"{crashed}.forward")
     monkeypatch.setenv("CRASH_FLAG", str(pytester.path / "crashed"))
     # In process: the crash kills a worker, never this one.
-    result = pytester.runpytest(*ARGS, "-n", "2", "--msprobe-dump", str(dump), "--msprobe-resume", str(result_csv))
+    result = run_msprobe(pytester, dump, "-n", "2", "--msprobe-resume", str(result_csv), device="recorded")
     result.stdout.fnmatch_lines(["*replacing crashed worker*"])
     assert "Different tests were collected" not in result.stdout.str() + result.stderr.str()
     assert "INTERNALERROR" not in result.stdout.str()
@@ -160,13 +161,13 @@ def test_a_worker_restarted_mid_resume_deselects_what_the_others_did(pytester, f
 def test_a_run_stopped_by_x_leaves_unfinished_apis_out_and_resume_completes_them(pytester, full_run):
     """-x stops after the first failure with many forwards done and no backward: those APIs are not finished."""
     dump, full_result, full_details = full_run
-    stopped = pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), "--msprobe-out", "out", "-x")
+    stopped = run_msprobe(pytester, dump, "-x", device="recorded")
     assert stopped.ret == pytest.ExitCode.TESTS_FAILED
     result_csv = next((pytester.path / "out").glob("accuracy_checking_result_*.csv"))
     stopped.stdout.fnmatch_lines([f"* APIs unfinished when the run stopped, not written: --msprobe-resume "
                                   f"{result_csv} runs them"])
     partial = rows(pytester.path / "out", "result")
     assert all(partial[row] <= full_result[row] for row in partial)  # only whole, final rows
-    pytester.runpytest(*ARGS, "--msprobe-dump", str(dump), "--msprobe-resume", str(result_csv))
+    run_msprobe(pytester, dump, "--msprobe-resume", str(result_csv), device="recorded")
     assert rows(pytester.path / "out", "result") == full_result
     assert rows(pytester.path / "out", "details") == full_details

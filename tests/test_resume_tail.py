@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_msprobe import resume
-from pytest_msprobe.outcome import EntryResult, OutputRow
+from pytest_msprobe.results import EntryResult, OutputResult
 from pytest_msprobe.report import CsvWriter, ReportError, details_path_for
 
 # Messages that need quoting: commas, quotes, a newline inside a field, multi-byte text, a formula start.
@@ -19,12 +19,12 @@ def api_rows(count: int):
     rows = []
     for i in range(count):
         api = f"Functional.op{i}.0"
-        outputs = [OutputRow(f"{api}.forward.output.{k}", "torch.float64", "torch.bfloat16", [2, k + 1],
-                             0.99 - k / 7, 1e-3 * (i + 1), 0.5, "error", MESSAGES[(i + k) % len(MESSAGES)])
+        outputs = [OutputResult(k, "error", "torch.float64", "torch.bfloat16", [2, k + 1], 0.99 - k / 7,
+                                1e-3 * (i + 1), 0.5, [MESSAGES[(i + k) % len(MESSAGES)]])
                    for k in range(i % 3)]
         forward = EntryResult(api, "forward", "error" if outputs else "SKIP", MESSAGES[i % len(MESSAGES)], outputs)
         backward = None if i % 4 == 3 else EntryResult(api, "backward", "pass", "", [
-            OutputRow(f"{api}.backward.output.0", "torch.float64", "torch.float32", [3], 1.0, 0.0, 0.0, "pass")])
+            OutputResult(0, "pass", "torch.float64", "torch.float32", [3], 1.0, 0.0, 0.0)])
         rows.append((api, forward, backward))
     return rows
 

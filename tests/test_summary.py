@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_msprobe.outcome import EntryResult, OutputRow
+from pytest_msprobe.results import EntryResult, OutputResult
 from pytest_msprobe.summary import failure_lines, skip_lines
 
 
@@ -26,8 +26,8 @@ def test_skip_reasons_differing_only_in_names_and_shapes_are_one_group():
     ]
 
 
-def row(cosine, max_abs_err) -> OutputRow:
-    return OutputRow("x.output.0", "torch.float64", "torch.float32", [2], cosine, max_abs_err, max_abs_err, "error")
+def row(cosine, max_abs_err) -> OutputResult:
+    return OutputResult(0, "error", "torch.float64", "torch.float32", [2], cosine, max_abs_err, max_abs_err)
 
 
 def test_failures_come_worst_first():

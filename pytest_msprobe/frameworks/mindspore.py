@@ -13,23 +13,29 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from . import ms_mapping
-from . import torch as pt
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, is_tensor_spec, tree_map
-from ..outcome import Run, Unsupported
+from . import OutputPair, Run, RunOptions, Unsupported, ms_mapping
+from . import torch_engine as engine
 
-RECORDED = "recorded"
-
-DTYPES: Dict[str, torch.dtype] = {
-    "bool": torch.bool, "bool_": torch.bool, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
-    "int64": torch.int64, "uint8": torch.uint8, "float16": torch.float16, "bfloat16": torch.bfloat16,
-    "float32": torch.float32, "float64": torch.float64, "complex64": torch.complex64,
+DTYPES: dict[str, torch.dtype] = {
+    "bool": torch.bool,
+    "bool_": torch.bool,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "uint8": torch.uint8,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "complex64": torch.complex64,
     "complex128": torch.complex128,
 }
 
@@ -42,7 +48,7 @@ MISSING_KERNEL = (
 )
 
 
-class MindSporeCodec(pt.TorchCodec):
+class MindSporeCodec(engine.TorchCodec):
     """Specs of a MindSpore dump (`Float32`, `.npy`) -> torch CPU tensors (see inputs.Codec).
 
     Torch tensors, since numpy has no bfloat16; they become MindSpore tensors at the call.
@@ -63,7 +69,7 @@ class MindSporeCodec(pt.TorchCodec):
     def cast(self, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return tensor.to(dtype)
 
-    def size(self, dims: List[int]) -> tuple:
+    def size(self, dims: list[int]) -> tuple:
         return tuple(dims)  # MindSpore takes shapes as tuples
 
 
@@ -78,7 +84,7 @@ def contiguous(array: np.ndarray) -> np.ndarray:
 
 # -- MindSpore itself, imported once and only for a tested run -----------------
 
-_bound: Dict[str, str] = {}
+_bound: dict[str, str] = {}
 
 
 def mindspore():
@@ -86,8 +92,10 @@ def mindspore():
     try:
         import mindspore as ms
     except ImportError as exc:
-        raise Unsupported(f"MindSpore is not installed ({exc}): pip install 'pytest-msprobe[mindspore]', "
-                          "or check the outputs a tensor dump recorded with --msprobe-device recorded") from None
+        raise Unsupported(
+            f"MindSpore is not installed ({exc}): pip install 'pytest-msprobe[mindspore]', "
+            "or check the outputs a tensor dump recorded with --msprobe-device recorded"
+        ) from None
     if "mode" not in _bound:
         ms.set_context(mode=ms.PYNATIVE_MODE)
         # Without it an op's kernel error surfaces at the next op: another entry's.
@@ -116,7 +124,9 @@ def bind(device: str) -> str:
         # MindSpore already ran a kernel in this process: it is bound to what it ran on.
         current = ms.get_current_device()
         if current[0] != wanted[0] or (target == "npu" and current[1] != wanted[1]):
-            raise Unsupported(f"MindSpore cannot move to {device}: {exc} (it runs on {current[0]}:{current[1]})")
+            raise Unsupported(
+                f"MindSpore cannot move to {device}: {exc} (it runs on {current[0]}:{current[1]})"
+            ) from None
     _bound["device"] = device
     return device
 
@@ -148,7 +158,7 @@ def from_mindspore(value: Any) -> Any:
     return value
 
 
-def missing_kernel(exc: BaseException) -> Optional[str]:
+def missing_kernel(exc: BaseException) -> str | None:
     """The kernel MindSpore says it lacks (`GeluExt`, `Exp for these input dtypes`), or None."""
     for pattern, qualifier in MISSING_KERNEL:
         found = pattern.search(str(exc))
@@ -163,20 +173,24 @@ def missing_kernel(exc: BaseException) -> Optional[str]:
 def resolve_bench(name: EntryName) -> ms_mapping.Equivalent:
     if name.api_type in DISTRIBUTED_TYPES:
         raise Unsupported(f"{name.api_type} collective: it cannot be re-run alone, on one device")
-    if pt.NONDETERMINISTIC.search(name.api.rsplit(".", 1)[-1]):
+    if engine.NONDETERMINISTIC.search(name.api.rsplit(".", 1)[-1]):
         raise Unsupported(f"non-deterministic API {name.api}: two runs never agree")
     equivalent = ms_mapping.lookup(name.api_type, name.api)
     if equivalent is None and name.api_type == "Primitive":
-        raise Unsupported(f"Primitive.{name.api} has no PyTorch equivalent in pytest-msprobe's MindSpore mapping "
-                          "table: msprobe records no primitive attributes, and only primitives whose attributes "
-                          f"the arguments tell are mapped ({', '.join(sorted(ms_mapping.PRIMITIVE))})")
+        raise Unsupported(
+            f"Primitive.{name.api} has no PyTorch equivalent in pytest-msprobe's MindSpore mapping "
+            "table: msprobe records no primitive attributes, and only primitives whose attributes "
+            f"the arguments tell are mapped ({', '.join(sorted(ms_mapping.PRIMITIVE))})"
+        )
     if equivalent is None:
-        raise Unsupported(f"{name.api_type}.{name.api} has no PyTorch equivalent in pytest-msprobe's MindSpore "
-                          "mapping table (frameworks/ms_mapping.py), so there is no benchmark for it")
+        raise Unsupported(
+            f"{name.api_type}.{name.api} has no PyTorch equivalent in pytest-msprobe's MindSpore "
+            "mapping table (frameworks/ms_mapping.py), so there is no benchmark for it"
+        )
     return equivalent
 
 
-def resolve_tested(name: EntryName, call: pt.Call) -> Callable:
+def resolve_tested(name: EntryName, call: engine.Call) -> Callable:
     """The MindSpore callable of the entry (a primitive is built with its attributes)."""
     ms = mindspore()
     api_type, api = name.api_type, name.api
@@ -184,13 +198,20 @@ def resolve_tested(name: EntryName, call: pt.Call) -> Callable:
         cls = getattr(ms.ops, ms_mapping.primitive_class(api), None)
         if cls is None:
             raise Unsupported(f"Primitive {api}: no class {ms_mapping.primitive_class(api)} in mindspore.ops")
+        attributes = resolve_bench(name).primitive_args or (lambda *args: ())
         try:
-            return cls(*resolve_bench(name).primitive_args(*call.args))
+            return cls(*attributes(*call.args))
         except Exception as exc:  # noqa: BLE001 - arguments the attribute rule cannot read
-            raise Unsupported(f"Primitive {api}: cannot derive its attributes from the recorded arguments "
-                              f"({type(exc).__name__}: {exc})") from None
-    roots = {"Mint": lambda: ms.mint, "MintFunctional": lambda: ms.mint.nn.functional,
-             "Functional": lambda: ms.ops, "Tensor": lambda: ms.Tensor}
+            raise Unsupported(
+                f"Primitive {api}: cannot derive its attributes from the recorded arguments "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
+    roots = {
+        "Mint": lambda: ms.mint,
+        "MintFunctional": lambda: ms.mint.nn.functional,
+        "Functional": lambda: ms.ops,
+        "Tensor": lambda: ms.Tensor,
+    }
     target: Any = roots[api_type]()
     for part in api.split("."):
         target = getattr(target, part, None)
@@ -202,30 +223,25 @@ def resolve_tested(name: EntryName, call: pt.Call) -> Callable:
 # -- the call ------------------------------------------------------------------
 
 
-def build_call(dump: Dump, name: EntryName, mode: str, seed: int) -> pt.Call:
+def build_call(dump: Dump, name: EntryName, mode: str, seed: int) -> engine.Call:
     equivalent = resolve_bench(name)
-    forward = dump.entries.get(f"{name.prefix}.forward")
-    if forward is None:
-        raise Unsupported(f"no forward entry {name.prefix}.forward in the dump to rebuild the call from")
+    forward = engine.forward_body(dump, name)
     rebuilt = Rebuilder(CODEC, f"{name.prefix}.forward", dump.tensor_dir, mode, seed).rebuild(forward)
-    call = pt.Call(name, None, equivalent.bench(), rebuilt.args, rebuilt.kwargs,
-                   pt.flat_specs(forward.get("output", [])), list(rebuilt.notes))
+    call = engine.Call(
+        name,
+        None,
+        equivalent.bench(),
+        rebuilt.args,
+        rebuilt.kwargs,
+        engine.flat_specs(forward.get("output", [])),
+        list(rebuilt.notes),
+    )
     if equivalent.note:
         call.notes.append(equivalent.note)
     return call
 
 
-def recorded_values(dump: Dump, entry: str, specs: list, key: str) -> list:
-    """The tensors a dump recorded, loaded from its .npy files (None stays None)."""
-    rebuilder = Rebuilder(CODEC, entry, dump.tensor_dir, REAL, 0)
-    return [None if spec is None else rebuilder.value(spec, f"{key}[{i}]") for i, spec in enumerate(specs)]
-
-
-def floating(tree: Any) -> List[torch.Tensor]:
-    return [t for t in pt.tensors(tree) if t.is_floating_point()]
-
-
-def on_mindspore(call: pt.Call, leaves: Optional[list] = None) -> tuple:
+def on_mindspore(call: engine.Call, leaves: list | None = None) -> tuple:
     """(args, kwargs) on MindSpore; the floating tensors replaced by `leaves` when given."""
     replacements = iter(leaves or [])
 
@@ -254,17 +270,17 @@ def as_tuple(value: Any) -> Any:
     return items
 
 
-def tested_forward(call: pt.Call, fn: Callable) -> list:
+def tested_forward(call: engine.Call, fn: Callable) -> list:
     args, kwargs = on_mindspore(call)
-    return pt.flat_outputs(from_mindspore(fn(*args, **kwargs)))
+    return engine.flat_outputs(from_mindspore(fn(*args, **kwargs)))
 
 
-def tested_gradients(call: pt.Call, fn: Callable, grad_outputs: list) -> list:
+def tested_gradients(call: engine.Call, fn: Callable, grad_outputs: list) -> list:
     """Gradients of every floating input through mindspore.vjp, with the recorded sens."""
     ms = mindspore()
-    leaves = [to_mindspore(t) for t in floating([call.args, call.kwargs])]
+    leaves = [to_mindspore(t) for t in engine.floating([call.args, call.kwargs])]
 
-    def forward(*xs):
+    def forward(*xs: Any) -> Any:
         args, kwargs = on_mindspore(call, list(xs))
         return fn(*args, **kwargs)
 
@@ -272,91 +288,120 @@ def tested_gradients(call: pt.Call, fn: Callable, grad_outputs: list) -> list:
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     if not all(isinstance(o, ms.Tensor) for o in outs):
         raise Unsupported("an output is not a tensor: mindspore.vjp takes no sens for it")
-    grads = pt.flat_outputs(grad_outputs)
+    grads = engine.flat_outputs(grad_outputs)
     sens = []
     for i, o in enumerate(outs):
         g = grads[i] if i < len(grads) and isinstance(grads[i], torch.Tensor) else None
-        sens.append(to_mindspore(g).astype(o.dtype) if g is not None else
-                    ms.Tensor(np.zeros(o.shape, dtype=np.float32)).astype(o.dtype))
+        sens.append(
+            to_mindspore(g).astype(o.dtype)
+            if g is not None
+            else ms.Tensor(np.zeros(o.shape, dtype=np.float32)).astype(o.dtype)
+        )
     found = vjp(tuple(sens) if isinstance(out, (tuple, list)) else sens[0])
     found = found if isinstance(found, (tuple, list)) else (found,)
     return [from_mindspore(g) for g in found]
 
 
-def run_tested(result: Run, name: EntryName, work: Callable[[], list]) -> Optional[list]:
-    """The tested outputs; a missing kernel is a SKIP, any other error goes in result."""
-    try:
-        return work()
-    except Unsupported:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a device that raises is a finding
-        kernel = missing_kernel(exc)
-        if kernel is not None:
-            ms = mindspore()
-            raise Unsupported(f"MindSpore {ms.__version__} has no kernel {kernel} on "
-                              f"{_bound.get('device', 'this device')} for {name.api_type}.{name.api} "
-                              f"({type(exc).__name__}: {pt._first_line(exc)})") from None
-        result.tested_error = f"{type(exc).__name__}: {pt._first_line(exc)}"
-        return None
+def on_device(name: EntryName, work: Callable[[], list]) -> Callable[[], list]:
+    """The tested run; a kernel MindSpore lacks on this device is a SKIP, not a finding."""
+
+    def tested() -> list:
+        try:
+            return work()
+        except Unsupported:
+            raise
+        except Exception as exc:
+            kernel = missing_kernel(exc)
+            if kernel is None:
+                raise
+            raise Unsupported(
+                f"MindSpore {mindspore().__version__} has no kernel {kernel} on "
+                f"{_bound.get('device', 'this device')} for {name.api_type}.{name.api} "
+                f"({type(exc).__name__}: {engine.first_line(exc)})"
+            ) from None
+
+    return tested
 
 
 # -- forward and backward ------------------------------------------------------
 
 
-def run(dump: Dump, name: EntryName, device: str, mode: str, seed: int) -> Run:
-    recorded = device == RECORDED
-    call = build_call(dump, name, REAL if recorded else mode, seed)
-    if not recorded:
-        bind(device)
-    if name.direction == BACKWARD:
-        return run_backward(dump, call, device, mode, seed)
-    bench_out, side, note = pt.run_bench(lambda s: pt.call_on(s, call)[0])
-    result = Run([], call.notes + ([note] if note else []), pt.input_scale(call))
-    bench = pt.flat_outputs(bench_out)
-    if recorded:
-        tested = recorded_values(dump, f"{name.prefix}.forward", call.output_specs, "output")
+class MindSpore:
+    """Entries of dumps written by msprobe's MindSpore PrecisionDebugger (PyNative mode)."""
+
+    name = "mindspore"
+
+    def run(self, dump: Dump, entry: EntryName, options: RunOptions) -> Run:
+        call = build_call(dump, entry, REAL if options.recorded else options.mode, options.seed)
+        if not options.recorded:
+            bind(options.device)
+        sides = (
+            backward_sides(dump, call, options) if entry.direction == BACKWARD else forward_sides(dump, call, options)
+        )
+        return engine.run_sides(call, sides, options.keep)
+
+
+def forward_sides(dump: Dump, call: engine.Call, options: RunOptions) -> engine.Sides:
+    name = call.name
+    if options.recorded:
+
+        def tested() -> list:
+            return engine.recorded_values(CODEC, dump, f"{name.prefix}.forward", call.output_specs, "output")
     else:
-        fn = resolve_tested(name, call)
-        tested = run_tested(result, name, lambda: tested_forward(call, fn))
-        if tested is None:
-            return result
-    result.pairs = pt.pairs_of(tested, bench)
-    return result
+
+        def tested() -> list:
+            fn = resolve_tested(name, call)
+            return on_device(name, lambda: tested_forward(call, fn))()
+
+    return engine.Sides(lambda side: engine.forward(side, call), tested, engine.pairs_of, call.notes, options.recorded)
 
 
-def run_backward(dump: Dump, call: pt.Call, device: str, mode: str, seed: int) -> Run:
+def backward_sides(dump: Dump, call: engine.Call, options: RunOptions) -> engine.Sides:
     name = call.name
     body = dump.entries[name.full]
-    recorded = device == RECORDED
-    rebuilder = Rebuilder(CODEC, name.full, dump.tensor_dir, REAL if recorded else mode, seed)
+    rebuilder = Rebuilder(CODEC, name.full, dump.tensor_dir, REAL if options.recorded else options.mode, options.seed)
     grad_outputs = rebuilder.rebuild(body, "input", "").args
-    grad_specs = gradient_specs(name, call, pt.flat_specs(body.get("output", [])))
+    grad_specs = gradient_specs(name, call, engine.flat_specs(body.get("output", [])))
     notes = call.notes + rebuilder.notes
-    if recorded and not any(spec is not None for spec in grad_specs):
-        raise Unsupported("the backward entry records no input gradient (msprobe wrote an empty output "
-                          "list), so there is nothing recorded to compare")
-    bench_grads, side, note = pt.run_bench(lambda s: pt.gradients(s, call, grad_outputs))
-    result = Run([], notes + ([note] if note else []), pt.input_scale(call))
-    shapes = [None if g is None else list(g.shape) for g in bench_grads]
-    matched, strays = align(grad_specs, shapes)
-    if recorded:
-        values = recorded_values(dump, name.full, grad_specs, "output")
-        tested = {index: values[position] for index, position in matched.items()}
+    recorded_any = any(is_tensor_spec(spec) for spec in grad_specs)
+    if options.recorded and not recorded_any:
+        raise Unsupported(
+            "the backward entry records no input gradient (msprobe wrote an empty output "
+            "list), so there is nothing recorded to compare"
+        )
+    if not options.recorded and not recorded_any:
+        notes = [*notes, "msprobe recorded no input gradient: the gradients of every floating input are compared"]
+
+    def bench(side: Any) -> list:
+        return engine.gradients(side, call, grad_outputs)
+
+    if options.recorded:
+
+        def tested() -> list:
+            return engine.recorded_values(CODEC, dump, name.full, grad_specs, "output")
     else:
-        fn = resolve_tested(name, call)
-        grads = run_tested(result, name, lambda: tested_gradients(call, fn, grad_outputs))
-        if grads is None:
-            return result
-        if not matched and not strays:
-            result.notes.append("msprobe recorded no input gradient: the gradients of every floating input "
-                                "are compared")
-            matched = {i: i for i, s in enumerate(shapes) if s is not None}
-        tested = {index: grads[index] for index in matched}
-    result.pairs = pt.gradient_pairs(tested, bench_grads, shapes, strays)
-    return result
+
+        def tested() -> list:
+            fn = resolve_tested(name, call)
+            return on_device(name, lambda: tested_gradients(call, fn, grad_outputs))()
+
+    def by_input(tested: list, bench: list) -> tuple[dict[int, Any], list]:
+        """The tested gradients by input index: recorded ones sit at their recorded
+        positions, a device run's in input order already."""
+        matched, strays = align(grad_specs, engine.shapes_of(bench), recorded_any)
+        return {index: tested[at if options.recorded else index] for index, at in matched.items()}, strays
+
+    def compared(tested: list, bench: list) -> tuple[list, list]:
+        return [by_input(tested, bench)[0].get(i) for i in range(len(bench))], bench
+
+    def pair(tested: list, bench: list) -> list[OutputPair]:
+        matched, strays = by_input(tested, bench)
+        return engine.gradient_pairs(matched, bench, f"{strays}, which match no input" if strays else "")
+
+    return engine.Sides(bench, tested, pair, notes, options.recorded, grad_outputs, compared)
 
 
-def gradient_specs(name: EntryName, call: pt.Call, specs: list) -> list:
+def gradient_specs(name: EntryName, call: engine.Call, specs: list) -> list:
     """The recorded gradient specs, in the order of the call's tensor inputs.
 
     msprobe records a primitive's input gradients last input first; and
@@ -364,27 +409,28 @@ def gradient_specs(name: EntryName, call: pt.Call, specs: list) -> list:
     """
     if name.api_type == "Primitive":
         specs = specs[::-1]
-    inputs = pt.tensors(call.args, call.kwargs)
+    inputs = engine.tensors(call.args, call.kwargs)
     if len(specs) == len(inputs):
         specs = [spec for spec, tensor in zip(specs, inputs) if tensor.is_floating_point()]
     return specs
 
 
-def align(specs: list, shapes: list) -> tuple:
-    """({floating input index: recorded position}, shapes recorded that match no input).
+def align(specs: list, shapes: list, recorded_any: bool = True) -> tuple[dict[int, int], list]:
+    """({floating input index: position of its value}, shapes recorded that match no input).
 
-    By position where the shape agrees, else to the one input of that shape.
+    By position where the shape agrees, else to the one input of that shape. A
+    device run of an entry msprobe recorded no gradient for compares them all.
     """
-    matched: Dict[int, int] = {}
+    if not recorded_any:
+        return {i: i for i, s in enumerate(shapes) if s is not None}, []
+    matched: dict[int, int] = {}
     strays = []
     for position, spec in enumerate(specs):
         if not is_tensor_spec(spec):
             continue
-        index = pt._input_of(position, list(spec.get("shape") or []), shapes, matched)
+        index = engine.input_of(position, list(spec.get("shape") or []), shapes, matched)
         if index is None:
             strays.append(spec.get("shape"))
         else:
             matched[index] = position
     return matched, strays
-
-

@@ -11,14 +11,19 @@ names it). Imported only with frameworks/mindspore.py, which imports torch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable
 
 import torch
 
 # MindSpore keyword -> PyTorch keyword, for ops and Tensor methods.
 RENAMES: Mapping[str, str] = {
-    "axis": "dim", "keep_dims": "keepdim", "keepdims": "keepdim", "x": "input", "input_x": "input",
+    "axis": "dim",
+    "keep_dims": "keepdim",
+    "keepdims": "keepdim",
+    "x": "input",
+    "input_x": "input",
     "logits": "input",
 }
 
@@ -29,10 +34,10 @@ class Equivalent:
 
     torch_name: str  # as a user reads it: "torch.matmul", "torch.Tensor.sum", or an adapter's description
     renames: Mapping[str, str] = field(default_factory=dict)
-    adapter: Optional[Callable] = None  # for conventions a keyword rename cannot express
+    adapter: Callable | None = None  # for conventions a keyword rename cannot express
     # Primitive entries: the primitive's constructor arguments, from the call's
     # own arguments (msprobe records no attributes), and the assumption said in Message.
-    primitive_args: Optional[Callable[..., tuple]] = None
+    primitive_args: Callable[..., tuple] | None = None
     note: str = ""
 
     def bench(self) -> Callable:
@@ -44,7 +49,7 @@ class Equivalent:
         return call
 
 
-def rename(kwargs: Dict[str, Any], renames: Mapping[str, str]) -> Dict[str, Any]:
+def rename(kwargs: dict[str, Any], renames: Mapping[str, str]) -> dict[str, Any]:
     """MindSpore keyword names in PyTorch's spelling.
 
     `axis=None` means every dim in MindSpore, which torch spells by leaving
@@ -65,7 +70,7 @@ def _resolve(dotted: str) -> Callable:
     return target
 
 
-def same(module: str, names: str, renames: Mapping[str, str] = {}) -> Dict[str, Equivalent]:  # noqa: B006
+def same(module: str, names: str, renames: Mapping[str, str] = {}) -> dict[str, Equivalent]:
     """`name` -> `<module>.name` for each name of a whitespace-separated list."""
     return {name: Equivalent(f"{module}.{name}", renames) for name in names.split()}
 
@@ -99,8 +104,9 @@ def tensor_var(self: torch.Tensor, *args, **kwargs):
         return self.var(*args, **kwargs)
     names = ("axis", "ddof", "keepdims")
     given = {**dict(zip(names, args)), **kwargs}
-    return torch.var(self, dim=given.get("axis"), correction=given.get("ddof", 0),
-                     keepdim=bool(given.get("keepdims", False)))
+    return torch.var(
+        self, dim=given.get("axis"), correction=given.get("ddof", 0), keepdim=bool(given.get("keepdims", False))
+    )
 
 
 def ops_flatten(input: torch.Tensor, order: str = "C", *, start_dim: int = 1, end_dim: int = -1):
@@ -116,7 +122,7 @@ def ops_gather(input_params: torch.Tensor, input_indices: torch.Tensor, axis: in
         raise ValueError("ops.gather with batch_dims has no torch equivalent here")
     axis = axis % input_params.dim()
     taken = input_params.index_select(axis, input_indices.reshape(-1).long())
-    shape = input_params.shape[:axis] + input_indices.shape + input_params.shape[axis + 1:]
+    shape = input_params.shape[:axis] + input_indices.shape + input_params.shape[axis + 1 :]
     return taken.reshape(shape)
 
 
@@ -136,8 +142,10 @@ def cast(input: torch.Tensor, dtype):
 
 
 LAYER_NORM_EPSILON = 1e-7  # mindspore.nn.LayerNorm's default
-LAYER_NORM_NOTE = ("LayerNorm primitive: msprobe records no primitive attributes; assumed epsilon=1e-7 "
-                   "(mindspore.nn.LayerNorm's default) and normalisation over gamma's trailing dims")
+LAYER_NORM_NOTE = (
+    "LayerNorm primitive: msprobe records no primitive attributes; assumed epsilon=1e-7 "
+    "(mindspore.nn.LayerNorm's default) and normalisation over gamma's trailing dims"
+)
 
 
 def layer_norm_attrs(x, gamma, *rest) -> tuple:
@@ -152,11 +160,17 @@ def matmul_attrs(x, w, *rest) -> tuple:
     msprobe records no attributes; of the four, exactly one must fit the
     shapes (mindspore.nn.Dense uses transpose_b), else the check cannot be made.
     """
-    fits = [(ta, tb) for ta in (False, True) for tb in (False, True)
-            if x.shape[-2 if ta else -1] == w.shape[-1 if tb else -2]]
+    fits = [
+        (ta, tb)
+        for ta in (False, True)
+        for tb in (False, True)
+        if x.shape[-2 if ta else -1] == w.shape[-1 if tb else -2]
+    ]
     if len(fits) != 1:
-        raise ValueError(f"the shapes {list(x.shape)} and {list(w.shape)} fit {len(fits)} transpositions, "
-                         "and msprobe does not record which one the primitive had")
+        raise ValueError(
+            f"the shapes {list(x.shape)} and {list(w.shape)} fit {len(fits)} transpositions, "
+            "and msprobe does not record which one the primitive had"
+        )
     return fits[0]
 
 
@@ -182,7 +196,9 @@ def layer_norm_primitive(x, gamma, beta):
 
 # -- the table -----------------------------------------------------------------
 
-MINT: Dict[str, Equivalent] = same("torch", """
+MINT: dict[str, Equivalent] = same(
+    "torch",
+    """
     abs acos acosh add addmm all amax amin any arange argmax argmin argsort asin asinh atan atan2 atanh
     baddbmm bitwise_and bitwise_or bitwise_xor bmm broadcast_to cat ceil chunk clamp clone cos cosh cummax
     cummin cumprod cumsum diag div dot einsum eq erf erfc erfinv exp exp2 expm1 eye flatten flip floor fmod
@@ -192,22 +208,30 @@ MINT: Dict[str, Equivalent] = same("torch", """
     remainder repeat_interleave reshape roll round rsqrt scatter scatter_add select sigmoid sign sin sinc sinh
     softmax sort split sqrt square squeeze stack std sub sum swapaxes t tan tanh tile topk trace transpose
     tril triu trunc unbind unsqueeze var where xlogy zeros_like
-""")
+""",
+)
 
-MINT_FUNCTIONAL: Dict[str, Equivalent] = same("torch.nn.functional", """
+MINT_FUNCTIONAL: dict[str, Equivalent] = same(
+    "torch.nn.functional",
+    """
     adaptive_avg_pool1d adaptive_avg_pool2d avg_pool2d batch_norm binary_cross_entropy
     binary_cross_entropy_with_logits conv1d conv2d cross_entropy elu embedding gelu glu group_norm hardshrink
     hardsigmoid hardswish hardtanh interpolate l1_loss layer_norm leaky_relu linear log_softmax
     logsigmoid max_pool2d mish mse_loss nll_loss normalize one_hot pad prelu relu relu6 selu sigmoid silu
     smooth_l1_loss softmax softplus softshrink tanh
-""")
+""",
+)
 
-FUNCTIONAL: Dict[str, Equivalent] = {
-    **same("torch", """
+FUNCTIONAL: dict[str, Equivalent] = {
+    **same(
+        "torch",
+        """
         abs add addmm amax amin argmax argmin atan2 bmm broadcast_to ceil clamp cos cumsum div eq erf exp
         floor ge gt isfinite isinf isnan le log logsumexp lt matmul maximum mean minimum mul ne neg pow prod
         reciprocal reshape rsqrt sigmoid sin sqrt square stack sub sum tanh tile tril triu unsqueeze where
-    """, RENAMES),
+    """,
+        RENAMES,
+    ),
     **same("torch.nn.functional", "gelu log_softmax relu silu softmax softplus", RENAMES),
     "cat": Equivalent("torch.cat", RENAMES),
     "concat": Equivalent("torch.cat", RENAMES),
@@ -224,43 +248,58 @@ FUNCTIONAL: Dict[str, Equivalent] = {
     "less_equal": Equivalent("torch.le", RENAMES),
     "not_equal": Equivalent("torch.ne", RENAMES),
     "flatten": Equivalent("ops.flatten: torch.flatten (start_dim 1 by default)", adapter=ops_flatten),
-    "gather": Equivalent("ops.gather: index_select along axis, reshaped to the indices' shape",
-                         adapter=ops_gather),
+    "gather": Equivalent("ops.gather: index_select along axis, reshaped to the indices' shape", adapter=ops_gather),
     "squeeze": Equivalent("ops.squeeze: torch.squeeze (axis None: every size-1 dim)", adapter=ops_squeeze),
     "transpose": Equivalent("ops.transpose: torch.permute", adapter=ops_transpose),
     "cast": Equivalent("ops.cast: torch.Tensor.to", adapter=cast),
 }
 
-TENSOR: Dict[str, Equivalent] = {
-    **same("torch.Tensor", """
+TENSOR: dict[str, Equivalent] = {
+    **same(
+        "torch.Tensor",
+        """
         __abs__ __add__ __and__ __eq__ __floordiv__ __ge__ __gt__ __le__ __lt__ __matmul__ __mod__
         __mul__ __ne__ __neg__ __or__ __pow__ __radd__ __rmul__ __rpow__ __rsub__ __rtruediv__ __sub__
         __truediv__
         abs add bool chunk clamp clip clone contiguous cos cumsum div double exp expand expand_as flatten float
         half int log long masked_fill matmul mean mul neg permute pow prod reshape rsqrt sigmoid sin softmax
         split sqrt square squeeze sub sum t tanh tile to type_as unsqueeze view
-    """, RENAMES),
-    "__getitem__": Equivalent("torch.Tensor.__getitem__ (an index list with slices read as a tuple)",
-                              adapter=tensor_getitem),
+    """,
+        RENAMES,
+    ),
+    "__getitem__": Equivalent(
+        "torch.Tensor.__getitem__ (an index list with slices read as a tuple)", adapter=tensor_getitem
+    ),
     "astype": Equivalent("Tensor.astype: torch.Tensor.to", adapter=cast),
-    "transpose": Equivalent("Tensor.transpose: torch.Tensor.transpose (two dims) or permute (all dims)",
-                            adapter=tensor_transpose),
+    "transpose": Equivalent(
+        "Tensor.transpose: torch.Tensor.transpose (two dims) or permute (all dims)", adapter=tensor_transpose
+    ),
     "var": Equivalent("Tensor.var: torch.var (numpy's ddof=0 overload by default)", adapter=tensor_var),
 }
 
-PRIMITIVE: Dict[str, Equivalent] = {
-    "BiasAdd": Equivalent("BiasAdd primitive: x + bias along dim 1 (data_format NCHW assumed)",
-                          adapter=bias_add_primitive, primitive_args=lambda *args: (),
-                          note="BiasAdd primitive: msprobe records no attributes; data_format NCHW assumed"),
+PRIMITIVE: dict[str, Equivalent] = {
+    "BiasAdd": Equivalent(
+        "BiasAdd primitive: x + bias along dim 1 (data_format NCHW assumed)",
+        adapter=bias_add_primitive,
+        primitive_args=lambda *args: (),
+        note="BiasAdd primitive: msprobe records no attributes; data_format NCHW assumed",
+    ),
     "Dense": Equivalent("torch.nn.functional.linear", primitive_args=lambda *args: ()),
-    "MatMul": Equivalent("MatMul primitive: torch.matmul, transposes read from the shapes", adapter=matmul_primitive,
-                         primitive_args=matmul_attrs),
+    "MatMul": Equivalent(
+        "MatMul primitive: torch.matmul, transposes read from the shapes",
+        adapter=matmul_primitive,
+        primitive_args=matmul_attrs,
+    ),
     "ReLU": Equivalent("torch.relu", primitive_args=lambda *args: ()),
-    "LayerNorm": Equivalent("LayerNorm primitive: layer norm over gamma's dims, with mean and variance",
-                            adapter=layer_norm_primitive, primitive_args=layer_norm_attrs, note=LAYER_NORM_NOTE),
+    "LayerNorm": Equivalent(
+        "LayerNorm primitive: layer norm over gamma's dims, with mean and variance",
+        adapter=layer_norm_primitive,
+        primitive_args=layer_norm_attrs,
+        note=LAYER_NORM_NOTE,
+    ),
 }
 
-TABLES: Dict[str, Dict[str, Equivalent]] = {
+TABLES: dict[str, dict[str, Equivalent]] = {
     "Mint": MINT,
     "MintFunctional": MINT_FUNCTIONAL,
     "Functional": FUNCTIONAL,
@@ -274,7 +313,7 @@ def primitive_class(api: str) -> str:
     return api.rsplit(".", 1)[-1]
 
 
-def lookup(api_type: str, api: str) -> Optional[Equivalent]:
+def lookup(api_type: str, api: str) -> Equivalent | None:
     """The PyTorch equivalent of a MindSpore API, or None when the table has none."""
     table = TABLES.get(api_type)
     if table is None:
@@ -282,6 +321,6 @@ def lookup(api_type: str, api: str) -> Optional[Equivalent]:
     return table.get(primitive_class(api) if api_type == "Primitive" else api)
 
 
-def mapped_names() -> Tuple[str, ...]:
+def mapped_names() -> tuple[str, ...]:
     """Every mapped API as `<Type>.<api>`, for the README and the tests."""
     return tuple(f"{kind}.{name}" for kind, table in TABLES.items() for name in sorted(table))

@@ -1,4 +1,4 @@
-"""Collection scale of pytest-msprobe against the floor (issue 2, item 9).
+"""Collection scale of pytest-msprobe against the floor: time and peak RSS of `--collect-only` on big dumps.
 
 Builds synthetic statistics dumps of 1,000 / 10,000 / 100,000 API entries from real msprobe
 entry bodies (tests/data/pt_stats_L1 and tests/data/public/gpu_resnet, written by msprobe
@@ -15,9 +15,10 @@ wall time and peak RSS (os.wait4's ru_maxrss of that process). It also times the
 on the largest dump, each in a fresh process: Python's json, orjson with the NaN quoting
 that pytest_msprobe.dump does, and any other parser importable here.
 
-    /work/venv/bin/python bench/bench_collect.py [--sizes 1000,10000,100000] [--repeats 3]
+    python -m bench.timing.collect [--sizes 1000,10000,100000] [--repeats 3]
 
-prints markdown tables and writes them to bench/results_collect.md (--results to change).
+run from the repository root with the interpreter that has pytest-msprobe installed; prints
+markdown tables and writes them to bench/timing/results_collect.md (--results to change).
 """
 
 from __future__ import annotations
@@ -33,18 +34,18 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from workdir import work_dir
+from bench.timing.workdir import work_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # bench/timing/collect.py: the repository root
 TEMPLATES = (ROOT / "tests/data/pt_stats_L1/dump.json", ROOT / "tests/data/public/gpu_resnet/dump.json")
 MODULE_TYPES = ("Module", "Cell")
 # One entry in NAN_EVERY gets non-finite statistics, rotating through these (as msprobe
 # writes them for a tensor holding inf / NaN values).
 NAN_EVERY = 37
-# Average bytes per entry in the file: the issue's dump is 77 MB for 100,000 entries.
+# Average bytes per entry in the file: the scale target's dump is 77 MB for 100,000 entries.
 MEAN_ENTRY_BYTES = 770
 SPECIALS = (
     {"Max": float("inf"), "Min": float("-inf")},
@@ -54,7 +55,7 @@ SPECIALS = (
 )
 
 FLOOR_PLUGIN = '''\
-"""The floor of issue 2: a bare plugin that parses the dump with Python's json and
+"""The floor of collection: a bare plugin that parses the dump with Python's json and
 yields one empty item per entry."""
 import json
 import pytest
@@ -83,7 +84,8 @@ def pytest_collect_file(file_path, parent):
 
 # ---------------------------------------------------------------- synthetic dumps
 
-def load_templates() -> List[Tuple[str, int, str, dict]]:
+
+def load_templates() -> list[tuple[str, int, str, dict]]:
     """(type.api, call index, direction, body) of every API entry of the template dumps."""
     out = []
     for path in TEMPLATES:
@@ -113,17 +115,17 @@ def entry_bytes(name: str, body: dict) -> int:
     return len(text) + 2 * (text.count("\n") + 1) + len(name) + 8
 
 
-def synthetic_entries(n: int, mean_bytes: int = MEAN_ENTRY_BYTES) -> Dict[str, dict]:
+def synthetic_entries(n: int, mean_bytes: int = MEAN_ENTRY_BYTES) -> dict[str, dict]:
     """n distinct API entries: the templates over and over, each round with its call
     indexes shifted past the last round's (so forward/backward pairs stay pairs).
 
     With mean_bytes, the templates larger than that (the ResNet's conv2d / batch_norm
     bodies) are each taken in the fraction of rounds that brings the mean entry to
-    mean_bytes (the issue's dump: 77 MB for 100,000 entries); 0 takes every template
+    mean_bytes (the scale target's dump: 77 MB for 100,000 entries); 0 takes every template
     every round.
     """
     templates = load_templates()
-    stride: Dict[str, int] = {}
+    stride: dict[str, int] = {}
     for head, index, _, _ in templates:
         stride[head] = max(stride.get(head, 0), index + 1)
     sizes = [entry_bytes(f"{h}.{i}.{d}", body) for h, i, d, body in templates]
@@ -133,7 +135,7 @@ def synthetic_entries(n: int, mean_bytes: int = MEAN_ENTRY_BYTES) -> Dict[str, d
         large = [s for s in sizes if s > mean_bytes]
         if large and small:
             keep = min(1.0, (mean_bytes * len(small) - sum(small)) / (sum(large) - mean_bytes * len(large)))
-    entries: Dict[str, dict] = {}
+    entries: dict[str, dict] = {}
     special = 0
     round_ = 0
     while len(entries) < n:
@@ -161,8 +163,13 @@ def make_dump(n: int, folder: Path) -> Path:
     if path.exists():
         return path
     folder.mkdir(parents=True, exist_ok=True)
-    document = {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None,
-                "data": synthetic_entries(n)}
+    document = {
+        "task": "statistics",
+        "level": "L1",
+        "framework": "pytorch",
+        "dump_data_dir": None,
+        "data": synthetic_entries(n),
+    }
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as handle:
         json.dump(document, handle, indent=1)  # msprobe: json.dump(..., indent=1), bare NaN
@@ -172,7 +179,8 @@ def make_dump(n: int, folder: Path) -> Path:
 
 # ---------------------------------------------------------------- measuring
 
-def clean_env(pythonpath: Optional[str] = None) -> Dict[str, str]:
+
+def clean_env(pythonpath: str | None = None) -> dict[str, str]:
     """This environment less PYTEST_* and PYTHONPATH, and with bytecode caching on as on a
     user's machine (PYTHONDONTWRITEBYTECODE would make pytest rewrite and compile its
     plugins' modules again in every run)."""
@@ -184,7 +192,7 @@ def clean_env(pythonpath: Optional[str] = None) -> Dict[str, str]:
     return env
 
 
-def measure(cmd: Sequence[str], cwd: Path, env: Dict[str, str], log: Path) -> Tuple[float, float, float, int, str]:
+def measure(cmd: Sequence[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[float, float, float, int, str]:
     """(wall s, peak RSS MiB, CPU s (user + sys), exit code, output tail) of one fresh process."""
     with open(log, "w") as out:
         start = time.perf_counter()
@@ -196,7 +204,7 @@ def measure(cmd: Sequence[str], cwd: Path, env: Dict[str, str], log: Path) -> Tu
     return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, proc.returncode, text[-2000:]
 
 
-def collected(tail: str) -> Optional[int]:
+def collected(tail: str) -> int | None:
     match = re.search(r"(\d+) tests? collected", tail)
     return int(match.group(1)) if match else None
 
@@ -206,27 +214,31 @@ def write_floor_plugin(folder: Path, name: str = "floor_plugin", extra_import: s
     (folder / f"{name}.py").write_text(FLOOR_PLUGIN.format(extra_import=extra_import))
 
 
-def collect_commands(python: str, dump: Path) -> Dict[str, List[str]]:
+def collect_commands(python: str, dump: Path) -> dict[str, list[str]]:
     base = [python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
     return {
-        "floor": base + ["-p", "no:msprobe", "-p", "floor_plugin", str(dump)],
-        "msprobe": base + ["--msprobe-dump", str(dump), "--msprobe-device", "cpu"],
+        "floor": [*base, "-p", "no:msprobe", "-p", "floor_plugin", str(dump)],
+        "msprobe": [*base, "--msprobe-dump", str(dump), "--msprobe-device", "cpu"],
     }
 
 
-def bench_collect(python: str, work: Path, sizes: Sequence[int], repeats: int,
-                  msprobe_path: Optional[str] = None) -> List[dict]:
+def bench_collect(
+    python: str, work: Path, sizes: Sequence[int], repeats: int, msprobe_path: str | None = None
+) -> list[dict]:
     plugins = work / "plugins"
     write_floor_plugin(plugins)
     rows = []
     for n in sizes:
         t0 = time.perf_counter()
         dump = make_dump(n, work / f"dump_{n}")
-        print(f"# {n} entries: {dump} ({dump.stat().st_size / 1e6:.1f} MB, "
-              f"made/found in {time.perf_counter() - t0:.1f} s)", flush=True)
+        print(
+            f"# {n} entries: {dump} ({dump.stat().st_size / 1e6:.1f} MB, "
+            f"made/found in {time.perf_counter() - t0:.1f} s)",
+            flush=True,
+        )
         commands = collect_commands(python, dump)
         envs = {"floor": clean_env(str(plugins)), "msprobe": clean_env(msprobe_path)}
-        runs: Dict[str, List[Tuple[float, float, float]]] = {k: [] for k in commands}
+        runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in commands}
         for r in range(repeats):
             for kind, cmd in commands.items():  # interleaved, so drift hits both
                 wall, rss, cpu, rc, tail = measure(cmd, work, envs[kind], work / f"{kind}_{n}.log")
@@ -248,7 +260,7 @@ def bench_collect(python: str, work: Path, sizes: Sequence[int], repeats: int,
 
 # ---------------------------------------------------------------- parsers alone
 
-PARSER_SCRIPT = textwrap.dedent('''\
+PARSER_SCRIPT = textwrap.dedent("""\
     import gc, json, re, sys, time
     path, which, gc_mode = sys.argv[1], sys.argv[2], sys.argv[3]
     raw = open(path, "rb").read()
@@ -295,7 +307,7 @@ PARSER_SCRIPT = textwrap.dedent('''\
         print(f"RESULT {took:.4f} {len(data)} {nan}")
     else:
         print(f"RESULT {took:.4f} - -")
-''')
+""")
 
 PARSERS = (
     ("json.loads", None),
@@ -309,8 +321,9 @@ PARSERS = (
 )
 
 
-def bench_parsers(python: str, work: Path, dump: Path, repeats: int, extra_path: Optional[str],
-                  msprobe_path: Optional[str]) -> List[dict]:
+def bench_parsers(
+    python: str, work: Path, dump: Path, repeats: int, extra_path: str | None, msprobe_path: str | None
+) -> list[dict]:
     script = work / "parse_one.py"
     script.write_text(PARSER_SCRIPT)
     pythonpath = os.pathsep.join(p for p in (msprobe_path, extra_path) if p)
@@ -326,8 +339,9 @@ def bench_parsers(python: str, work: Path, dump: Path, repeats: int, extra_path:
         for gc_mode in ("on", "paused"):
             times, rss = [], []
             for _ in range(repeats):
-                _, peak, _, rc, tail = measure([python, str(script), str(dump), label, gc_mode], work, env,
-                                               work / "parse.log")
+                _, peak, _, rc, tail = measure(
+                    [python, str(script), str(dump), label, gc_mode], work, env, work / "parse.log"
+                )
                 found = re.search(r"RESULT (\S+) (\S+) (\S+)", tail)
                 if rc != 0 or not found:
                     last = tail.strip().splitlines()[-1] if tail.strip() else f"exit {rc}"
@@ -342,36 +356,47 @@ def bench_parsers(python: str, work: Path, dump: Path, repeats: int, extra_path:
             row[f"s_{gc_mode}"] = min(times)
             row[f"mib_{gc_mode}"] = max(rss)
         rows.append(row)
-        print(f"  {label}: {row.get('s_on', '-')} s GC on, {row.get('s_paused', '-')} s GC paused; "
-              f"{row['note']}", flush=True)
+        print(
+            f"  {label}: {row.get('s_on', '-')} s GC on, {row.get('s_paused', '-')} s GC paused; {row['note']}",
+            flush=True,
+        )
     return rows
 
 
 # ---------------------------------------------------------------- report
 
-def collect_table(rows: List[dict]) -> str:
-    lines = ["| entries | dump.json MB | floor wall s | floor CPU s | floor peak MiB | pytest-msprobe wall s "
-             "| pytest-msprobe CPU s | pytest-msprobe peak MiB | wall / floor | CPU / floor "
-             "| target (<= 1.5x, < 1 GiB) |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+
+def collect_table(rows: list[dict]) -> str:
+    lines = [
+        "| entries | dump.json MB | floor wall s | floor CPU s | floor peak MiB | pytest-msprobe wall s "
+        "| pytest-msprobe CPU s | pytest-msprobe peak MiB | wall / floor | CPU / floor "
+        "| target (<= 1.5x, < 1 GiB) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in rows:
         ok = r["ratio"] <= 1.5 and r["msprobe_mib"] < 1024
-        lines.append(f"| {r['n']:,} | {r['mb']:.1f} | {r['floor_s']:.2f} | {r['floor_cpu']:.2f} | {r['floor_mib']:.0f} "
-                     f"| {r['msprobe_s']:.2f} | {r['msprobe_cpu']:.2f} | {r['msprobe_mib']:.0f} | {r['ratio']:.2f}x "
-                     f"| {r['cpu_ratio']:.2f}x | {'met' if ok else 'NOT met'} |")
+        lines.append(
+            f"| {r['n']:,} | {r['mb']:.1f} | {r['floor_s']:.2f} | {r['floor_cpu']:.2f} | {r['floor_mib']:.0f} "
+            f"| {r['msprobe_s']:.2f} | {r['msprobe_cpu']:.2f} | {r['msprobe_mib']:.0f} | {r['ratio']:.2f}x "
+            f"| {r['cpu_ratio']:.2f}x | {'met' if ok else 'NOT met'} |"
+        )
     return "\n".join(lines)
 
 
-def parser_table(rows: List[dict]) -> str:
-    lines = ["| parser | s, GC on | peak MiB, GC on | s, GC paused | peak MiB, GC paused | notes |",
-             "|---|---:|---:|---:|---:|---|"]
+def parser_table(rows: list[dict]) -> str:
+    lines = [
+        "| parser | s, GC on | peak MiB, GC on | s, GC paused | peak MiB, GC paused | notes |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
 
     def cell(row, key, fmt):
         return fmt.format(row[key]) if row.get(key) is not None else "-"
 
     for r in rows:
-        lines.append(f"| {r['parser']} | {cell(r, 's_on', '{:.2f}')} | {cell(r, 'mib_on', '{:.0f}')} "
-                     f"| {cell(r, 's_paused', '{:.2f}')} | {cell(r, 'mib_paused', '{:.0f}')} | {r.get('note', '')} |")
+        lines.append(
+            f"| {r['parser']} | {cell(r, 's_on', '{:.2f}')} | {cell(r, 'mib_on', '{:.0f}')} "
+            f"| {cell(r, 's_paused', '{:.2f}')} | {cell(r, 'mib_paused', '{:.0f}')} | {r.get('note', '')} |"
+        )
     return "\n".join(lines)
 
 
@@ -384,7 +409,8 @@ def load() -> str:
 
 def machine() -> str:
     try:
-        model = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
     except (OSError, StopIteration):
         model = platform.processor()
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
@@ -392,12 +418,14 @@ def machine() -> str:
 
 
 def versions(python: str) -> str:
-    code = ("import pytest, orjson, sys; print(f'pytest {pytest.__version__}, orjson {orjson.__version__}, '"
-            "f'python {sys.version.split()[0]}')")
+    code = (
+        "import pytest, orjson, sys; print(f'pytest {pytest.__version__}, orjson {orjson.__version__}, '"
+        "f'python {sys.version.split()[0]}')"
+    )
     return subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.strip()
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="entry counts, comma separated")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each command; the best time is kept")
@@ -405,12 +433,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--work", help="work dir for the dumps (default: a new temp dir, removed unless --keep)")
     parser.add_argument("--keep", action="store_true", help="keep the temp work dir")
     parser.add_argument("--no-parsers", action="store_true", help="skip the parser table")
-    parser.add_argument("--parser-path", default=os.environ.get("BENCH_PARSER_PATH"),
-                        help="extra sys.path entry where other JSON parsers are installed (pip --target)")
-    parser.add_argument("--msprobe-path", help="PYTHONPATH for the pytest-msprobe runs, e.g. a patched copy "
-                        "of the package (default: the installed one)")
-    parser.add_argument("--results", default=str(Path(__file__).with_name("results_collect.md")),
-                        help="markdown file for the tables ('' for none)")
+    parser.add_argument(
+        "--parser-path",
+        default=os.environ.get("BENCH_PARSER_PATH"),
+        help="extra sys.path entry where other JSON parsers are installed (pip --target)",
+    )
+    parser.add_argument(
+        "--msprobe-path",
+        help="PYTHONPATH for the pytest-msprobe runs, e.g. a patched copy of the package (default: the installed one)",
+    )
+    parser.add_argument(
+        "--results",
+        default=str(Path(__file__).with_name("results_collect.md")),
+        help="markdown file for the tables ('' for none)",
+    )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
 
@@ -423,8 +459,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not args.no_parsers:
             biggest = work / f"dump_{max(sizes)}" / "dump.json"
             print(f"# parsers on {biggest} ({biggest.stat().st_size / 1e6:.1f} MB)", flush=True)
-            ptable = parser_table(bench_parsers(args.python, work, biggest, args.repeats, args.parser_path,
-                                               args.msprobe_path))
+            ptable = parser_table(
+                bench_parsers(args.python, work, biggest, args.repeats, args.parser_path, args.msprobe_path)
+            )
             print("\n" + ptable + "\n")
         if args.results:
             write_results(Path(args.results), args, sizes, table, ptable, f"{load_before} / {load()}")
@@ -435,16 +472,17 @@ def write_results(path: Path, args, sizes: Sequence[int], table: str, ptable: st
     when = time.strftime("%Y-%m-%d %H:%M")
     argv = shlex.join(sys.argv[1:])
     text = [
-        "# Collection scale (issue 2, item 9)",
+        "# Collection scale",
         "",
-        f"Written by `python bench/bench_collect.py {argv}`".rstrip() + f" on {when}; machine: {machine()}; "
+        f"Written by `python -m bench.timing.collect {argv}`".rstrip() + f" on {when}; machine: {machine()}; "
         f"{versions(args.python)}; 1-minute load average before / after: {loads}"
-        + (f"; pytest-msprobe from PYTHONPATH={args.msprobe_path}" if args.msprobe_path else "") + ".",
+        + (f"; pytest-msprobe from PYTHONPATH={args.msprobe_path}" if args.msprobe_path else "")
+        + ".",
         "",
         f"Synthetic statistics dumps of {', '.join(f'{n:,}' for n in sizes)} distinct API entries (real msprobe "
         f"26.2.0 entry bodies from tests/data/pt_stats_L1 and tests/data/public/gpu_resnet, call indexes "
         f"renumbered, the larger ResNet bodies thinned to a mean of {MEAN_ENTRY_BYTES} bytes an entry as in the "
-        f"issue's 77 MB / 100,000-entry dump, one entry in {NAN_EVERY} with bare NaN / Infinity / -Infinity "
+        f"scale target's 77 MB / 100,000-entry dump, one entry in {NAN_EVERY} with bare NaN / Infinity / -Infinity "
         "statistics, written with json.dump(indent=1) as msprobe writes). Each command runs in a fresh process "
         f"in the dumps' work dir, the two kinds interleaved; best wall time and best CPU time (user + sys) of "
         f"{args.repeats}, highest peak RSS (ru_maxrss of that process) of {args.repeats}. The target is checked "

@@ -2,8 +2,9 @@
 
 Correct outputs come from two places:
 
-- real msprobe dumps (pt_tensor_L1_bf16: a tiny model in bfloat16; pt_tensor_L1_riskALL:
-  the same model in float32 with a few bf16/fp16 casts): every forward entry is
+- real msprobe dumps (pt_tensor_L1_bf16: a tiny model in bfloat16, tests/data/pt_tensor_L1_bf16;
+  pt_tensor_L1_riskALL: the same model in float32 with a few bf16/fp16 casts,
+  examples/pt_tensor_L1): every forward entry is
   recomputed in float64 from its recorded inputs, every backward entry by float64
   autograd from the forward inputs and the recorded grad_outputs, and compared with
   the outputs a correct CPU kernel recorded;
@@ -16,9 +17,11 @@ two rows swapped, one element +1.0, a NaN; fp32 outputs of matmul-like calls are
 recomputed the way TF32/HF32 (10-bit inputs) and bf16 (7-bit inputs) compute them.
 Every variant goes through compare.compare under the basic and the dtype standard.
 
-    python bench/dtype_standard_study.py [--dumps /work/shared/dumps] [--details]
+    python -m bench.studies.dtype_standard [--dumps DIR] [--details]
 
-prints markdown tables (kept in bench/dtype_standard_study.md).
+run from the repository root; prints markdown tables (kept in bench/studies/dtype_standard.md).
+--dumps DIR reads the two dumps from DIR/pt_tensor_L1_bf16 and DIR/pt_tensor_L1_riskALL instead
+of the repository's copies.
 """
 
 from __future__ import annotations
@@ -26,21 +29,27 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from pytest_msprobe.compare import ERROR, PASS, WARNING, BasicStandard, Comparison, compare  # noqa: E402
-from pytest_msprobe.dtype_standard import DtypeStandard, budget_for, read  # noqa: E402
+from pytest_msprobe.compare import Comparison, compare
+from pytest_msprobe.results import ERROR, PASS, WARNING
+from pytest_msprobe.standards.basic import BasicStandard
+from pytest_msprobe.standards.dtype import DtypeStandard, budget_for, read
 
-DUMPS = ("pt_tensor_L1_bf16", "pt_tensor_L1_riskALL")
+ROOT = Path(__file__).resolve().parents[2]
+# The real dumps by the names the tables give them, and the repository's copies of them.
+DUMPS = {
+    "pt_tensor_L1_bf16": ROOT / "tests" / "data" / "pt_tensor_L1_bf16",
+    "pt_tensor_L1_riskALL": ROOT / "examples" / "pt_tensor_L1",
+}
 CASTS = {"to", "float", "half", "bfloat16", "double", "type"}
 SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 # torch.testing.assert_close defaults (rtol, atol), for reference.
@@ -55,7 +64,7 @@ class Output:
     tested: torch.Tensor  # as the kernel wrote it, in its dtype
     bench: np.ndarray  # float64
     input_scale: float
-    recompute: Optional[Callable[[Callable], torch.Tensor]] = None  # runs the call on rounded inputs
+    recompute: Callable[[Callable], torch.Tensor] | None = None  # runs the call on rounded inputs
 
 
 def _floating(a) -> bool:
@@ -90,16 +99,16 @@ def _leaf(t: torch.Tensor) -> torch.Tensor:
 # --- correct outputs from the real dumps ------------------------------------------------
 
 
-def dump_outputs(root: Path) -> Iterator[Output]:
+def dump_outputs(label: str, root: Path) -> Iterator[Output]:
     data = json.loads((root / "dump.json").read_text())["data"]
     load = _loader(root / "dump_tensor_data")
     for name, body in data.items():
         if name.endswith(".forward"):
-            yield from _forward_entry(root.name, name, body, load)
+            yield from _forward_entry(label, name, body, load)
         elif name.endswith(".backward") and name[: -len("backward")] + "forward" in data:
             forward = data[name[: -len("backward")] + "forward"]
             if not _same_tensor_cast(name, forward):
-                yield from _backward_entry(root.name, name, body, forward, load)
+                yield from _backward_entry(label, name, body, forward, load)
 
 
 def _same_tensor_cast(name: str, forward: dict) -> bool:
@@ -175,8 +184,8 @@ def synthetic_calls():
     wide = F.layer_norm(randn(1 << 20).double(), (1 << 20,)).float()
     image, kernel = randn(2, 16, 16, 16), randn(32, 16, 3, 3, scale=1 / 12)
     targets = torch.randint(0, L, (B * 8 * L,), generator=g)
-    yield "linear", F.linear, (x, randn(K, H, scale=H ** -0.5), randn(K, scale=0.1)), {}, True, True
-    yield "linear K=1024", F.linear, (randn(B, L, K), randn(H, K, scale=K ** -0.5)), {}, True, True
+    yield "linear", F.linear, (x, randn(K, H, scale=H**-0.5), randn(K, scale=0.1)), {}, True, True
+    yield "linear K=1024", F.linear, (randn(B, L, K), randn(H, K, scale=K**-0.5)), {}, True, True
     yield "matmul (q k^T)", torch.matmul, (q, q.transpose(-1, -2)), {}, True, True
     yield "conv2d", F.conv2d, (image, kernel, randn(32, scale=0.1)), {"padding": 1}, True, True
     yield "sdpa", F.scaled_dot_product_attention, (q, q * 0.5, q), {}, True, True
@@ -293,8 +302,14 @@ def _round_mantissa(bits: int):
     return round_input
 
 
-FAULTS = {"x1.03": scaled, "3% noise": noisy, "mantissa 3 bits": mantissa_cut,
-          "swapped row": row_swapped, "one element +1.0": one_off, "NaN": one_nan}
+FAULTS = {
+    "x1.03": scaled,
+    "3% noise": noisy,
+    "mantissa 3 bits": mantissa_cut,
+    "swapped row": row_swapped,
+    "one element +1.0": one_off,
+    "NaN": one_nan,
+}
 COMPUTE = {"TF32/HF32 inputs": _round_mantissa(10), "bf16 inputs": _round_mantissa(7)}
 VARIANTS = ["correct", *FAULTS, *COMPUTE]
 
@@ -329,7 +344,7 @@ def judge(out: Output, variant: str, tested: torch.Tensor) -> Result:
     return Result(out, variant, changed, basic.status, verdict.status, max_ulps, rms_ulps, close)
 
 
-def measure(outputs: List[Output]) -> List[Result]:
+def measure(outputs: list[Output]) -> list[Result]:
     results = []
     for out in outputs:
         results.append(judge(out, "correct", out.tested))
@@ -344,19 +359,27 @@ def measure(outputs: List[Output]) -> List[Result]:
 # --- tables ------------------------------------------------------------------------------
 
 
-def table_head(*columns: str) -> List[str]:
+def table_head(*columns: str) -> list[str]:
     return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
-def _span(values: List[float]) -> str:
+def _span(values: list[float]) -> str:
     values = [v for v in values if math.isfinite(v)]
     return f"{min(values):.3g} .. {max(values):.3g}" if values else "-"
 
 
-def summary(results: List[Result], source: str) -> List[str]:
-    rows = table_head("dtype", "variant", "outputs (changed)", "basic pass", "assert_close pass",
-                      "dtype: pass / warning / error", "max error, ULP of output scale", "RMS error, ULP of RMS")
-    groups: Dict[tuple, List[Result]] = defaultdict(list)
+def summary(results: list[Result], source: str) -> list[str]:
+    rows = table_head(
+        "dtype",
+        "variant",
+        "outputs (changed)",
+        "basic pass",
+        "assert_close pass",
+        "dtype: pass / warning / error",
+        "max error, ULP of output scale",
+        "RMS error, ULP of RMS",
+    )
+    groups: dict[tuple, list[Result]] = defaultdict(list)
     for r in results:
         if r.output.source == source:
             groups[(SHORT[r.output.dtype], r.variant)].append(r)
@@ -364,37 +387,54 @@ def summary(results: List[Result], source: str) -> List[str]:
         changed = [r for r in group if r.changed]
         statuses = [r.dtype for r in changed]
         verdicts = f"{statuses.count(PASS)} / {statuses.count(WARNING)} / {statuses.count(ERROR)}"
-        rows.append(f"| {dtype} | {variant} | {len(group)} ({len(changed)}) | {sum(r.basic == PASS for r in changed)} "
-                    f"| {sum(r.assert_close for r in changed)} | {verdicts} "
-                    f"| {_span([r.max_ulps for r in changed])} | {_span([r.rms_ulps for r in changed])} |")
+        rows.append(
+            f"| {dtype} | {variant} | {len(group)} ({len(changed)}) | {sum(r.basic == PASS for r in changed)} "
+            f"| {sum(r.assert_close for r in changed)} | {verdicts} "
+            f"| {_span([r.max_ulps for r in changed])} | {_span([r.rms_ulps for r in changed])} |"
+        )
     return rows
 
 
-def exceptions(results: List[Result]) -> List[str]:
+def exceptions(results: list[Result]) -> list[str]:
     """Correct outputs that do not pass, and changed faulty ones that are no error."""
-    rows = table_head("output", "dtype", "variant", "dtype verdict", "max ULP", "RMS ULP", "output scale",
-                      "input scale")
+    rows = table_head(
+        "output", "dtype", "variant", "dtype verdict", "max ULP", "RMS ULP", "output scale", "input scale"
+    )
     for r in results:
         expected = PASS if r.variant == "correct" else ERROR
         if r.changed and r.dtype != expected and r.variant not in COMPUTE:
             o = r.output
-            rows.append(f"| {o.name} | {SHORT[o.dtype]} | {r.variant} | {r.dtype} | {r.max_ulps:.3g} "
-                        f"| {r.rms_ulps:.3g} | {np.abs(o.bench).max():.3g} | {o.input_scale:.3g} |")
+            rows.append(
+                f"| {o.name} | {SHORT[o.dtype]} | {r.variant} | {r.dtype} | {r.max_ulps:.3g} "
+                f"| {r.rms_ulps:.3g} | {np.abs(o.bench).max():.3g} | {o.input_scale:.3g} |"
+            )
     return rows
 
 
-def details(results: List[Result]) -> List[str]:
-    rows = table_head("output", "dtype", "n", "output scale", "input scale", "max error", "basic",
-                      "max error, ULP of each element", "max error, ULP of output scale", "RMS error, ULP of RMS",
-                      "dtype")
+def details(results: list[Result]) -> list[str]:
+    rows = table_head(
+        "output",
+        "dtype",
+        "n",
+        "output scale",
+        "input scale",
+        "max error",
+        "basic",
+        "max error, ULP of each element",
+        "max error, ULP of output scale",
+        "RMS error, ULP of RMS",
+        "dtype",
+    )
     for r in results:
         if r.variant != "correct":
             continue
         o = r.output
         err = float(np.max(np.abs(o.tested.double().numpy() - o.bench))) if o.bench.size else 0.0
-        rows.append(f"| {o.source}: {o.name} | {SHORT[o.dtype]} | {o.bench.size} | {np.abs(o.bench).max():.3g} "
-                    f"| {o.input_scale:.3g} | {err:.3g} | {r.basic} | {element_ulps(o):.3g} | {r.max_ulps:.3g} "
-                    f"| {r.rms_ulps:.3g} | {r.dtype} |")
+        rows.append(
+            f"| {o.source}: {o.name} | {SHORT[o.dtype]} | {o.bench.size} | {np.abs(o.bench).max():.3g} "
+            f"| {o.input_scale:.3g} | {err:.3g} | {r.basic} | {element_ulps(o):.3g} | {r.max_ulps:.3g} "
+            f"| {r.rms_ulps:.3g} | {r.dtype} |"
+        )
     return rows
 
 
@@ -406,10 +446,15 @@ def element_ulps(o: Output) -> float:
     return float(np.max(np.abs(o.tested.double().numpy() - o.bench) / ulp))
 
 
-def reductions() -> List[str]:
+def reductions() -> list[str]:
     """fp32 sums and means of layer-normed values: error in fp32 ULP of the input scale."""
-    rows = table_head("n", "sum: ULP of output scale", "sum: ULP of input scale",
-                      "mean: ULP of output scale", "mean: ULP of input scale")
+    rows = table_head(
+        "n",
+        "sum: ULP of output scale",
+        "sum: ULP of input scale",
+        "mean: ULP of output scale",
+        "mean: ULP of input scale",
+    )
     g = torch.Generator().manual_seed(1)
     fp32 = budget_for("torch.float32").format
     for n in (256, 4096, 65536, 1 << 20):
@@ -425,10 +470,13 @@ def reductions() -> List[str]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dumps", type=Path, default=Path("/work/shared/dumps"))
+    parser.add_argument(
+        "--dumps", type=Path, help="a folder holding " + " and ".join(DUMPS) + " (default: the repository's copies)"
+    )
     parser.add_argument("--details", action="store_true", help="one row per correct output")
     options = parser.parse_args(argv)
-    outputs = [o for name in DUMPS for o in dump_outputs(options.dumps / name)]
+    folders = {name: options.dumps / name for name in DUMPS} if options.dumps else DUMPS
+    outputs = [o for name, folder in folders.items() for o in dump_outputs(name, folder)]
     outputs += list(synthetic_outputs())
     results = measure(outputs)
     print(f"{DtypeStandard().describe()}\n")

@@ -1,4 +1,4 @@
-"""A whole run over a real tensor dump: pytest-msprobe against msprobe and the floor (issue 2, item 11).
+"""A whole run over a real tensor dump: pytest-msprobe against msprobe and the floor, time and CPU.
 
 On the same dump and machine, each in a fresh process, best of --repeats:
 
@@ -9,17 +9,19 @@ On the same dump and machine, each in a fresh process, best of --repeats:
 - pytest-msprobe: python -m pytest -q -p no:cacheprovider --msprobe-dump DUMP --msprobe-device cpu
                   --msprobe-out OUT
                   (exits 1 on examples/pt_tensor_L1: a few bf16 entries fail the default rule)
-- msprobe:        VENV/bin/python shared/tools/msprobe_cpu_acc_check.py acc_check -api_info DUMP -o OUT
-                  (msprobe 26.2.0's own pre-check, its device forced to the CPU; in a separate venv:
-                  pip install torch==2.13.0 mindstudio-probe==26.2.0 "numpy<2" "pandas<3" "ml_dtypes<0.6")
+- msprobe:        VENV/bin/python bench/timing/msprobe_cpu_acc_check.py acc_check -api_info DUMP -o OUT
+                  (msprobe 26.2.0's own pre-check, its device forced to the CPU; VENV given by
+                  --msprobe-python, a separate venv made with pip install torch==2.13.0
+                  mindstudio-probe==26.2.0 "numpy<2" "pandas<3" "ml_dtypes<0.6")
 
 The dumps: examples/pt_tensor_L1 (real, 66 entries) and a bigger one of --apis API calls made of
 its entries: the same entries again with their call indexes renumbered (as a second and third
 training step would number them) and their tensor files copied under the new data_names.
 
-    /work/venv/bin/python bench/bench_speed.py [--apis 125] [--repeats 3] [--msprobe-repeats 2]
+    python -m bench.timing.speed --msprobe-python VENV/bin/python|'' [--apis 125] [--repeats 3] [--msprobe-repeats 2]
 
-prints a markdown table and writes it to bench/results_speed.md (--results to change).
+run from the repository root with the interpreter that has pytest-msprobe installed; prints a
+markdown table and writes it to bench/timing/results_speed.md (--results to change).
 """
 
 from __future__ import annotations
@@ -32,23 +34,20 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_collect import clean_env, load, machine, measure, write_floor_plugin  # noqa: E402
-from workdir import work_dir  # noqa: E402
+from bench.timing.collect import ROOT, clean_env, load, machine, measure, write_floor_plugin
+from bench.timing.workdir import work_dir
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "pt_tensor_L1"
-SHARED = ROOT.parent / "shared"
-MSPROBE_SHIM = SHARED / "tools" / "msprobe_cpu_acc_check.py"
-MSPROBE_PYTHON = Path("/work/venv-msprobe/bin/python")
+MSPROBE_SHIM = Path(__file__).with_name("msprobe_cpu_acc_check.py")
 
 
 # ---------------------------------------------------------------- the bigger real-entry dump
 
-def split_name(name: str) -> Tuple[str, int, str]:
+
+def split_name(name: str) -> tuple[str, int, str]:
     head, index, direction = name.rsplit(".", 2)
     return head, int(index), direction
 
@@ -58,8 +57,8 @@ def replicate_dump(source: Path, target: Path, apis: int) -> Path:
     until `apis` calls (each call with its forward and, where recorded, backward entry)."""
     document = json.loads((source / "dump.json").read_text())
     data = document["data"]
-    calls: List[str] = []  # `<Type>.<api>.<n>` in dump order of their first entry
-    stride: Dict[str, int] = {}
+    calls: list[str] = []  # `<Type>.<api>.<n>` in dump order of their first entry
+    stride: dict[str, int] = {}
     for name in data:
         head, index, _ = split_name(name)
         call = f"{head}.{index}"
@@ -70,7 +69,7 @@ def replicate_dump(source: Path, target: Path, apis: int) -> Path:
     if target.exists():
         shutil.rmtree(target)
     tensors_out.mkdir(parents=True)
-    out: Dict[str, dict] = {}
+    out: dict[str, dict] = {}
     copy = 0
     taken = 0
     while taken < apis:
@@ -83,7 +82,7 @@ def replicate_dump(source: Path, target: Path, apis: int) -> Path:
             text = json.dumps(body)
             for data_name in re.findall(r'"data_name": "([^"]+)"', text):
                 assert data_name.startswith(name + "."), data_name
-                new_data_name = new_name + data_name[len(name):]
+                new_data_name = new_name + data_name[len(name) :]
                 shutil.copyfile(tensors_in / data_name, tensors_out / new_data_name)
                 text = text.replace(f'"data_name": "{data_name}"', f'"data_name": "{new_data_name}"')
             out[new_name] = json.loads(text)
@@ -97,13 +96,14 @@ def replicate_dump(source: Path, target: Path, apis: int) -> Path:
     return target / "dump.json"
 
 
-def counts(dump: Path) -> Tuple[int, int]:
+def counts(dump: Path) -> tuple[int, int]:
     """(entries, API calls) of a dump."""
     data = json.loads(dump.read_text())["data"]
     return len(data), len({name.rsplit(".", 1)[0] for name in data})
 
 
 # ---------------------------------------------------------------- commands
+
 
 def pytest_outcome(tail: str) -> str:
     match = re.search(r"=* ?((?:\d+ \w+(?:, )?)+) in [\d.]+s", tail)
@@ -117,34 +117,65 @@ def msprobe_outcome(out: Path) -> str:
     with open(results[-1], newline="") as handle:
         rows = list(csv.DictReader(handle))
     status = [row.get("Forward Test Success", "") for row in rows]
-    tally: Dict[str, int] = {}
+    tally: dict[str, int] = {}
     for s in status:
         tally[s] = tally.get(s, 0) + 1
     return f"{len(rows)} APIs: " + ", ".join(f"{n} {s}" for s, n in sorted(tally.items()))
 
 
-def thread_env(env: Dict[str, str], threads: int) -> Dict[str, str]:
+def thread_env(env: dict[str, str], threads: int) -> dict[str, str]:
     """threads > 0: torch's intra-op threads (OpenMP, MKL) fixed for every tool alike."""
     if threads > 0:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return env
 
 
-def run_one(kind: str, dump: Path, work: Path, python: str, msprobe_python: str,
-            plugins: Path, msprobe_path: Optional[str], threads: int = 0) -> Tuple[float, float, float, str]:
+def run_one(
+    kind: str,
+    dump: Path,
+    work: Path,
+    python: str,
+    msprobe_python: str,
+    plugins: Path,
+    msprobe_path: str | None,
+    threads: int = 0,
+) -> tuple[float, float, float, str]:
     out = work / f"out_{kind}"
     if out.exists():
         shutil.rmtree(out)
     out.mkdir()
     log = work / f"{kind}.log"
     if kind == "floor":
-        cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:msprobe", "-p", "floor_torch",
-               str(dump)]
+        cmd = [
+            python,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:msprobe",
+            "-p",
+            "floor_torch",
+            str(dump),
+        ]
         wall, rss, cpu, rc, tail = measure(cmd, work, thread_env(clean_env(str(plugins)), threads), log)
         ok, outcome = rc == 0, pytest_outcome(tail)
     elif kind == "pytest-msprobe":
-        cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--msprobe-dump", str(dump),
-               "--msprobe-device", "cpu", "--msprobe-out", str(out)]
+        cmd = [
+            python,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--msprobe-dump",
+            str(dump),
+            "--msprobe-device",
+            "cpu",
+            "--msprobe-out",
+            str(out),
+        ]
         wall, rss, cpu, rc, tail = measure(cmd, work, thread_env(clean_env(msprobe_path), threads), log)
         ok, outcome = rc in (0, 1) and "error" not in pytest_outcome(tail), pytest_outcome(tail)
     else:
@@ -157,9 +188,9 @@ def run_one(kind: str, dump: Path, work: Path, python: str, msprobe_python: str,
     return wall, cpu, rss, outcome
 
 
-def bench(dumps: Sequence[Tuple[str, Path]], work: Path, args) -> List[dict]:
+def bench(dumps: Sequence[tuple[str, Path]], work: Path, args) -> list[dict]:
     plugins = work / "plugins"
-    write_floor_plugin(plugins, "floor_torch", "import torch  # the floor of item 11 imports torch")
+    write_floor_plugin(plugins, "floor_torch", "import torch  # the floor of a whole run imports torch")
     kinds = ["floor", "pytest-msprobe"]
     if args.msprobe_python:
         kinds.append("msprobe")
@@ -167,18 +198,21 @@ def bench(dumps: Sequence[Tuple[str, Path]], work: Path, args) -> List[dict]:
     for label, dump in dumps:
         entries, apis = counts(dump)
         print(f"# {label}: {dump} ({entries} entries, {apis} API calls)", flush=True)
-        runs: Dict[str, List[Tuple[float, float, float]]] = {k: [] for k in kinds}
-        outcomes: Dict[str, str] = {}
+        runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in kinds}
+        outcomes: dict[str, str] = {}
         for r in range(max(args.repeats, args.msprobe_repeats)):
             for kind in kinds:  # interleaved, so drift hits all three
                 if r >= (args.msprobe_repeats if kind == "msprobe" else args.repeats):
                     continue
-                wall, cpu, rss, outcome = run_one(kind, dump, work, args.python, args.msprobe_python, plugins,
-                                                  args.msprobe_path, args.threads)
+                wall, cpu, rss, outcome = run_one(
+                    kind, dump, work, args.python, args.msprobe_python, plugins, args.msprobe_path, args.threads
+                )
                 runs[kind].append((wall, cpu, rss))
                 outcomes[kind] = outcome
-                print(f"  {kind:15s} run {r + 1}: {wall:7.2f} s wall {cpu:7.2f} s CPU {rss:6.0f} MiB  {outcome}",
-                      flush=True)
+                print(
+                    f"  {kind:15s} run {r + 1}: {wall:7.2f} s wall {cpu:7.2f} s CPU {rss:6.0f} MiB  {outcome}",
+                    flush=True,
+                )
         row = {"label": label, "entries": entries, "apis": apis, "outcomes": outcomes}
         for kind, values in runs.items():
             row[kind] = (min(v[0] for v in values), min(v[1] for v in values), max(v[2] for v in values))
@@ -186,7 +220,7 @@ def bench(dumps: Sequence[Tuple[str, Path]], work: Path, args) -> List[dict]:
     return rows
 
 
-def table(rows: List[dict]) -> str:
+def table(rows: list[dict]) -> str:
     with_msprobe = "msprobe" in rows[0]
     head = ["dump", "entries", "API calls", "floor s (CPU s, MiB)", "pytest-msprobe s (CPU s, MiB)"]
     if with_msprobe:
@@ -212,35 +246,55 @@ def table(rows: List[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dump", default=str(EXAMPLE), help="folder of a real tensor dump (dump.json + "
-                        "dump_tensor_data/)")
-    parser.add_argument("--apis", type=int, default=125, help="API calls of the bigger dump made of --dump's "
-                        "entries (0: none)")
+    parser.add_argument(
+        "--dump", default=str(EXAMPLE), help="folder of a real tensor dump (dump.json + dump_tensor_data/)"
+    )
+    parser.add_argument(
+        "--apis", type=int, default=125, help="API calls of the bigger dump made of --dump's entries (0: none)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="runs of the floor and of pytest-msprobe")
     parser.add_argument("--msprobe-repeats", type=int, default=2, help="runs of msprobe (about 0.6 s an API)")
     parser.add_argument("--python", default=sys.executable, help="the interpreter with pytest-msprobe installed")
-    parser.add_argument("--msprobe-python", default=str(MSPROBE_PYTHON) if MSPROBE_PYTHON.exists() else "",
-                        help="the interpreter of the venv with mindstudio-probe ('' to leave msprobe out)")
-    parser.add_argument("--msprobe-path", help="PYTHONPATH for the pytest-msprobe runs, e.g. a patched copy "
-                        "of the package (default: the installed one)")
-    parser.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS / MKL_NUM_THREADS for all three "
-                        "(default: unset, torch's default of one thread a core)")
+    parser.add_argument(
+        "--msprobe-python",
+        required=True,
+        help="the interpreter of the venv with mindstudio-probe (see the docstring), or '' to leave msprobe out",
+    )
+    parser.add_argument(
+        "--msprobe-path",
+        help="PYTHONPATH for the pytest-msprobe runs, e.g. a patched copy of the package (default: the installed one)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="OMP_NUM_THREADS / MKL_NUM_THREADS for all three (default: unset, torch's default of one thread a core)",
+    )
     parser.add_argument("--work", help="work dir (default: a new temp dir, removed unless --keep)")
     parser.add_argument("--keep", action="store_true")
-    parser.add_argument("--results", default=str(Path(__file__).with_name("results_speed.md")),
-                        help="markdown file for the table ('' for none)")
+    parser.add_argument(
+        "--results",
+        default=str(Path(__file__).with_name("results_speed.md")),
+        help="markdown file for the table ('' for none)",
+    )
     args = parser.parse_args(argv)
-    if args.msprobe_python and not MSPROBE_SHIM.exists():
-        raise SystemExit(f"{MSPROBE_SHIM} is not there: pass --msprobe-python '' to leave msprobe out")
+    if args.msprobe_python and not Path(args.msprobe_python).exists():
+        raise SystemExit(
+            f"--msprobe-python {args.msprobe_python} is not there: pass --msprobe-python '' to leave msprobe out"
+        )
 
     with work_dir(args.work, args.keep, "bench_speed_") as work:
         source = Path(args.dump).resolve()
         dumps = [(source.name, source / "dump.json")]
         if args.apis:
-            dumps.append((f"{source.name} x{args.apis} calls",
-                          replicate_dump(source, work / f"{source.name}_{args.apis}", args.apis)))
+            dumps.append(
+                (
+                    f"{source.name} x{args.apis} calls",
+                    replicate_dump(source, work / f"{source.name}_{args.apis}", args.apis),
+                )
+            )
         load_before = load()
         rows = bench(dumps, work, args)
         text = table(rows)
@@ -250,17 +304,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-def write_results(path: Path, args, rows: List[dict], text: str, loads: str) -> None:
+def write_results(path: Path, args, rows: list[dict], text: str, loads: str) -> None:
     when = time.strftime("%Y-%m-%d %H:%M")
     argv = shlex.join(sys.argv[1:])
     lines = [
-        "# A whole run over a real tensor dump (issue 2, item 11)",
+        "# A whole run over a real tensor dump",
         "",
-        f"Written by `python bench/bench_speed.py {argv}`".rstrip() + f" on {when}; machine: {machine()}; "
+        f"Written by `python -m bench.timing.speed {argv}`".rstrip() + f" on {when}; machine: {machine()}; "
         f"1-minute load average before / after: {loads}"
         + (f"; pytest-msprobe from PYTHONPATH={args.msprobe_path}" if args.msprobe_path else "")
-        + (f"; OMP_NUM_THREADS=MKL_NUM_THREADS={args.threads} for all three" if args.threads else
-           "; torch's default threads (one a core)") + ".",
+        + (
+            f"; OMP_NUM_THREADS=MKL_NUM_THREADS={args.threads} for all three"
+            if args.threads
+            else "; torch's default threads (one a core)"
+        )
+        + ".",
         "",
         "Each command in a fresh process in the work dir, the kinds interleaved; best wall time and best CPU "
         f"time (user + sys) of {args.repeats} ({args.msprobe_repeats} for msprobe), highest peak RSS:",
@@ -269,7 +327,7 @@ def write_results(path: Path, args, rows: List[dict], text: str, loads: str) -> 
         "on PYTHONPATH: `import torch`, parses DUMP with json, one empty item per entry)",
         "- pytest-msprobe: `python -m pytest -q -p no:cacheprovider --msprobe-dump DUMP --msprobe-device cpu "
         "--msprobe-out OUT`",
-        "- msprobe: `/work/venv-msprobe/bin/python shared/tools/msprobe_cpu_acc_check.py acc_check -api_info DUMP "
+        "- msprobe: `MSPROBE_PYTHON bench/timing/msprobe_cpu_acc_check.py acc_check -api_info DUMP "
         "-o OUT` (mindstudio-probe 26.2.0, torch 2.13.0 CPU, in its own venv)",
         "",
         text,

@@ -5,7 +5,7 @@ arguments; the first call that runs proves a kernel, a "kernel unregistered"
 error names the missing one, and an API no probe call fits stays unknown.
 Prints a table and records it in ms_cpu_kernels.txt beside this script.
 
-    python bench/ms_cpu_kernels.py
+    python -m bench.studies.ms_cpu_kernels
 """
 
 from __future__ import annotations
@@ -27,8 +27,23 @@ def probes(ms):
     img = ms.Tensor(np.linspace(0.1, 0.9, 48, dtype=np.float32).reshape(1, 3, 4, 4))
     w = ms.Tensor(np.linspace(0.1, 0.9, 54, dtype=np.float32).reshape(2, 3, 3, 3))
     idx = ms.Tensor(np.array([[0, 1, 0], [1, 0, 1]], dtype=np.int64))
-    return [(x,), (m, m), (x, x), (x, 1), (x, 0), (b3, b3, b3), (img, w), (img, 2), (x, (3,)), (idx, 2),
-            (x, idx.astype(ms.bool_), 0.0), (x, 0, idx), (m, 0), (2, 3), (x, [1, 2])]
+    return [
+        (x,),
+        (m, m),
+        (x, x),
+        (x, 1),
+        (x, 0),
+        (b3, b3, b3),
+        (img, w),
+        (img, 2),
+        (x, (3,)),
+        (idx, 2),
+        (x, idx.astype(ms.bool_), 0.0),
+        (x, 0, idx),
+        (m, 0),
+        (2, 3),
+        (x, [1, 2]),
+    ]
 
 
 def classify(fn, calls) -> str:

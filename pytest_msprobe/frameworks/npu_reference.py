@@ -16,8 +16,9 @@ it (int32 expert indices, float32 attention statistics and RmsNorm rstd).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -29,11 +30,11 @@ class ReferenceUnsupported(Exception):
     """The call uses a feature the reference does not model (the message says which)."""
 
 
-REFERENCES: Dict[str, Callable] = {}
+REFERENCES: dict[str, Callable] = {}
 
 # Outputs a reference returns only to keep torch_npu's structure: placeholders
 # and dropout bookkeeping that say nothing about precision.
-UNCOMPARED_OUTPUTS: Dict[str, Dict[int, str]] = {
+UNCOMPARED_OUTPUTS: dict[str, dict[int, str]] = {
     "npu_fusion_attention": {
         3: "softmax_out is an empty placeholder",
         4: "the dropout seed is not a result",
@@ -43,7 +44,7 @@ UNCOMPARED_OUTPUTS: Dict[str, Dict[int, str]] = {
 }
 
 
-def lookup(op_name: str) -> Optional[Callable]:
+def lookup(op_name: str) -> Callable | None:
     """The CPU reference of torch_npu.<op_name>, or None when there is none."""
     return REFERENCES.get(op_name)
 
@@ -56,6 +57,7 @@ def _reference(fn: Callable) -> Callable:
 # --------------------------------------------------------------------------
 # Activations and element-wise ops
 # --------------------------------------------------------------------------
+
 
 @_reference
 def npu_fast_gelu(input: torch.Tensor) -> torch.Tensor:
@@ -81,8 +83,7 @@ def npu_swiglu(input: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 @_reference
-def npu_rotary_mul(input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor,
-                   rotary_mode: str = "half") -> torch.Tensor:
+def npu_rotary_mul(input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotary_mode: str = "half") -> torch.Tensor:
     """Rotary position embedding: ``r1 * input + r2 * rotate(input)``."""
     return r1 * input + r2 * _rotate(input, rotary_mode)
 
@@ -97,8 +98,9 @@ def _rotate(x: torch.Tensor, rotary_mode: str) -> torch.Tensor:
 
 
 @_reference
-def npu_scaled_masked_softmax(x: torch.Tensor, mask: torch.Tensor, scale: float = 1.0,
-                              fixed_triu_mask: bool = False) -> torch.Tensor:
+def npu_scaled_masked_softmax(
+    x: torch.Tensor, mask: torch.Tensor, scale: float = 1.0, fixed_triu_mask: bool = False
+) -> torch.Tensor:
     """softmax((x * scale).masked_fill(mask, -inf), dim=-1), as the op's migration guide states.
 
     With ``fixed_triu_mask`` the op builds the strict upper-triangular mask itself.
@@ -110,8 +112,9 @@ def npu_scaled_masked_softmax(x: torch.Tensor, mask: torch.Tensor, scale: float 
 
 
 @_reference
-def npu_confusion_transpose(input: torch.Tensor, perm: Sequence[int], shape: Sequence[int],
-                            transpose_first: bool) -> torch.Tensor:
+def npu_confusion_transpose(
+    input: torch.Tensor, perm: Sequence[int], shape: Sequence[int], transpose_first: bool
+) -> torch.Tensor:
     """Permute then reshape (``transpose_first``), or reshape then permute."""
     if transpose_first:
         return input.permute(*perm).reshape(shape)
@@ -119,15 +122,15 @@ def npu_confusion_transpose(input: torch.Tensor, perm: Sequence[int], shape: Seq
 
 
 @_reference
-def npu_linear(input: torch.Tensor, weight: torch.Tensor,
-               bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+def npu_linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """input @ weight.T + bias, weight laid out [out_features, in_features]."""
     return F.linear(input, weight, bias)
 
 
 @_reference
-def npu_sort_v2(input: torch.Tensor, dim: int = -1, descending: bool = False,
-                out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def npu_sort_v2(
+    input: torch.Tensor, dim: int = -1, descending: bool = False, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """The sorted values only (SortV2 computes no indices).
 
     ``out`` is accepted for call compatibility; the reference never writes into it.
@@ -136,8 +139,9 @@ def npu_sort_v2(input: torch.Tensor, dim: int = -1, descending: bool = False,
 
 
 @_reference
-def npu_moe_gating_top_k_softmax(x: torch.Tensor, finished: Optional[torch.Tensor] = None,
-                                 k: int = 1) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def npu_moe_gating_top_k_softmax(
+    x: torch.Tensor, finished: torch.Tensor | None = None, k: int = 1
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, expert_idx, row_idx) of softmax(x) followed by top-k over experts.
 
     Documented: rows with ``finished`` True get expert index num_expert, and
@@ -159,9 +163,9 @@ def npu_moe_gating_top_k_softmax(x: torch.Tensor, finished: Optional[torch.Tenso
 # Normalisations
 # --------------------------------------------------------------------------
 
+
 @_reference
-def npu_rms_norm(input: torch.Tensor, gamma: torch.Tensor,
-                 epsilon: float = 1e-06) -> Tuple[torch.Tensor, torch.Tensor]:
+def npu_rms_norm(input: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-06) -> tuple[torch.Tensor, torch.Tensor]:
     """(y, rstd): rstd = 1 / sqrt(mean(x^2) + eps) over gamma's trailing dims; y = x * rstd * gamma.
 
     rstd keeps the reduced dims as size 1 and is float32, as the RmsNorm IR declares it.
@@ -172,17 +176,21 @@ def npu_rms_norm(input: torch.Tensor, gamma: torch.Tensor,
 
 
 @_reference
-def npu_layer_norm_eval(input: torch.Tensor, normalized_shape: Sequence[int],
-                        weight: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
-                        eps: float = 1e-05) -> torch.Tensor:
+def npu_layer_norm_eval(
+    input: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-05,
+) -> torch.Tensor:
     """Inference-mode layer norm: (x - mean) / sqrt(var + eps) * weight + bias."""
     return F.layer_norm(input, list(normalized_shape), weight, bias, eps)
 
 
 @_reference
-def npu_group_norm_silu(input: torch.Tensor, weight: Optional[torch.Tensor],
-                        bias: Optional[torch.Tensor], group: int,
-                        eps: float = 0.00001) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def npu_group_norm_silu(
+    input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, group: int, eps: float = 0.00001
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(silu(group_norm(input)), mean, rstd), mean and rstd of shape (N, group).
 
     Channels are dim 1 and are split into ``group`` groups; weight and bias are
@@ -218,21 +226,32 @@ def npu_group_norm_silu(input: torch.Tensor, weight: Optional[torch.Tensor],
 # https://gitcode.com/Ascend/op-plugin/blob/master/op_plugin/ops/opapi/ApplyAdamWKernelNpuOpApi.cpp
 # --------------------------------------------------------------------------
 
+
 def _scalar(value) -> float:
     """A Scalar argument as recorded: Python number, numpy scalar, or one-element tensor."""
     return torch.as_tensor(value, dtype=torch.float64).item()  # a Python float would become float32
 
 
-def _optimizer_state(op: str, out) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _optimizer_state(op: str, out) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if out is None or len(out) != 3:
         raise TypeError(f"{op} needs out=(var, m, v), as torch_npu only has the out= form")
     return tuple(out)
 
 
 @_reference
-def npu_apply_adam(beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad: torch.Tensor,
-                   use_locking: Optional[bool], use_nesterov: Optional[bool], *,
-                   out=None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def npu_apply_adam(
+    beta1_power,
+    beta2_power,
+    lr,
+    beta1,
+    beta2,
+    epsilon,
+    grad: torch.Tensor,
+    use_locking: bool | None,
+    use_nesterov: bool | None,
+    *,
+    out=None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One Adam step with TensorFlow ``ApplyAdam`` semantics (beta*_power = beta*^t).
 
     lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t)
@@ -249,10 +268,21 @@ def npu_apply_adam(beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad: to
 
 
 @_reference
-def npu_apply_adam_w(beta1_power, beta2_power, lr, weight_decay, beta1, beta2, epsilon,
-                     grad: torch.Tensor, max_grad_norm: Optional[torch.Tensor],
-                     amsgrad: Optional[bool], maximize: Optional[bool], *,
-                     out=None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def npu_apply_adam_w(
+    beta1_power,
+    beta2_power,
+    lr,
+    weight_decay,
+    beta1,
+    beta2,
+    epsilon,
+    grad: torch.Tensor,
+    max_grad_norm: torch.Tensor | None,
+    amsgrad: bool | None,
+    maximize: bool | None,
+    *,
+    out=None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One AdamW step as aclnnApplyAdamW documents it, which is torch.optim.AdamW's step.
 
     https://gitcode.com/cann/ops-nn/blob/master/optim/apply_adam_w/docs/aclnnApplyAdamW.md
@@ -271,7 +301,7 @@ def npu_apply_adam_w(beta1_power, beta2_power, lr, weight_decay, beta1, beta2, e
     v_t = b2 * v + (1 - b2) * g * g
     bias1 = 1 - _scalar(beta1_power) * b1
     bias2 = 1 - _scalar(beta2_power) * b2
-    v_used = torch.maximum(max_grad_norm, v_t) if amsgrad else v_t
+    v_used = torch.maximum(max_grad_norm, v_t) if amsgrad and max_grad_norm is not None else v_t
     denom = (v_used / bias2).sqrt() + _scalar(epsilon)
     var_t = var * (1 - lr * _scalar(weight_decay)) - lr * (m_t / bias1) / denom
     return var_t, m_t, v_t
@@ -290,17 +320,29 @@ _SOFTMAX_STAT_WIDTH = 8  # softmax_max / softmax_sum repeat each row statistic 8
 
 
 @_reference
-def npu_fusion_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                         head_num: int, input_layout: str, pse: Optional[torch.Tensor] = None,
-                         padding_mask: Optional[torch.Tensor] = None,
-                         atten_mask: Optional[torch.Tensor] = None, scale: float = 1.0,
-                         keep_prob: float = 1.0, pre_tockens: int = 2147483647,
-                         next_tockens: int = 2147483647, inner_precise: int = 0,
-                         prefix: Optional[Sequence[int]] = None,
-                         actual_seq_qlen: Optional[Sequence[int]] = None,
-                         actual_seq_kvlen: Optional[Sequence[int]] = None, sparse_mode: int = 0,
-                         gen_mask_parallel: bool = True, sync: bool = False,
-                         softmax_layout: str = "", sink: Optional[torch.Tensor] = None):
+def npu_fusion_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    head_num: int,
+    input_layout: str,
+    pse: torch.Tensor | None = None,
+    padding_mask: torch.Tensor | None = None,
+    atten_mask: torch.Tensor | None = None,
+    scale: float = 1.0,
+    keep_prob: float = 1.0,
+    pre_tockens: int = 2147483647,
+    next_tockens: int = 2147483647,
+    inner_precise: int = 0,
+    prefix: Sequence[int] | None = None,
+    actual_seq_qlen: Sequence[int] | None = None,
+    actual_seq_kvlen: Sequence[int] | None = None,
+    sparse_mode: int = 0,
+    gen_mask_parallel: bool = True,
+    sync: bool = False,
+    softmax_layout: str = "",
+    sink: torch.Tensor | None = None,
+):
     """(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels).
 
     softmax_max/softmax_sum are float32 [B, N, Sq, 8]; for TND they are
@@ -314,20 +356,19 @@ def npu_fusion_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
     _check_attention_features(input_layout, padding_mask, keep_prob, sink)
     sparse = _SparseMask(sparse_mode, atten_mask, pre_tockens, next_tockens, prefix)
     if input_layout == "TND":
-        out, row_max, row_sum = _varlen_attention(query, key, value, head_num, pse, scale, sparse,
-                                                  actual_seq_qlen, actual_seq_kvlen)
+        out, row_max, row_sum = _varlen_attention(
+            query, key, value, head_num, pse, scale, sparse, actual_seq_qlen, actual_seq_kvlen
+        )
     else:
-        out, row_max, row_sum = _padded_attention(query, key, value, head_num, input_layout,
-                                                  pse, scale, sparse)
+        out, row_max, row_sum = _padded_attention(query, key, value, head_num, input_layout, pse, scale, sparse)
     return (out, _softmax_stat(row_max), _softmax_stat(row_sum), query.new_empty(0), 0, 0, 0)
 
 
 def _check_attention_features(input_layout: str, padding_mask, keep_prob: float, sink) -> None:
-    if input_layout not in _PADDED_LAYOUTS + ("TND",):
+    if input_layout not in (*_PADDED_LAYOUTS, "TND"):
         raise ValueError(f"npu_fusion_attention: unknown input_layout {input_layout!r}")
     if keep_prob < 1:
-        raise ReferenceUnsupported(
-            f"npu_fusion_attention: keep_prob={keep_prob} (dropout draws a device-random mask)")
+        raise ReferenceUnsupported(f"npu_fusion_attention: keep_prob={keep_prob} (dropout draws a device-random mask)")
     if padding_mask is not None:
         raise ReferenceUnsupported("npu_fusion_attention: padding_mask (unsupported by the op too)")
     if sink is not None:
@@ -343,12 +384,12 @@ class _SparseMask:
     """
 
     sparse_mode: int
-    atten_mask: Optional[torch.Tensor]
+    atten_mask: torch.Tensor | None
     pre_tockens: int
     next_tockens: int
-    prefix: Optional[Sequence[int]]
+    prefix: Sequence[int] | None
 
-    def build(self, sq: int, skv: int, batch: Optional[int] = None) -> Optional[torch.Tensor]:
+    def build(self, sq: int, skv: int, batch: int | None = None) -> torch.Tensor | None:
         """Boolean mask broadcastable to [B, N, sq, skv], True = masked out.
 
         ``batch`` picks one sequence of a varlen (TND) call.
@@ -376,12 +417,12 @@ class _SparseMask:
     def _outside_band(self, offset: torch.Tensor) -> torch.Tensor:
         return (offset > self.next_tockens) | (offset < -self.pre_tockens)
 
-    def _beyond_prefix(self, skv: int, batch: Optional[int], device) -> torch.Tensor:
+    def _beyond_prefix(self, skv: int, batch: int | None, device) -> torch.Tensor:
         if self.prefix is None:
             raise ValueError("npu_fusion_attention: sparse_mode=6 needs prefix")
         lengths = list(self.prefix) if batch is None else [self.prefix[batch]]
-        lengths = torch.tensor(lengths, device=device).reshape(-1, 1, 1, 1)
-        return torch.arange(skv, device=device) >= lengths
+        limits = torch.tensor(lengths, device=device).reshape(-1, 1, 1, 1)
+        return torch.arange(skv, device=device) >= limits
 
 
 def _padded_attention(query, key, value, head_num, layout, pse, scale, sparse):
@@ -393,13 +434,11 @@ def _padded_attention(query, key, value, head_num, layout, pse, scale, sparse):
     k = _repeat_kv(_to_bnsd(key, layout, kv_heads), head_num)
     v = _repeat_kv(_to_bnsd(value, layout, kv_heads), head_num)
     _check_pse(pse, q.shape[2])
-    out, row_max, row_sum = _attention_bnsd(q, k, v, pse, sparse.build(q.shape[2], k.shape[2]),
-                                            scale)
+    out, row_max, row_sum = _attention_bnsd(q, k, v, pse, sparse.build(q.shape[2], k.shape[2]), scale)
     return _from_bnsd(out, layout), row_max, row_sum
 
 
-def _varlen_attention(query, key, value, head_num, pse, scale, sparse, actual_seq_qlen,
-                      actual_seq_kvlen):
+def _varlen_attention(query, key, value, head_num, pse, scale, sparse, actual_seq_qlen, actual_seq_kvlen):
     """TND attention, one packed sequence at a time: out [T, N, Dv], statistics [T, N]."""
     if actual_seq_qlen is None or actual_seq_kvlen is None:
         raise ValueError("npu_fusion_attention: TND needs actual_seq_qlen and actual_seq_kvlen")
@@ -426,12 +465,14 @@ def _varlen_attention(query, key, value, head_num, pse, scale, sparse, actual_se
 
 def _rows_seeing_nothing(query, rows: int, heads: int, value_dim: int):
     """(out, max, sum) of query rows without a visible key: 0, -inf and 0."""
-    return (query.new_zeros(rows, heads, value_dim),
-            query.new_full((rows, heads), float("-inf")),
-            query.new_zeros(rows, heads))
+    return (
+        query.new_zeros(rows, heads, value_dim),
+        query.new_full((rows, heads), float("-inf")),
+        query.new_zeros(rows, heads),
+    )
 
 
-def _segments(cumulative_lengths: Sequence[int]) -> List[Tuple[int, int]]:
+def _segments(cumulative_lengths: Sequence[int]) -> list[tuple[int, int]]:
     """(start, end) rows of each packed sequence from torch_npu's cumulative lengths.
 
     Trailing zeros ([2, 5, 9, 0, 0]) mark batches that take no part: empty segments.
@@ -502,12 +543,13 @@ def _repeat_kv(x: torch.Tensor, query_heads: int) -> torch.Tensor:
     """GQA: key/value head j serves query heads j*g .. j*g + g - 1, g = Nq / Nkv."""
     kv_heads = x.shape[1]
     if kv_heads == 0 or query_heads % kv_heads:
-        raise ValueError(f"npu_fusion_attention: {query_heads} query heads are not a multiple "
-                         f"of {kv_heads} key/value heads")
+        raise ValueError(
+            f"npu_fusion_attention: {query_heads} query heads are not a multiple of {kv_heads} key/value heads"
+        )
     return x.repeat_interleave(query_heads // kv_heads, dim=1)
 
 
-def _check_pse(pse: Optional[torch.Tensor], sq: int) -> None:
+def _check_pse(pse: torch.Tensor | None, sq: int) -> None:
     # BNSS, BN1Skv and 1NSS broadcast as they are; the alibi-compressed form
     # (only the last 1024 rows, for Sq > 1024) is a different tensor.
     if pse is not None and pse.shape[-2] not in (1, sq):

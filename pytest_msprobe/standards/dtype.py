@@ -28,7 +28,7 @@ places; compare.compare fails them first):
   2e-4 next to logits of 14), so such sums need a per-API tolerance. bf16/fp16
   reductions accumulate in fp32, far below their own ULP, and get no such term.
 
-Numbers, from bench/dtype_standard_study.md (real dumps recomputed in float64,
+Numbers, from bench/studies/dtype_standard.md (real dumps recomputed in float64,
 forward and backward, and GPT-sized CPU calls, then fault-injected):
 
     dtype  max error    RMS error   correct outputs     faults
@@ -50,14 +50,18 @@ Everything here is numpy; dtypes arrive as torch spellings ("torch.bfloat16").
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
-from typing import Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .compare import ERROR, PASS, WARNING, BasicStandard, Comparison, Metrics, Verdict, incomparable
+from ..compare import Comparison, Metrics, incomparable
+from ..results import ERROR, PASS, WARNING, Status
+from . import Verdict
+from .tolerances import Tolerances, finite_pairs
+
+if TYPE_CHECKING:
+    from ..options import Options
 
 
 @dataclass(frozen=True)
@@ -112,12 +116,19 @@ BUDGETS = {
     "float32": Budget(FLOAT32, max_error=Limits(64, 16384), rms_error=Limits(64, 16384), input_ulps=1),
     "float64": Budget(FLOAT64, max_error=Limits(64, 16384), rms_error=Limits(64, 16384), input_ulps=1),
 }
-_ALIASES = {"bf16": "bfloat16", "half": "float16", "fp16": "float16", "float": "float32",
-            "fp32": "float32", "double": "float64", "fp64": "float64"}
+_ALIASES = {
+    "bf16": "bfloat16",
+    "half": "float16",
+    "fp16": "float16",
+    "float": "float32",
+    "fp32": "float32",
+    "double": "float64",
+    "fp64": "float64",
+}
 _RANK = {PASS: 0, WARNING: 1, ERROR: 2}
 
 
-def budget_for(dtype: str) -> Optional[Budget]:
+def budget_for(dtype: str) -> Budget | None:
     """The budget of a tested dtype in torch spelling; None for dtypes without one (float8, complex)."""
     name = dtype.rsplit(".", 1)[-1].lower()
     return BUDGETS.get(_ALIASES.get(name, name))
@@ -138,7 +149,7 @@ class Check:
     def allowed(self, ulps: float) -> float:
         return ulps * self.unit + self.input_part
 
-    def status(self, warning: bool) -> str:
+    def status(self, warning: bool) -> Status:
         if self.error <= self.allowed(self.limits.pass_ulps):
             return PASS
         if warning and self.error <= self.allowed(self.limits.error_ulps):
@@ -165,10 +176,10 @@ class Reading:
     rms_error: Check
 
     @property
-    def checks(self) -> Tuple[Check, Check]:
+    def checks(self) -> tuple[Check, Check]:
         return self.max_error, self.rms_error
 
-    def status(self, warning: bool) -> str:
+    def status(self, warning: bool) -> Status:
         return self.decisive(warning).status(warning)
 
     def decisive(self, warning: bool) -> Check:
@@ -177,20 +188,28 @@ class Reading:
 
 
 def read(c: Comparison, budget: Budget) -> Reading:
-    t, b = _finite_pairs(c)
+    t, b = finite_pairs(c)
     output_scale = float(np.abs(b).max()) if b.size else 0.0
     rms = _rms(b)
     fmt = budget.format
     input_scale = _finite_or_zero(c.input_scale)
     input_part = budget.input_ulps * fmt.ulp(input_scale) if input_scale else 0.0
     input_name = f"{budget.input_ulps:g} ULP of the input scale {input_scale:.3g}"
-    max_error = Check("max error", float(np.abs(t - b).max()) if t.size else 0.0, fmt.ulp(output_scale),
-                      f"the output scale {output_scale:.3g}", budget.max_error, input_part, input_name)
+    max_error = Check(
+        "max error",
+        float(np.abs(t - b).max()) if t.size else 0.0,
+        fmt.ulp(output_scale),
+        f"the output scale {output_scale:.3g}",
+        budget.max_error,
+        input_part,
+        input_name,
+    )
     # The RMS unit is continuous (eps x RMS): a binade step would halve it at random.
     # Below the normal range the spacing stops shrinking, and so does the unit.
     rms_unit = max(math.ldexp(rms, -fmt.mantissa_bits), fmt.ulp(0.0))
-    rms_error = Check("RMS error", _rms(t - b), rms_unit, f"the output's RMS {rms:.3g}",
-                      budget.rms_error, input_part, input_name)
+    rms_error = Check(
+        "RMS error", _rms(t - b), rms_unit, f"the output's RMS {rms:.3g}", budget.rms_error, input_part, input_name
+    )
     return Reading(budget, input_scale, max_error, rms_error)
 
 
@@ -206,105 +225,27 @@ def _finite_or_zero(x: float) -> float:
     return x if math.isfinite(x) else 0.0
 
 
-@dataclass(frozen=True)
-class Tolerance:
-    """One per-API override: assert_close's |t - b| <= atol + rtol * |b|, element by element."""
-
-    pattern: str
-    rtol: float
-    atol: float
-
-    def matches(self, output_name: str) -> bool:
-        # "Torch.matmul" and "Torch.matmul.0.forward" name all their outputs too.
-        return fnmatchcase(output_name, self.pattern) or fnmatchcase(output_name, self.pattern + ".*")
-
-    def describe(self) -> str:
-        return f"{self.pattern}: rtol={self.rtol:g}, atol={self.atol:g}"
-
-
-_SETTING = re.compile(r"^\s*(\w+)\s*=\s*([^\s,]+)\s*$")
-
-
-class Tolerances:
-    """Per-API tolerances from the ini option msprobe_tolerances, first match wins."""
-
-    def __init__(self, entries: Iterable[Tolerance] = ()):
-        self.entries: List[Tolerance] = list(entries)
-
-    def __bool__(self) -> bool:
-        return bool(self.entries)
-
-    @classmethod
-    def parse(cls, lines: Iterable[str]) -> "Tolerances":
-        """Lines like "Torch.matmul.*: rtol=1e-3, atol=1e-5"; blank lines and # comments skipped."""
-        entries = []
-        for line in lines:
-            text = line.split("#", 1)[0].strip()
-            if text:
-                entries.append(_parse_line(text, line))
-        return cls(entries)
-
-    def match(self, output_name: str) -> Optional[Tolerance]:
-        for entry in self.entries:
-            if entry.matches(output_name):
-                return entry
-        return None
-
-    def lookup(self, output_name: str) -> Optional[Tuple[float, float]]:
-        """(rtol, atol) for an output such as "Torch.matmul.0.forward.output.0", or None."""
-        entry = self.match(output_name)
-        return (entry.rtol, entry.atol) if entry else None
-
-    def describe(self) -> List[str]:
-        return [entry.describe() for entry in self.entries]
-
-
-def _parse_line(text: str, line: str) -> Tolerance:
-    def bad(reason: str) -> ValueError:
-        return ValueError(f"cannot read {line.strip()!r}: {reason}")
-
-    pattern, colon, settings = text.partition(":")
-    pattern = pattern.strip()
-    if not colon or not pattern:
-        raise bad('expected "<API pattern>: rtol=<number>, atol=<number>"')
-    values = {}
-    for setting in filter(None, (s.strip() for s in settings.split(","))):
-        found = _SETTING.match(setting)
-        if not found:
-            raise bad(f"{setting!r} is not key=value")
-        key, value = found.groups()
-        if key not in ("rtol", "atol"):
-            raise bad(f"unknown key {key!r} (rtol, atol)")
-        if key in values:
-            raise bad(f"{key} given twice")
-        values[key] = _non_negative(value, key, bad)
-    if not values:
-        raise bad("give rtol, atol or both")
-    return Tolerance(pattern, values.get("rtol", 0.0), values.get("atol", 0.0))
-
-
-def _non_negative(text: str, key: str, bad) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise bad(f"{key}={text} is not a number") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise bad(f"{key}={text} must be a finite number >= 0")
-    return value
-
-
 class DtypeStandard:
     """Judge each output by the ULP budget of its dtype (see the module docstring)."""
 
     name = "dtype"
 
-    def __init__(self, tolerances: Optional[Tolerances] = None, warning: bool = True):
+    def __init__(self, tolerances: Tolerances | None = None, warning: bool = True):
         self.tolerances = tolerances or Tolerances()
         self.warning = warning
 
+    @classmethod
+    def from_options(cls, options: Options) -> DtypeStandard:
+        try:
+            return cls(Tolerances.parse(options.tolerances))
+        except ValueError as exc:
+            raise ValueError(f"msprobe_tolerances: {exc}") from None
+
     def describe(self) -> str:
-        text = (f"dtype (max/RMS error within ULP of the output scale/RMS: {_budgets('pass_ulps')};"
-                " fp32/fp64 + 1 ULP of the input scale")
+        text = (
+            f"dtype (max/RMS error within ULP of the output scale/RMS: {_budgets('pass_ulps')};"
+            " fp32/fp64 + 1 ULP of the input scale"
+        )
         if self.warning:
             text += f"; warning up to {_budgets('error_ulps')}"
         if self.tolerances:
@@ -312,15 +253,18 @@ class DtypeStandard:
             text += f"; {count} per-API tolerance{'s' if count > 1 else ''}"
         return text + ")"
 
+    def header_lines(self) -> list[str]:
+        return [f"tolerance {line}" for line in self.tolerances.describe()]
+
     def judge(self, c: Comparison, m: Metrics) -> Verdict:
         tolerance = self.tolerances.match(c.name)
         if tolerance is not None:
-            return judge_tolerance(c, m, tolerance)
+            return tolerance.judge(c, m)
         budget = budget_for(c.tested_dtype)
         if budget is None:
             return _judge_basic(c, m)
         reading = read(c, budget)
-        return Verdict(reading.status(self.warning), _message(reading, m, self.warning))
+        return Verdict(reading.status(self.warning), [_message(reading, m, self.warning)])
 
     def within_budget(self, c: Comparison, m: Metrics) -> bool:
         """Whether the output passes this standard: under the basic standard, a failure
@@ -329,31 +273,24 @@ class DtypeStandard:
             return False
         tolerance = self.tolerances.match(c.name)
         if tolerance is not None:
-            return judge_tolerance(c, m, tolerance).status == PASS
+            return tolerance.judge(c, m).status == PASS
         budget = budget_for(c.tested_dtype)
         return budget is not None and read(c, budget).status(warning=False) == PASS
 
 
 def _budgets(limit: str) -> str:
     """ "bf16 8/2, fp16 8/4, ...": one limit of the max and the RMS error per dtype."""
-    return ", ".join(f"{b.format.name} {getattr(b.max_error, limit):g}/{getattr(b.rms_error, limit):g}"
-                     for b in BUDGETS.values())
-
-
-def judge_tolerance(c: Comparison, m: Metrics, tolerance: Tolerance) -> Verdict:
-    t, b = _finite_pairs(c)
-    error = np.abs(t - b)
-    off = int(np.count_nonzero(error > tolerance.atol + tolerance.rtol * np.abs(b)))
-    if not off:
-        return Verdict(PASS, f"within tolerance {tolerance.pattern}")
-    return Verdict(ERROR, f"tolerance {tolerance.describe()}: {off} of {error.size} elements off, "
-                          f"max error {m.max_abs_err:.3g}{_at(m)}")
+    return ", ".join(
+        f"{b.format.name} {getattr(b.max_error, limit):g}/{getattr(b.rms_error, limit):g}" for b in BUDGETS.values()
+    )
 
 
 def _judge_basic(c: Comparison, m: Metrics) -> Verdict:
+    from .basic import BasicStandard
+
     verdict = BasicStandard().judge(c, m)
     note = f"no dtype budget for {c.tested_dtype}, basic rule"
-    return Verdict(verdict.status, f"{note}: {verdict.message}" if verdict.message else note)
+    return Verdict(verdict.status, [f"{note}: {verdict.message}" if verdict.message else note])
 
 
 def _message(r: Reading, m: Metrics, warning: bool) -> str:
@@ -389,17 +326,8 @@ def _limit(check: Check, ulps: float) -> str:
 
 
 def _at(m: Metrics) -> str:
-    if m.worst_index is None or m.worst_tested is None:
-        return ""
-    index = ", ".join(str(i) for i in m.worst_index)
-    return f", at [{index}] (tested {m.worst_tested:.8g}, bench {m.worst_bench:.8g})"
-
-
-def _finite_pairs(c: Comparison) -> Tuple[np.ndarray, np.ndarray]:
-    t = np.asarray(c.tested, dtype=np.float64).reshape(-1)
-    b = np.asarray(c.bench, dtype=np.float64).reshape(-1)
-    finite = np.isfinite(t) & np.isfinite(b)
-    return t[finite], b[finite]
+    where = m.where()
+    return f",{where}" if where else ""
 
 
 def _same_nonfinite(c: Comparison) -> bool:

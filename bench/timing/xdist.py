@@ -1,4 +1,4 @@
-"""Serial against `pytest -n N` over a real tensor dump, and what each worker pays to collect (issue 4).
+"""Serial against `pytest -n N` over a real tensor dump, and what each worker pays to collect.
 
 On one dump, each command in a fresh process, the kinds interleaved, best of --repeats:
 
@@ -8,18 +8,19 @@ On one dump, each command in a fresh process, the kinds interleaved, best of --r
              (what every worker does before its first entry: Python, pytest, the plugin, the dump's items)
 
 The dump: the API calls of --dump (default examples/pt_tensor_L1) over and over, renumbered, with
-their tensor files copied (bench_speed.replicate_dump), --apis calls in all; fewer calls than the
+their tensor files copied (bench.timing.speed.replicate_dump), --apis calls in all; fewer calls than the
 dump has take its first --apis calls, and --apis 0 takes the dump as it is, every call once
 (tests/data/public/gpu_resnet --apis 0: a real ResNet-50 training step at batch 32, statistics, random
 inputs of the recorded shapes). CPU time is user + sys of the process and of
 the workers it waited for (os.wait4); the 1-minute load average is read before and after each run,
-since other processes on the machine share its cores. Each checking run loads bench/process_cpu.py,
+since other processes on the machine share its cores. Each checking run loads bench/timing/process_cpu.py,
 which splits its CPU time by process (serial; controller and workers), and what each process had
 spent by the end of its first entry (its start: Python, pytest, collection, `import torch`).
 
-    python bench/bench_xdist.py [--dump DIR] [--apis 250|0] [--workers 2] [--repeats 3] [--compare-env NAME=VALUE]
+    python -m bench.timing.xdist [--dump DIR] [--apis 250|0] [--workers 2] [--repeats 3] [--compare-env NAME=VALUE]
 
-prints a markdown table and writes it to bench/results_xdist.md (--results to change).
+run from the repository root with the interpreter that has pytest-msprobe installed; prints a
+markdown table and writes it to bench/timing/results_xdist.md (--results to change).
 """
 
 from __future__ import annotations
@@ -32,23 +33,25 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_collect import clean_env, collected, load, machine, measure  # noqa: E402
-from bench_speed import EXAMPLE, counts, pytest_outcome, replicate_dump  # noqa: E402
-from workdir import work_dir  # noqa: E402
+from bench.timing.collect import ROOT, clean_env, collected, load, machine, measure
+from bench.timing.speed import EXAMPLE, counts, pytest_outcome, replicate_dump
+from bench.timing.workdir import work_dir
 
 TARGET = 1.6  # -n 2 against serial on a 2-core machine
+# The plugin that splits the CPU time by process, as the child pytest runs import it (-p).
+PROCESS_CPU = "bench.timing.process_cpu"
 
 
 def api_entries_only(source: Path, target: Path) -> Path:
     """A copy of source's dump.json without its Module/Cell entries (not items, and not in the
     `<Type>.<api>.<n>.<direction>` form replicate_dump renumbers), beside its tensor folder."""
     document = json.loads((source / "dump.json").read_text())
-    document["data"] = {name: body for name, body in document["data"].items()
-                        if name.split(".", 1)[0] not in ("Module", "Cell")}
+    document["data"] = {
+        name: body for name, body in document["data"].items() if name.split(".", 1)[0] not in ("Module", "Cell")
+    }
     target.mkdir(parents=True, exist_ok=True)
     (target / "dump.json").write_text(json.dumps(document, indent=1))
     if (source / "dump_tensor_data").is_dir() and not (target / "dump_tensor_data").exists():
@@ -56,27 +59,52 @@ def api_entries_only(source: Path, target: Path) -> Path:
     return target
 
 
-def commands(python: str, dump: Path, out: Path, workers: int, threads: int = 0,
-             settings: Sequence[str] = ()) -> Dict[str, List[str]]:
-    run = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "process_cpu", "--msprobe-dump", str(dump),
-           "--msprobe-device", "cpu"]
+def commands(
+    python: str, dump: Path, out: Path, workers: int, threads: int = 0, settings: Sequence[str] = ()
+) -> dict[str, list[str]]:
+    run = [
+        python,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        PROCESS_CPU,
+        "--msprobe-dump",
+        str(dump),
+        "--msprobe-device",
+        "cpu",
+    ]
     kinds = {
-        "serial": run + ["--msprobe-out", str(out / "serial")],
-        f"-n {workers}": run + ["--msprobe-out", str(out / "xdist"), "-n", str(workers)],
+        "serial": [*run, "--msprobe-out", str(out / "serial")],
+        f"-n {workers}": [*run, "--msprobe-out", str(out / "xdist"), "-n", str(workers)],
     }
     if threads:  # the same -n run with the threads the user fixed instead of the split
         kinds[f"-n {workers} OMP={threads}"] = kinds[f"-n {workers}"]
     for setting in settings:  # both runs again under NAME=VALUE (kind_env sets it)
         kinds[f"serial {setting}"] = kinds["serial"]
         kinds[f"-n {workers} {setting}"] = kinds[f"-n {workers}"]
-    kinds["collect"] = [python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "--msprobe-dump",
-                        str(dump), "--msprobe-device", "cpu"]
+    kinds["collect"] = [
+        python,
+        "-m",
+        "pytest",
+        "--collect-only",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--msprobe-dump",
+        str(dump),
+        "--msprobe-device",
+        "cpu",
+    ]
     return kinds
 
 
-def kind_env(kind: str, pythonpath: Optional[str], split: Path) -> Dict[str, str]:
-    # bench/ for process_cpu, after the package under test where one is given
-    env = clean_env(os.pathsep.join(filter(None, [pythonpath, str(Path(__file__).resolve().parent)])))
+def kind_env(kind: str, pythonpath: str | None, split: Path) -> dict[str, str]:
+    # The repository root, where the child finds PROCESS_CPU, after the package under test where one is given
+    # (the root holds pytest_msprobe too: without --msprobe-path the child runs the checkout's).
+    env = clean_env(os.pathsep.join(filter(None, [pythonpath, str(ROOT)])))
     env["MSPROBE_BENCH_CPU"] = str(split)
     for setting in kind.split()[1:]:  # `-n 2 OMP=2`, `serial THP_MEM_ALLOC_ENABLE=0`
         if "=" in setting:
@@ -85,17 +113,17 @@ def kind_env(kind: str, pythonpath: Optional[str], split: Path) -> Dict[str, str
     return env
 
 
-def result_rows(folder: Path) -> Set[Tuple[str, ...]]:
+def result_rows(folder: Path) -> set[tuple[str, ...]]:
     (path,) = folder.glob("accuracy_checking_result_*.csv")
     with open(path, newline="", encoding="utf-8-sig") as handle:
         return {tuple(row) for row in csv.reader(handle)}
 
 
-def bench(dump: Path, work: Path, args) -> Dict[str, dict]:
+def bench(dump: Path, work: Path, args) -> dict[str, dict]:
     out = work / "out"
     cmds = commands(args.python, dump, out, args.workers, args.compare_threads, args.compare_env)
-    runs: Dict[str, List[Tuple[float, float, str, str]]] = {kind: [] for kind in cmds}
-    outcomes: Dict[str, str] = {}
+    runs: dict[str, list[tuple[float, float, str, str]]] = {kind: [] for kind in cmds}
+    outcomes: dict[str, str] = {}
     for r in range(args.repeats):
         for kind, cmd in cmds.items():  # interleaved, so drift in the load hits all kinds
             if out.exists():
@@ -116,8 +144,7 @@ def bench(dump: Path, work: Path, args) -> Dict[str, dict]:
                 runs[kind].append((wall, cpu, loads, sorted(rows), process_split(split)))
             else:
                 runs[kind].append((wall, cpu, loads, [], []))
-            print(f"  {kind:8s} run {r + 1}: {wall:7.2f} s wall {cpu:7.2f} s CPU  load {loads}  {outcome}",
-                  flush=True)
+            print(f"  {kind:8s} run {r + 1}: {wall:7.2f} s wall {cpu:7.2f} s CPU  load {loads}  {outcome}", flush=True)
     tables = [run[3] for kind in cmds if kind != "collect" for run in runs[kind]]
     same_rows = all(rows == tables[0] for rows in tables)
     # API and verdicts: the Message quotes float32 metrics, whose last bits follow the thread count.
@@ -125,15 +152,20 @@ def bench(dump: Path, work: Path, args) -> Dict[str, dict]:
     best = {}
     for kind, values in runs.items():
         fastest = min(values, key=lambda v: v[0])
-        best[kind] = {"wall": fastest[0], "cpu": min(v[1] for v in values), "load": fastest[2],
-                      "walls": [v[0] for v in values], "split": fastest[4]}
+        best[kind] = {
+            "wall": fastest[0],
+            "cpu": min(v[1] for v in values),
+            "load": fastest[2],
+            "walls": [v[0] for v in values],
+            "split": fastest[4],
+        }
     best["same_rows"] = same_rows
     best["same_verdicts"] = same_verdicts
     best["outcomes"] = outcomes
     return best
 
 
-def process_split(path: Path) -> List[dict]:
+def process_split(path: Path) -> list[dict]:
     """The lines process_cpu wrote, the controller or the serial process first."""
     if not path.exists():
         return []
@@ -141,9 +173,11 @@ def process_split(path: Path) -> List[dict]:
     return sorted(lines, key=lambda line: (line["process"].startswith("gw"), line["process"]))
 
 
-def split_table(best: Dict[str, dict]) -> str:
-    lines = ["| kind | process | entries run | CPU s by the end of its first entry | CPU s |",
-             "|---|---|---:|---:|---:|"]
+def split_table(best: dict[str, dict]) -> str:
+    lines = [
+        "| kind | process | entries run | CPU s by the end of its first entry | CPU s |",
+        "|---|---|---:|---:|---:|",
+    ]
     for kind, b in best.items():
         for p in b.get("split", []) if isinstance(b, dict) else []:
             first = "" if p["first_entry_cpu"] is None else f"{p['first_entry_cpu']:.2f}"
@@ -151,7 +185,7 @@ def split_table(best: Dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def table(label: str, entries: int, apis: int, best: Dict[str, dict], workers: int) -> str:
+def table(label: str, entries: int, apis: int, best: dict[str, dict], workers: int) -> str:
     xdist = f"-n {workers}"
     head = ["dump", "entries", "kind", "best wall s", "all wall s", "best CPU s", "load avg before/after (best)"]
     lines = ["| " + " | ".join(head) + " |", "|---|---:|---|---:|---|---:|---|"]
@@ -162,42 +196,69 @@ def table(label: str, entries: int, apis: int, best: Dict[str, dict], workers: i
     speedup = best["serial"]["wall"] / best[xdist]["wall"]
     target = TARGET if workers == 2 else None
     verdict = "" if target is None else f" (target >= {target}x: {'met' if speedup >= target else 'NOT met'})"
-    lines += ["", f"serial / {xdist} wall: {speedup:.2f}x{verdict}; CPU {xdist} / serial: "
-              f"{best[xdist]['cpu'] / best['serial']['cpu']:.2f}x; a worker's collection "
-              f"{best['collect']['wall']:.2f} s wall; verdicts of every run equal: "
-              f"{'yes' if best['same_verdicts'] else 'NO'}, whole result rows: {'yes' if best['same_rows'] else 'no'} "
-              f"({apis} API calls)"]
-    lines += ["", "Where the CPU went in the fastest run of each kind (the controller counts the entries its "
-              "workers reported):", "", split_table(best), ""]
+    lines += [
+        "",
+        f"serial / {xdist} wall: {speedup:.2f}x{verdict}; CPU {xdist} / serial: "
+        f"{best[xdist]['cpu'] / best['serial']['cpu']:.2f}x; a worker's collection "
+        f"{best['collect']['wall']:.2f} s wall; verdicts of every run equal: "
+        f"{'yes' if best['same_verdicts'] else 'NO'}, whole result rows: {'yes' if best['same_rows'] else 'no'} "
+        f"({apis} API calls)",
+    ]
+    lines += [
+        "",
+        "Where the CPU went in the fastest run of each kind (the controller counts the entries its workers reported):",
+        "",
+        split_table(best),
+        "",
+    ]
     for kind in [k for k in best if isinstance(best[k], dict) and "=" in k]:  # a run under NAME=VALUE
         base, setting = kind.rsplit(" ", 1)
         gain = " (the thread split's gain)" if setting.startswith("OMP=") else ""
-        lines.append(f"{kind} / {base}{gain}: wall {best[kind]['wall'] / best[base]['wall']:.2f}x, CPU "
-                     f"{best[kind]['cpu'] / best[base]['cpu']:.2f}x")
+        lines.append(
+            f"{kind} / {base}{gain}: wall {best[kind]['wall'] / best[base]['wall']:.2f}x, CPU "
+            f"{best[kind]['cpu'] / best[base]['cpu']:.2f}x"
+        )
         if base == "serial":
             spread = best[f"{xdist} {setting}"]
             lines.append(f"{kind} / {xdist} {setting} wall: {best[kind]['wall'] / spread['wall']:.2f}x")
     return "\n".join(lines)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dump", default=str(EXAMPLE), help="folder of a real tensor dump")
-    parser.add_argument("--apis", type=int, default=250, help="API calls of the dump made of --dump's entries "
-                        "(0: the dump as it is, every call once)")
+    parser.add_argument(
+        "--apis",
+        type=int,
+        default=250,
+        help="API calls of the dump made of --dump's entries (0: the dump as it is, every call once)",
+    )
     parser.add_argument("--workers", type=int, default=2, help="-n of the xdist run")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--compare-threads", type=int, default=0, help="also run -n N with OMP_NUM_THREADS set "
-                        "to this (2: torch's default on 2 cores, no split), to measure the thread split")
-    parser.add_argument("--compare-env", action="append", default=[], metavar="NAME=VALUE",
-                        help="also run serial and -n N with this variable set (THP_MEM_ALLOC_ENABLE=0: "
-                        "without the huge pages the plugin turns on); repeatable")
+    parser.add_argument(
+        "--compare-threads",
+        type=int,
+        default=0,
+        help="also run -n N with OMP_NUM_THREADS set "
+        "to this (2: torch's default on 2 cores, no split), to measure the thread split",
+    )
+    parser.add_argument(
+        "--compare-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="also run serial and -n N with this variable set (THP_MEM_ALLOC_ENABLE=0: "
+        "without the huge pages the plugin turns on); repeatable",
+    )
     parser.add_argument("--python", default=sys.executable, help="the interpreter with pytest-msprobe installed")
     parser.add_argument("--msprobe-path", help="PYTHONPATH for the runs, e.g. a patched copy of the package")
     parser.add_argument("--work", help="work dir (default: a new temp dir, removed unless --keep)")
     parser.add_argument("--keep", action="store_true")
-    parser.add_argument("--results", default=str(Path(__file__).with_name("results_xdist.md")),
-                        help="markdown file for the table ('' for none)")
+    parser.add_argument(
+        "--results",
+        default=str(Path(__file__).with_name("results_xdist.md")),
+        help="markdown file for the table ('' for none)",
+    )
     args = parser.parse_args(argv)
 
     with work_dir(args.work, args.keep, "bench_xdist_") as work:
@@ -218,13 +279,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-def write_results(path: Path, args, text: str, best: Dict[str, dict], loads: str) -> None:
+def write_results(path: Path, args, text: str, best: dict[str, dict], loads: str) -> None:
     when = time.strftime("%Y-%m-%d %H:%M")
     lines = [
-        "# Serial against pytest-xdist over a real tensor dump (issue 4)",
+        "# Serial against pytest-xdist over a real tensor dump",
         "",
-        f"Written by `python bench/bench_xdist.py {shlex.join(sys.argv[1:])}`".rstrip() + f" on {when}; machine: "
-        f"{machine()}, {len(os.sched_getaffinity(0))} of them in the bench's CPU affinity; 1-minute load average before / after the whole bench: {loads}.",
+        f"Written by `python -m bench.timing.xdist {shlex.join(sys.argv[1:])}`".rstrip() + f" on {when}; machine: "
+        f"{machine()}, {len(os.sched_getaffinity(0))} of them in the bench's CPU affinity; "
+        f"1-minute load average before / after the whole bench: {loads}.",
         "",
         f"Each command in a fresh process, the kinds interleaved, {args.repeats} runs each; the best wall time "
         "(with the load average around that run), every wall time, and the best CPU time (user + sys, "

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional
 
 
 @contextlib.contextmanager
-def work_dir(named: Optional[str], keep: bool, prefix: str) -> Iterator[Path]:
+def work_dir(named: str | None, keep: bool, prefix: str) -> Iterator[Path]:
     """`named` is made if missing and kept; a temporary folder is removed unless `keep`."""
     if named:
         work = Path(named).resolve()

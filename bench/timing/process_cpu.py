@@ -1,10 +1,10 @@
-"""A pytest plugin for bench_xdist.py: where a run's CPU goes, process by process.
+"""A pytest plugin for bench.timing.xdist: where a run's CPU goes, process by process.
 
-Loaded with `-p process_cpu` (bench/ on PYTHONPATH); pytest-xdist passes it on to the workers.
-At its end each process appends one JSON line to the file named by $MSPROBE_BENCH_CPU: which
-process it was (`serial`, `controller`, or the worker's id), the entries it ran, its CPU time
-(user + sys) by the end of its first entry (Python, pytest, the plugin, collection, `import
-torch`: what every worker pays again) and in all.
+Loaded with `-p bench.timing.process_cpu` (the repository root on PYTHONPATH); pytest-xdist passes
+it on to the workers. At its end each process appends one JSON line to the file named by
+$MSPROBE_BENCH_CPU: which process it was (`serial`, `controller`, or the worker's id), the entries
+it ran, its CPU time (user + sys) by the end of its first entry (Python, pytest, the plugin,
+collection, `import torch`: what every worker pays again) and in all.
 """
 
 from __future__ import annotations

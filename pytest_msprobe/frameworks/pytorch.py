@@ -1,0 +1,296 @@
+"""PyTorch: an entry's API resolved, run on the device under test and as the float64 benchmark.
+
+The tested run happens on the device under test in the recorded dtypes (or is
+read from the dump when the tested side is `recorded`); the benchmark runs on
+the CPU with every floating tensor in float64. Both run on the torch engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
+from ..inputs import REAL, Rebuilder, Undescribed, is_tensor_spec, tree_map
+from . import OutputPair, Run, RunOptions, Unsupported
+from .recorded_gradients import Attribution, attribute
+from .torch_engine import (
+    CODEC,
+    LOW_PRECISION,
+    NONDETERMINISTIC,
+    Call,
+    NodeGradient,
+    Sides,
+    flat_outputs,
+    flat_specs,
+    forward,
+    forward_body,
+    gradient_pairs,
+    gradients,
+    input_tensor_specs,
+    pairs_of,
+    recorded_values,
+    run_sides,
+    tensors,
+    tested_side,
+    watch_graph,
+)
+
+# Casts: their dtype argument is the point of the call, and never autocast.
+CASTS = frozenset(
+    {
+        "to",
+        "type",
+        "type_as",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "int",
+        "long",
+        "bool",
+        "char",
+        "byte",
+        "short",
+        "cpu",
+        "cuda",
+        "npu",
+    }
+)
+
+
+class PyTorch:
+    """Entries of dumps written by msprobe's PyTorch PrecisionDebugger."""
+
+    name = "pytorch"
+
+    def run(self, dump: Dump, entry: EntryName, options: RunOptions) -> Run:
+        call = build_call(
+            dump,
+            entry,
+            resolve(entry, options.recorded, options.device),
+            REAL if options.recorded else options.mode,
+            options.seed,
+        )
+        sides = (
+            backward_sides(dump, call, options) if entry.direction == BACKWARD else forward_sides(dump, call, options)
+        )
+        return run_sides(call, sides, options.keep)
+
+
+# -- resolving an entry --------------------------------------------------------
+
+
+def resolve(name: EntryName, recorded: bool, device: str) -> tuple[Callable | None, Callable]:
+    """(tested callable, bench callable) of an entry; Unsupported says why there is none."""
+    api_type, api = name.api_type, name.api
+    if api_type in DISTRIBUTED_TYPES:
+        raise Unsupported(f"{api_type} collective: it cannot be re-run alone, on one device")
+    if NONDETERMINISTIC.search(api):
+        raise Unsupported(f"non-deterministic API {api}: two runs never agree")
+    if api_type == "NPU":
+        return resolve_npu(api, recorded, device)
+    target = resolve_torch(api_type, api)
+    return target, target
+
+
+def resolve_npu(api: str, recorded: bool, device: str) -> tuple[Callable | None, Callable]:
+    """torch_npu's fused op on the NPU, its float64 CPU reference as the bench."""
+    from . import npu_reference
+
+    reference = npu_reference.lookup(api)
+    if reference is None:
+        raise Unsupported(f"NPU op {api} has no CPU reference to benchmark it with")
+    bench = _skip_unmodelled(api, reference, npu_reference.ReferenceUnsupported)
+    if recorded:
+        return None, bench
+    if not device.startswith("npu"):
+        raise Unsupported(
+            f"NPU op {api} runs only on an NPU: use --msprobe-device npu, or recorded "
+            "to check the outputs a tensor dump recorded"
+        )
+    import torch_npu
+
+    return getattr(torch_npu, api), bench
+
+
+def _skip_unmodelled(api: str, reference: Callable, unsupported: type[Exception]) -> Callable:
+    """A call using a feature the reference does not model is a SKIP, not a bench failure."""
+
+    def bench(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return reference(*args, **kwargs)
+        except unsupported as exc:
+            raise Unsupported(f"NPU op {api}: {exc}") from None
+
+    return bench
+
+
+def resolve_torch(api_type: str, api: str) -> Callable:
+    roots = {
+        "Functional": lambda: torch.nn.functional,
+        "Tensor": lambda: torch.Tensor,
+        "Torch": lambda: torch,
+        "VF": lambda: torch._VF,
+        "Aten": lambda: torch.ops.aten,
+    }
+    if api_type not in roots:
+        raise Unsupported(f"unknown API type {api_type!r}")
+    target: Any = roots[api_type]()
+    for part in api.split("."):
+        try:
+            target = getattr(target, part)
+        except (AttributeError, RuntimeError):
+            raise Unsupported(f"{api_type}.{api} does not exist in torch {torch.__version__}") from None
+    if not callable(target):
+        raise Unsupported(f"{api_type}.{api} is not callable")
+    return target
+
+
+# -- the call ------------------------------------------------------------------
+
+
+def build_call(dump: Dump, name: EntryName, fns: tuple[Callable | None, Callable], mode: str, seed: int) -> Call:
+    forward_entry = forward_body(dump, name)
+    rebuilt = Rebuilder(CODEC, f"{name.prefix}.forward", dump.tensor_dir, mode, seed).rebuild(forward_entry)
+    output_specs = flat_specs(forward_entry.get("output", []))
+    call = Call(name, fns[0], fns[1], rebuilt.args, rebuilt.kwargs, output_specs, list(rebuilt.notes))
+    call.grad_flags = [
+        spec.get("requires_grad") is not False
+        for spec in input_tensor_specs(forward_entry)
+        if CODEC.dtype_kind(spec["dtype"]) == "f"
+    ]
+    recover_undescribed(call)
+    call.autocast = autocast_dtype(call)
+    if call.autocast is not None:
+        call.notes.append(f"autocast to {call.autocast} applied: recorded inputs are wider than the output")
+    return call
+
+
+def recover_undescribed(call: Call) -> None:
+    """msprobe 26.x writes `{}` for some dtype arguments: the output dtype tells which."""
+    out_dtype = next((s.get("dtype") for s in call.output_specs if is_tensor_spec(s)), None)
+
+    def recover(value: Any) -> Any:
+        if not isinstance(value, Undescribed):
+            return value
+        if out_dtype is None:
+            raise Unsupported(f"{value.field} is {{}}: msprobe could not describe it")
+        call.notes.append(f"{value.field} was {{}}: read as {out_dtype}, the recorded output dtype")
+        return CODEC.dtype(out_dtype)
+
+    call.args = tree_map(recover, call.args)
+    call.kwargs = tree_map(recover, call.kwargs)
+
+
+def autocast_dtype(call: Call) -> torch.dtype | None:
+    """fp32 inputs but a bf16/fp16 output: the call ran under autocast."""
+    if call.name.api in CASTS:
+        return None
+    inputs = {t.dtype for t in tensors(call.args, call.kwargs) if t.is_floating_point()}
+    outputs = {s.get("dtype") for s in call.output_specs if is_tensor_spec(s)}
+    if len(outputs) != 1 or not inputs:
+        return None
+    try:
+        out = CODEC.dtype(outputs.pop())
+    except KeyError:
+        return None
+    if out in LOW_PRECISION and all(d not in LOW_PRECISION and d.itemsize > out.itemsize for d in inputs):
+        return out
+    return None
+
+
+# -- forward and backward ------------------------------------------------------
+
+
+def forward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
+    name = call.name
+    if options.recorded:
+
+        def tested() -> list:
+            return recorded_values(CODEC, dump, f"{name.prefix}.forward", call.output_specs, "output")
+    else:
+
+        def tested() -> list:
+            return forward(tested_side(options.device, call), call)
+
+    def pair(tested: list, bench: list) -> list[OutputPair]:
+        return skip_uncompared(name, pairs_of(tested, bench))
+
+    return Sides(lambda side: forward(side, call), tested, pair, call.notes, options.recorded)
+
+
+def skip_uncompared(name: EntryName, pairs: list[OutputPair]) -> list[OutputPair]:
+    """Outputs of NPU references that only keep torch_npu's structure are not compared."""
+    if name.api_type != "NPU":
+        return pairs
+    from .npu_reference import UNCOMPARED_OUTPUTS
+
+    why = UNCOMPARED_OUTPUTS.get(name.api, {})
+    return [OutputPair(p.index, skip=why[p.index]) if p.index in why else p for p in pairs]
+
+
+def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
+    name = call.name
+    body = dump.entries[name.full]
+    rebuilder = Rebuilder(CODEC, name.full, dump.tensor_dir, REAL if options.recorded else options.mode, options.seed)
+    grad_outputs = rebuilder.rebuild(body, "input", "").args
+    grad_specs = flat_specs(body.get("output", []))
+    notes = call.notes + rebuilder.notes
+
+    def bench(side: Any) -> list:
+        return gradients(side, call, grad_outputs)
+
+    if options.recorded:
+        if returns_its_input(call):
+            raise Unsupported(
+                f"{name.api} returned its input unchanged (a no-op cast), so it has no backward "
+                "node of its own: the gradients msprobe recorded for it belong to other calls"
+            )
+
+        # The bench's graph, watched for the gradients msprobe may have recorded inside it.
+        nodes: list[NodeGradient] = []
+        shapes = {tuple(s["shape"]) for s in grad_specs if is_tensor_spec(s) and isinstance(s["shape"], list)}
+
+        def watched_bench(side: Any) -> list:
+            nodes.clear()
+            return gradients(side, call, grad_outputs, lambda outs, leaves: watch_graph(outs, leaves, shapes, nodes))
+
+        def recorded() -> list:
+            return recorded_values(CODEC, dump, name.full, grad_specs, "output")
+
+        def attribution(tested: list, bench: list) -> Attribution:
+            return attribute(tested, grad_specs, bench, nodes, flat_outputs(grad_outputs))
+
+        def compared(tested: list, bench: list) -> tuple[list, list]:
+            return attribution(tested, bench).compared(bench)
+
+        def recorded_pairs(tested: list, bench: list) -> list[OutputPair]:
+            found = attribution(tested, bench)
+            return gradient_pairs(found.matched, bench, "; ".join(found.strays), found.elsewhere)
+
+        return Sides(watched_bench, recorded, recorded_pairs, notes, True, grad_outputs, compared)
+
+    def tested() -> list:
+        return gradients(tested_side(options.device, call), call, grad_outputs)
+
+    def pair(tested: list, bench: list) -> list[OutputPair]:
+        # Only the gradients msprobe recorded: an input it recorded none for took none in the step.
+        expected = [i < len(grad_specs) and grad_specs[i] is not None for i in range(len(bench))]
+        return [p for p in pairs_of(tested, bench) if p.index < len(expected) and expected[p.index]]
+
+    return Sides(bench, tested, pair, notes, False, grad_outputs)
+
+
+def returns_its_input(call: Call) -> bool:
+    """A cast to the dtype it already has: torch returns the very input tensor."""
+    if call.name.api not in CASTS or not call.args or not isinstance(call.args[0], torch.Tensor):
+        return False
+    source = call.args[0]
+    outputs = [s for s in call.output_specs if is_tensor_spec(s)]
+    return (
+        len(outputs) == 1
+        and outputs[0].get("dtype") == str(source.dtype)
+        and outputs[0].get("shape") == list(source.shape)
+    )

@@ -1,0 +1,133 @@
+"""Recorded gradients put back at the place of the API's graph where msprobe took them.
+
+Item i of a backward entry's `output` is usually the gradient of the call's
+i-th floating input. For some APIs msprobe's hook sits on a node inside the
+API's own autograd graph: `F.cross_entropy` records the gradient at
+log_softmax's output (-1/N at each target, 0 elsewhere), `F.linear` records
+(bias, input, weight transposed) as addmm sees them, and on 3-D inputs the
+input flattened to 2-D. Each recorded gradient is therefore matched to the
+closest of the float64 gradients of the same shape: the call's input
+gradients and the gradient passed on by every node of its float64 graph.
+
+A recorded gradient closest to its own input's gradient is judged there, however
+far (a gross deficit is a finding); one closer to another gradient is judged
+there only when it fits it (within FIT), and said so; one that fits nothing, or
+equals the gradient arriving at the output (msprobe's hook passing it on), is a
+SKIP saying so: a misattributed gradient is never an error.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .torch_engine import NodeGradient, input_of, shapes_of
+
+# How close (relative L2 distance) a recorded gradient must be to a float64 gradient other than
+# its own input's to be judged there: recorded gradients of correct kernels sit within 0.015 of
+# their node (bf16), two different gradients of one shape 0.53 and more apart (layer_norm's
+# weight and bias): bench/studies/gradient_attribution.md.
+FIT = 0.1
+
+
+@dataclass
+class Attribution:
+    """Where each recorded gradient was judged."""
+
+    matched: dict[int, Any] = field(default_factory=dict)  # input index -> the recorded gradient
+    # input index -> (the float64 gradient at the node it was recorded at, what to say)
+    elsewhere: dict[int, tuple[torch.Tensor, str]] = field(default_factory=dict)
+    strays: list[str] = field(default_factory=list)  # the recorded gradients that fit nothing, described
+
+    def compared(self, bench: list) -> tuple[list, list]:
+        """(recorded, float64) as they were compared, in the order of the inputs."""
+        recorded = [self.matched.get(i) for i in range(len(bench))]
+        return recorded, [self.elsewhere[i][0] if i in self.elsewhere else b for i, b in enumerate(bench)]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    index: int  # the input whose row the gradient is judged in
+    value: torch.Tensor  # its float64 value
+    node: NodeGradient | None = None  # None: an input's gradient
+    own: bool = False  # the gradient of the input at the recorded position (or of the one input of its shape)
+
+    def describe(self) -> str:
+        return self.node.describe() if self.node else f"the gradient of input {self.index}"
+
+
+def attribute(recorded: list, specs: list, bench: list, nodes: list[NodeGradient], grad_outputs: list) -> Attribution:
+    """Each recorded gradient against the closest float64 gradient of its shape."""
+    passed_on = [g for g in grad_outputs if isinstance(g, torch.Tensor)]
+    found = Attribution()
+    for position, (value, spec) in enumerate(zip(recorded, specs)):
+        if spec is None or value is None:
+            continue
+        candidates = candidates_of(position, list(value.shape), bench, nodes, found.matched)
+        distances = [distance(value, c.value) for c in candidates]
+        best = min(range(len(candidates)), key=distances.__getitem__, default=None)  # a tie: the input's own
+        if best is None or distances[best] > FIT:
+            why = _unfitting(value, candidates, distances, best, passed_on)
+            if why:  # several places and none fits, or nowhere: no guess
+                found.strays.append(why)
+                continue
+        assert best is not None
+        chosen = candidates[best]
+        found.matched[chosen.index] = value
+        if chosen.node is not None:
+            found.elsewhere[chosen.index] = (
+                chosen.value,
+                f"msprobe recorded this gradient at {chosen.node.describe()} inside the API, not at its input: "
+                "judged against the float64 gradient there",
+            )
+    return found
+
+
+def candidates_of(
+    position: int, shape: list[int], bench: list, nodes: list[NodeGradient], taken: dict[int, Any]
+) -> list[Candidate]:
+    """The float64 gradients of `shape`: the input at `position` first, the other inputs, then
+    the nodes of the graph whose gradient flows on to one input only (its row)."""
+    shapes = shapes_of(bench)
+    first = input_of(position, shape, shapes, taken)
+    candidates = [Candidate(first, bench[first], own=True)] if first is not None else []
+    candidates += [Candidate(i, bench[i]) for i, s in enumerate(shapes) if s == shape and i != first and i not in taken]
+    for node in nodes:
+        if list(node.value.shape) != shape or len(node.inputs) != 1:
+            continue
+        (index,) = node.inputs
+        if index not in taken:
+            candidates.append(Candidate(index, node.value, node))
+    return candidates
+
+
+def _unfitting(
+    value: torch.Tensor, candidates: list[Candidate], distances: list[float], best: int | None, passed_on: list
+) -> str:
+    """What a recorded gradient that fits no candidate is, or "" to judge it at its only candidate."""
+    shape = list(value.shape)
+    if any(same_values(value, g) for g in passed_on):
+        return f"{shape} equal to the gradient arriving at the output (its hook passed it on)"
+    if best is None:
+        return f"{shape}, which no input or node of the float64 graph has"
+    if candidates[best].own or len(candidates) == 1:
+        return ""  # closest to its own input, or the one place it can be: a gross deficit is a finding
+    return (
+        f"{shape}, which fits none of the {len(candidates)} float64 gradients of that shape "
+        f"(nearest: {candidates[best].describe()}, at a relative distance of {distances[best]:.2g})"
+    )
+
+
+def distance(value: torch.Tensor, reference: torch.Tensor) -> float:
+    reference = reference.detach().to(torch.float64)
+    diff = torch.linalg.vector_norm(value.detach().to(torch.float64) - reference)
+    scale = torch.linalg.vector_norm(reference)
+    distance = float(diff / scale) if scale > 0 else (0.0 if diff == 0 else float("inf"))
+    return distance if math.isfinite(distance) else float("inf")  # NaN in a gradient fits nothing better
+
+
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and bool(torch.equal(a.detach().to(torch.float64), b.detach().to(torch.float64)))

@@ -1,0 +1,447 @@
+"""The torch engine: a rebuilt call placed on a side and run, forward or backward, back as numpy.
+
+Both frameworks run on it: PyTorch for its tested side and its benchmark,
+MindSpore for its benchmark (its PyTorch equivalent in float64). A framework
+describes one entry as `Sides` (how the bench and the tested side compute it,
+how their outputs pair) and `run_sides` is the one driver for both directions.
+Imported only when an entry is checked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..dump import Dump, EntryName
+from ..inputs import REAL, Codec, Device, Rebuilder, is_tensor_spec, tree_map
+from . import BenchmarkFailed, Kept, OutputPair, Run, Unsupported
+
+# Random by design: two runs never agree, so there is nothing to check.
+NONDETERMINISTIC = re.compile(
+    r"dropout|^rand|bernoulli|multinomial|^normal_?$|poisson|^uniform_$|exponential_|geometric_"
+    r"|cauchy_|log_normal_|^random_$|rrelu|^empty|new_empty"
+)
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+class TorchCodec:
+    """Specs -> torch values (see inputs.Codec)."""
+
+    def dtype(self, name: str) -> torch.dtype:
+        dtype = getattr(torch, str(name).replace("torch.", "", 1), None) if str(name).startswith("torch.") else None
+        if not isinstance(dtype, torch.dtype):
+            raise KeyError(name)
+        return dtype
+
+    def dtype_kind(self, name: str) -> str:
+        dtype = self.dtype(name)
+        if dtype == torch.bool:
+            return "b"
+        if dtype.is_complex:
+            return "c"
+        return "f" if dtype.is_floating_point else "i"
+
+    def load(self, path: Path) -> torch.Tensor:
+        tensor = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"holds a {type(tensor).__name__}, not a tensor")
+        return tensor
+
+    def from_array(self, array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+        array = np.asarray(array)
+        if not array.flags.c_contiguous:
+            array = array.copy()
+        return torch.from_numpy(array).to(dtype)
+
+    def shape_of(self, tensor: torch.Tensor) -> list[int]:
+        return list(tensor.shape)
+
+    def size(self, dims: list[int]) -> Any:
+        return torch.Size(dims)
+
+
+CODEC = TorchCodec()
+
+
+# -- the call ------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """A recorded call rebuilt: the callables and their arguments (recorded dtypes, CPU)."""
+
+    name: EntryName
+    fn: Callable | None  # the tested callable (None where the framework runs the tested side itself)
+    bench_fn: Callable
+    args: list
+    kwargs: dict
+    output_specs: list
+    notes: list[str] = field(default_factory=list)
+    grad_flags: list[bool] = field(default_factory=list)  # per floating input: took a gradient
+    autocast: torch.dtype | None = None
+
+    @property
+    def inplace(self) -> bool:
+        api = self.name.api.rsplit(".", 1)[-1]
+        return (
+            (api.endswith("_") and not api.endswith("__"))
+            or api.startswith("__i")
+            or self.kwargs.get("inplace") is True
+        )
+
+
+def forward_body(dump: Dump, name: EntryName) -> dict:
+    """The forward entry a call is rebuilt from (a backward entry records no inputs)."""
+    forward = dump.entries.get(f"{name.prefix}.forward")
+    if forward is None:
+        raise Unsupported(f"no forward entry {name.prefix}.forward in the dump to rebuild the call from")
+    return forward
+
+
+def flat_specs(specs: Any) -> list:
+    """Output specs in order, nested lists flattened (spec dicts and None are leaves)."""
+    if isinstance(specs, list):
+        return [leaf for item in specs for leaf in flat_specs(item)]
+    return [specs]
+
+
+def input_tensor_specs(body: dict) -> list:
+    """The tensor specs of a forward entry's inputs, in argument order (kwargs after args)."""
+    specs = flat_specs(body.get("input_args", [])) + flat_specs(list(body.get("input_kwargs", {}).values()))
+    return [spec for spec in specs if is_tensor_spec(spec)]
+
+
+def tensors(*trees: Any) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+    for tree in trees:
+        tree_map(lambda v: found.append(v) if isinstance(v, torch.Tensor) else None, tree)
+    return found
+
+
+def floating(*trees: Any) -> list[torch.Tensor]:
+    return [t for t in tensors(*trees) if t.is_floating_point()]
+
+
+def recorded_values(codec: Codec, dump: Dump, entry: str, specs: list, key: str) -> list:
+    """The values a tensor dump recorded, loaded from its files (None stays None)."""
+    rebuilder = Rebuilder(codec, entry, dump.tensor_dir, REAL, 0)
+    return [None if spec is None else rebuilder.value(spec, f"{key}[{i}]") for i, spec in enumerate(specs)]
+
+
+def input_scale(call: Call) -> float:
+    """The largest finite |value| among the floating inputs."""
+    scale = 0.0
+    for t in floating(call.args, call.kwargs):
+        if t.numel():
+            finite = t[torch.isfinite(t)]
+            if finite.numel():
+                scale = max(scale, float(finite.abs().max()))
+    return scale
+
+
+# -- the two sides -------------------------------------------------------------
+
+
+@dataclass
+class Side:
+    """How one side places its tensors: tested (device, recorded dtype) or bench (CPU, float64)."""
+
+    device: str
+    floating: torch.dtype | None = None  # None keeps the recorded dtype
+    autocast: torch.dtype | None = None
+
+    @property
+    def is_bench(self) -> bool:
+        return self.floating is not None
+
+    def place(self, value: Any) -> Any:
+        if isinstance(value, Device):
+            return torch.device(self.device)
+        if not isinstance(value, torch.Tensor):
+            return value
+        dtype = self.floating if (value.is_floating_point() and self.floating is not None) else value.dtype
+        return value.detach().to(device=self.device, dtype=dtype, copy=True)
+
+    def context(self) -> contextlib.AbstractContextManager:
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(torch.device(self.device).type, dtype=self.autocast)
+
+
+def tested_side(device: str, call: Call) -> Side:
+    return Side(device, None, call.autocast)
+
+
+def bench_sides() -> Sequence[Side]:
+    """float64 first; float32 where the API has no float64 kernel."""
+    return Side("cpu", torch.float64), Side("cpu", torch.float32)
+
+
+def call_on(side: Side, call: Call, grad: bool = False) -> tuple[Any, list[torch.Tensor]]:
+    """(output, floating input tensors in argument order) of the call placed on one side."""
+    args = tree_map(side.place, call.args)
+    kwargs = tree_map(side.place, call.kwargs)
+    leaves = floating(args, kwargs)
+    if grad:
+        # Only what took a gradient in the training step (running stats of
+        # batch_norm, say, did not and cannot).
+        wanted = call.grad_flags[: len(leaves)] + [True] * (len(leaves) - len(call.grad_flags))
+        for leaf, grad_wanted in zip(leaves, wanted):
+            leaf.requires_grad_(grad_wanted)
+    if grad and call.inplace:
+        # An in-place op may not write into a leaf that requires grad.
+        args, kwargs = tree_map(_clone_tensor, args), tree_map(_clone_tensor, kwargs)
+    fn = call.bench_fn if side.is_bench else call.fn
+    if fn is None:
+        raise Unsupported(f"{call.name.full}: no tested callable on {side.device}")
+    with side.context(), torch.set_grad_enabled(grad):
+        return fn(*args, **kwargs), leaves
+
+
+def _clone_tensor(value: Any) -> Any:
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def run_bench(compute: Callable[[Side], list]) -> tuple[list, str]:
+    """(outputs, note) of the first bench side that runs; the note says when it is not float64."""
+    errors: list[str] = []
+    for side in bench_sides():
+        try:
+            return compute(side), (
+                ""
+                if side.floating == torch.float64
+                else f"benchmark ran in {side.floating}: float64 raised {errors[0]}"
+            )
+        except Unsupported:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure of the bench is reported
+            errors.append(f"{type(exc).__name__}: {first_line(exc)}")
+    raise BenchmarkFailed(f"the benchmark cannot run on CPU: {errors[-1]}")
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def forward(side: Side, call: Call) -> list:
+    """The call's outputs on one side, flattened."""
+    return flat_outputs(call_on(side, call)[0])
+
+
+def gradients(side: Side, call: Call, grad_outputs: list, watch: Callable[[list, list], None] | None = None) -> list:
+    """Gradients of every floating input tensor, in argument order (None where unused).
+
+    `watch(outputs, leaves)` is called once the graph stands, before the backward
+    runs: the place to hook its nodes (`watch_graph`)."""
+    out, leaves = call_on(side, call, grad=True)
+    outs = [o for o in flat_outputs(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+    if not outs:
+        raise Unsupported("the forward outputs take no grad")
+    grads = [side.place(g) if isinstance(g, torch.Tensor) else None for g in flat_outputs(grad_outputs)]
+    chosen = [(o, g) for o, g in zip(outs, grads) if g is not None]
+    if not chosen:
+        raise Unsupported("the backward entry records no grad_output for a differentiable output")
+    for i, (o, g) in enumerate(chosen):
+        if o.shape != g.shape:
+            raise Unsupported(f"grad_output {i} has shape {list(g.shape)}, its output {list(o.shape)}")
+    wanted = [leaf for leaf in leaves if leaf.requires_grad]
+    if watch is not None:
+        watch([o for o, _ in chosen], leaves)
+    # d/do of sum(o * g) is g exactly, so this is backward with grad_outputs g;
+    # autograd.grad(..., grad_outputs=) imports sympy on first use (0.25-1.3 s a process).
+    if any(o.is_complex() for o, _ in chosen):  # a complex loss has no implicit grad
+        found = iter(
+            torch.autograd.grad([o for o, _ in chosen], wanted, [g.to(o.dtype) for o, g in chosen], allow_unused=True)
+        )
+    else:
+        loss = sum((o * g.to(o.dtype)).sum() for o, g in chosen)
+        found = iter(torch.autograd.grad(loss, wanted, allow_unused=True))
+    return [next(found) if leaf.requires_grad else None for leaf in leaves]
+
+
+@dataclass(frozen=True)
+class NodeGradient:
+    """The gradient arriving at one input of one node of a call's backward graph."""
+
+    node: str  # "NllLossBackward0"
+    slot: int  # which of the node's inputs
+    value: torch.Tensor
+    inputs: frozenset[int]  # the floating inputs of the call (argument order) it flows on to
+
+    def describe(self) -> str:
+        return f"{self.node} (its input {self.slot})"
+
+
+def watch_graph(outputs: list, leaves: list, shapes: set[tuple[int, ...]], found: list[NodeGradient]) -> None:
+    """Hook every node below `outputs` so that the backward appends to `found` each gradient it
+    passes on whose shape is in `shapes` (msprobe records some APIs' gradients at such nodes)."""
+    leaf_index = {id(leaf): i for i, leaf in enumerate(leaves)}
+    reached: dict[int, frozenset[int]] = {}
+
+    def reach(fn: Any) -> frozenset[int]:
+        if fn is None:
+            return frozenset()
+        if id(fn) not in reached:
+            variable = getattr(fn, "variable", None)  # an AccumulateGrad: a leaf
+            if variable is not None:
+                reached[id(fn)] = frozenset({leaf_index[id(variable)]} if id(variable) in leaf_index else ())
+            else:
+                reached[id(fn)] = frozenset().union(*(reach(f) for f, _ in fn.next_functions))
+        return reached[id(fn)]
+
+    def hook_for(fn: Any) -> Callable[[tuple, tuple], None]:
+        targets = [reach(f) for f, _ in fn.next_functions]
+
+        def hook(grad_inputs: tuple, grad_outputs: tuple) -> None:
+            for slot, grad in enumerate(grad_inputs):
+                if isinstance(grad, torch.Tensor) and tuple(grad.shape) in shapes:
+                    found.append(NodeGradient(fn.name(), slot, grad.detach(), targets[slot]))
+
+        return hook
+
+    stack, seen = [o.grad_fn for o in outputs if o.grad_fn is not None], set()
+    while stack:
+        fn = stack.pop()
+        if id(fn) in seen or getattr(fn, "variable", None) is not None:
+            continue
+        seen.add(id(fn))
+        fn.register_hook(hook_for(fn))
+        stack.extend(f for f, _ in fn.next_functions if f is not None)
+
+
+# -- outputs -------------------------------------------------------------------
+
+
+def flat_outputs(out: Any) -> list:
+    """Outputs in order: tuples (named ones too) and lists flattened."""
+    if isinstance(out, (tuple, list)) and not isinstance(out, torch.Size):
+        return [leaf for item in out for leaf in flat_outputs(item)]
+    return [out]
+
+
+def to_array(value: Any) -> tuple[np.ndarray, str, list[int]] | None:
+    """(array, dtype name, shape) of one output; None for outputs not compared."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu()
+        if t.is_floating_point():
+            array = t.to(torch.float64).numpy()
+        elif t.is_complex():
+            array = t.to(torch.complex128).numpy()
+        else:
+            array = t.numpy()
+        return array, str(value.dtype), list(value.shape)
+    if isinstance(value, torch.Size):
+        return np.asarray(list(value), dtype=np.int64), "torch.Size", [len(value)]
+    if isinstance(value, bool):
+        return np.asarray(value), "bool", []
+    if isinstance(value, int):
+        return np.asarray(value, dtype=np.int64), "int", []
+    if isinstance(value, float):
+        return np.asarray(value, dtype=np.float64), "float", []
+    return None
+
+
+def pairs_of(tested: Sequence[Any], bench: Sequence[Any]) -> list[OutputPair]:
+    pairs = []
+    for index, (t, b) in enumerate(zip(tested, bench)):
+        if t is None and b is None:
+            continue
+        t_arr, b_arr = to_array(t), to_array(b)
+        if t_arr is None or b_arr is None:
+            what = type(t if t_arr is None else b).__name__
+            pairs.append(OutputPair(index, skip=f"output of type {what} is not compared"))
+            continue
+        pairs.append(OutputPair(index, t_arr[0], b_arr[0], t_arr[1], b_arr[1], t_arr[2]))
+    if len(tested) != len(bench):
+        pairs.append(OutputPair(len(pairs), skip=f"the tested side gave {len(tested)} outputs, the bench {len(bench)}"))
+    return pairs
+
+
+# -- gradients recorded at other places ----------------------------------------
+
+
+def gradient_pairs(
+    matched: dict[int, Any], bench: list, unfitting: str = "", elsewhere: dict[int, tuple[Any, str]] | None = None
+) -> list[OutputPair]:
+    """The matched gradients against the bench's, and, when `unfitting` says what msprobe
+    recorded that fits no input, a SKIP for each input left without one. `elsewhere` holds,
+    by input, a bench value taken at another node of the graph and what to say about it."""
+    shapes = shapes_of(bench)
+    elsewhere = elsewhere or {}
+    pairs = []
+    for index in sorted(matched):
+        bench_value, note = elsewhere.get(index, (bench[index], ""))
+        pair = pairs_of([matched[index]], [bench_value])[0]
+        pair.index = index
+        pair.note = note
+        pairs.append(pair)
+    if unfitting:
+        for index in (i for i, s in enumerate(shapes) if s is not None and i not in matched):
+            why = f"no recorded gradient fits this input's gradient {shapes[index]}: msprobe recorded {unfitting}"
+            pairs.append(OutputPair(index, skip=why))
+    return sorted(pairs, key=lambda p: p.index)
+
+
+def shapes_of(values: list) -> list[list[int] | None]:
+    return [None if v is None else list(v.shape) for v in values]
+
+
+def input_of(position: int, shape: list, shapes: list, taken: dict) -> int | None:
+    """The input a gradient recorded at `position` with `shape` belongs to: the input at
+    that position when the shape agrees, else the one free input of that shape."""
+    if position < len(shapes) and shapes[position] == shape and position not in taken:
+        return position
+    candidates = [i for i, s in enumerate(shapes) if s == shape and i not in taken]
+    return candidates[0] if len(candidates) == 1 else None
+
+
+# -- the driver ----------------------------------------------------------------
+
+
+def _as_compared(tested: list, bench: list) -> tuple[list, list]:
+    return tested, bench
+
+
+@dataclass
+class Sides:
+    """One entry as a framework describes it to `run_sides`: both computations and their pairing."""
+
+    bench: Callable[[Side], list]  # the bench's outputs (backward: input gradients) on a CPU side
+    tested: Callable[[], list]  # the tested outputs: run on the device, or read from the dump
+    pair: Callable[[list, list], list[OutputPair]]  # (tested, bench) -> what the standard judges
+    notes: list[str] = field(default_factory=list)
+    recorded: bool = False  # tested values read from the dump: failing to read them is a SKIP, not a finding
+    grad_outputs: list | None = None  # backward: the gradients fed to the outputs
+    # (tested, bench) as they were compared, tested in the order of the bench's, for the error data.
+    compared: Callable[[list, list], tuple[list, list]] = _as_compared
+
+
+def run_sides(call: Call, sides: Sides, keep: bool) -> Run:
+    """The bench, then the tested side; an exception of the tested run is a finding."""
+    bench, note = run_bench(sides.bench)
+    run = Run([], [*sides.notes, *([note] if note else [])], input_scale(call))
+    tested = None
+    if sides.recorded:
+        tested = sides.tested()
+    else:
+        try:
+            tested = sides.tested()
+        except Unsupported:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a device that raises is a finding
+            run.tested_error = f"{type(exc).__name__}: {first_line(exc)}"
+    if keep:
+        grads = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
+        kept_tested, kept_bench = (None, bench) if tested is None else sides.compared(tested, bench)
+        run.kept = Kept({"args": call.args, "kwargs": call.kwargs}, kept_tested, kept_bench, grads)
+    if tested is not None:
+        run.pairs = sides.pair(tested, bench)
+    return run

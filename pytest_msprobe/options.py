@@ -1,0 +1,140 @@
+"""The settings of a run: every option, its ini key and its default, parsed once into `Options`.
+
+No pytest: the plugin registers `OPTIONS` with pytest's parser and hands the
+raw values (command line first, then the ini file) to `parse`; a value that
+cannot be read is an OptionError naming the option, which the plugin turns
+into a usage error. Each default lives here, once, as a field of `Options`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import Any, Callable
+
+from .devices import CHOICES as DEVICES
+from .standards import STANDARDS
+
+# Input data: the dumped tensor files, random data from the recorded statistics, or real where it can.
+AUTO, REAL, RANDOM = "auto", "real", "random"
+MODES = (AUTO, REAL, RANDOM)
+ERROR_DATA_FOLDER = "msprobe_error_data"  # under --msprobe-out
+
+_TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
+
+
+class OptionError(ValueError):
+    """A setting that cannot be read; the message names the option."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every setting of a run, as read from the command line and the ini file."""
+
+    dumps: tuple[str, ...] = ()
+    mode: str = AUTO
+    device: str = "auto"
+    devices: str = "auto"
+    seed: int = 1234
+    standard: str = "basic"
+    cosine: float = 0.99
+    max_abs_err: float = 1e-4
+    tolerances: tuple[str, ...] = ()
+    out: str = "."
+    resume: str = ""
+    baseline: str = ""
+    save_error_data: str | None = None  # None: off; "": the default folder under out; else a folder
+
+    def out_dir(self, base: Path) -> Path:
+        return base / self.out
+
+    def error_data_dir(self, base: Path) -> Path | None:
+        if self.save_error_data is None:
+            return None
+        return self.out_dir(base) / ERROR_DATA_FOLDER if self.save_error_data == "" else base / self.save_error_data
+
+
+def default(name: str) -> Any:
+    field = next(f for f in fields(Options) if f.name == name)
+    return field.default if field.default is not MISSING else None
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: `--msprobe-<name>` on the command line, `msprobe_<name>` in the ini file."""
+
+    name: str  # the field of Options
+    help: str
+    choices: tuple[str, ...] = ()
+    read: Callable[[str], Any] = str
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--msprobe-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "msprobe_" + self.name
+
+    def describe(self) -> str:
+        value = default(self.name)
+        return f"{self.help} (default {value if value not in (None, '') else 'none'}; ini {self.ini})"
+
+    def parse(self, text: str) -> Any:
+        if self.choices and text not in self.choices:
+            raise OptionError(f"{self.flag} must be {_one_of(self.choices)}, not {text!r}")
+        try:
+            return self.read(text)
+        except ValueError:
+            kind = "an integer" if self.read is int else "a number"
+            raise OptionError(f"{self.flag} must be {kind}, not {text!r}") from None
+
+
+def _one_of(choices: tuple[str, ...]) -> str:
+    return " or ".join(choices) if len(choices) == 2 else f"one of {', '.join(choices)}"
+
+
+# The options that take one value; --msprobe-dump (repeatable), --msprobe-save-error-data
+# (a bare flag or a folder) and the ini key msprobe_tolerances (lines) are read by `parse` too.
+OPTIONS = (
+    Option(
+        "mode",
+        "input data: real (the tensor files), random (from the statistics), auto (real where the tensor file exists)",
+        MODES,
+    ),
+    Option("device", "device under test", DEVICES),
+    Option("devices", "device ids, one per xdist worker: 0-7 or 0,1,2,3 (auto: 0..n-1; without xdist the first)"),
+    Option("seed", "seed of the random inputs (mixed with each entry's name)", read=int),
+    Option("cosine", "basic standard: an output passes when Cosine > this", read=float),
+    Option("max_abs_err", "basic standard: ... and MaxAbsErr < this", read=float),
+    Option("standard", "standard that judges the outputs", tuple(STANDARDS)),
+    Option("out", "folder for the result and details CSVs"),
+    Option("resume", "result CSV of a killed run: run only its missing APIs, append to it"),
+    Option("baseline", "result CSV of an earlier run: its errors are expected failures"),
+)
+
+
+def parse(raw: Mapping[str, Any]) -> Options:
+    """Options from raw values by field name: text for OPTIONS (None or "" where not set),
+    lists for dumps and tolerances, and for save_error_data True (the bare flag), a folder,
+    or the ini key's text."""
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        text = raw.get(option.name)
+        if text not in (None, ""):
+            values[option.name] = option.parse(str(text))
+    values["dumps"] = tuple(str(path) for path in raw.get("dumps") or ())
+    values["tolerances"] = tuple(raw.get("tolerances") or ())
+    values["save_error_data"] = _error_data(raw.get("save_error_data"))
+    return Options(**values)
+
+
+def _error_data(value: Any) -> str | None:
+    if value is True:
+        return ""
+    text = str(value or "").strip()
+    if text.lower() in ("", *_FALSE):
+        return None
+    return "" if text.lower() in _TRUE else text

@@ -1,0 +1,99 @@
+"""What the check of one entry found, kept as data until the CSV and the terminal.
+
+No framework, no pytest, no text assembly: an entry's verdict, its outputs, the
+reasons and notes stay apart here, and messages.py turns them into text at the
+two boundaries (the CSV files, the terminal). Results travel from xdist workers
+to the controller as plain dicts (`to_dict`), which execnet can serialise.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Status(str, enum.Enum):
+    """The words of reports.md; a str, so a status reads and compares as its word."""
+
+    PASS = "pass"
+    WARNING = "warning"
+    ERROR = "error"
+    SKIP = "SKIP"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+PASS, WARNING, ERROR, SKIP = Status.PASS, Status.WARNING, Status.ERROR, Status.SKIP
+# The attribute of a pytest report that carries an entry's result (to_dict) to the xdist controller.
+REPORT_ATTRIBUTE = "msprobe"
+_SEVERITY = {PASS: 0, WARNING: 1, ERROR: 2}
+
+
+def worst_status(statuses: Iterable[Status]) -> Status:
+    """An API's status from its outputs': error beats warning beats pass; all SKIP is SKIP."""
+    judged = [Status(s) for s in statuses if s != SKIP]
+    return max(judged, key=_SEVERITY.__getitem__) if judged else SKIP
+
+
+@dataclass
+class OutputResult:
+    """A row of accuracy_checking_details: one compared output of an entry."""
+
+    index: int  # output i; for a backward, the gradient of the i-th floating input
+    status: Status
+    bench_dtype: str = ""
+    tested_dtype: str = ""
+    shape: list[int] | None = None
+    cosine: float | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    # Why it is what it is: the rules it broke, what it stayed within, why it was skipped.
+    reasons: list[str] = field(default_factory=list)
+    # A failure within the rounding budget of this dtype ("bf16"): rounding alone, not a fault.
+    floor: str = ""
+    note: str = ""  # how it was paired (a gradient msprobe recorded inside the API's graph)
+
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)
+
+
+@dataclass
+class EntryResult:
+    """The verdict on one entry: one direction of one API call."""
+
+    api: str  # "Functional.relu.0", the API Name of the result CSV
+    direction: str  # "forward" or "backward"
+    status: Status
+    # Why the entry as a whole has no verdict, or failed without one per output:
+    # a SKIP's reason, the exception of the tested run, a crashed worker.
+    reason: str = ""
+    outputs: list[OutputResult] = field(default_factory=list)
+    # What the check had to do or tell: fallbacks, autocast, where error data went.
+    notes: list[str] = field(default_factory=list)
+    dump: str = ""  # the dump's part of the node id
+
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)
+
+    @property
+    def entry(self) -> str:
+        return f"{self.api}.{self.direction}"
+
+    def output_name(self, output: OutputResult) -> str:
+        """`Functional.relu.0.forward.output.0`, the API Name of the details CSV."""
+        return f"{self.entry}.output.{output.index}"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        for row in data["outputs"]:
+            row["status"] = row["status"].value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EntryResult:
+        outputs = [OutputResult(**row) for row in data.get("outputs", [])]
+        return cls(**{**data, "outputs": outputs})

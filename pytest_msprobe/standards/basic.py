@@ -1,0 +1,79 @@
+"""The basic standard, the user's rule: Cosine > 0.99 and MaxAbsErr < 1e-4 (both configurable)."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..compare import Comparison, Metrics
+from ..results import ERROR, PASS
+from . import Verdict
+
+if TYPE_CHECKING:
+    from ..options import Options
+    from .dtype import DtypeStandard
+
+
+class BasicStandard:
+    """Cosine > cosine and MaxAbsErr < max_abs_err, whatever the dtype.
+
+    A bf16 or fp16 output breaks MaxAbsErr < 1e-4 on rounding alone once its
+    values exceed a few hundredths: such a failure is marked with its dtype
+    (Verdict.floor) when the rounding budget of that dtype holds it.
+    """
+
+    name = "basic"
+
+    def __init__(self, cosine: float = 0.99, max_abs_err: float = 1e-4):
+        self.cosine = cosine
+        self.max_abs_err = max_abs_err
+
+    @classmethod
+    def from_options(cls, options: Options) -> BasicStandard:
+        return cls(options.cosine, options.max_abs_err)
+
+    def describe(self) -> str:
+        return f"basic (Cosine > {self.cosine:g} and MaxAbsErr < {self.max_abs_err:g})"
+
+    def header_lines(self) -> list[str]:
+        return []
+
+    def judge(self, c: Comparison, m: Metrics) -> Verdict:
+        broken = self.broken_rules(c, m)
+        if not broken:
+            return Verdict(PASS)
+        return Verdict(ERROR, broken, rounding_floor(c, m))
+
+    def broken_rules(self, c: Comparison, m: Metrics) -> list[str]:
+        broken = []
+        one_side_zero = _all_zero(c.tested) != _all_zero(c.bench)
+        if one_side_zero and np.size(c.tested) > 1:
+            side = "tested" if _all_zero(c.tested) else "bench"
+            broken.append(f"the {side} output is all zero and the other is not")
+        elif m.cosine is not None and not m.cosine > self.cosine:
+            broken.append(f"Cosine {m.cosine:.6g} <= {self.cosine:g}")
+        if not m.max_abs_err < self.max_abs_err:
+            broken.append(f"MaxAbsErr {m.max_abs_err:.3g} >= {self.max_abs_err:g}{m.where()}")
+        return broken
+
+
+def _all_zero(array: np.ndarray) -> bool:
+    a = np.asarray(array)
+    return a.size > 0 and not np.any(a)
+
+
+def rounding_floor(c: Comparison, m: Metrics) -> str:
+    """The short name of the output's dtype when its rounding budget holds the error, else ""."""
+    if not _dtype_budget().within_budget(c, m):
+        return ""
+    name = c.tested_dtype.rsplit(".", 1)[-1]
+    return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}.get(name, c.tested_dtype)
+
+
+@functools.cache
+def _dtype_budget() -> DtypeStandard:
+    from .dtype import DtypeStandard
+
+    return DtypeStandard()

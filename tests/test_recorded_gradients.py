@@ -1,0 +1,86 @@
+"""Recorded gradients that msprobe took inside an API's graph, judged where it took them (recorded mode).
+
+On the real GPT dumps: cross_entropy's gradient is recorded at log_softmax's output,
+linear's weight gradient transposed as addmm sees it, and 3-D matmul's as the gradient
+arriving at its output (msprobe's hook passing it on).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import read_csv, run_msprobe
+from pytest_msprobe.frameworks.recorded_gradients import attribute
+from pytest_msprobe.frameworks.torch_engine import NodeGradient
+
+
+def recorded(pytester, copy_dump, name, *args, standard="dtype"):
+    dump = copy_dump(name)
+    result = run_msprobe(pytester, dump, "--msprobe-standard", standard, *args, device="recorded")
+    rows = {row["API Name"]: row for row in read_csv(pytester.path / "out", "result")}
+    details = {row["API Name"]: row for row in read_csv(pytester.path / "out", "details")}
+    return dump, result, rows, details
+
+
+@pytest.mark.parametrize("name", ["gpt_fp32", "gpt_bf16", "gpt_fp16"])
+def test_a_clean_dump_has_no_error_and_each_odd_gradient_says_where_it_was_judged(pytester, copy_dump, name):
+    _, result, rows, details = recorded(pytester, copy_dump, name)
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    assert rows["Functional.cross_entropy.0"]["Backward Test Success"] == "pass"
+    assert "at NllLossBackward0 (its input 0)" in rows["Functional.cross_entropy.0"]["Message"]
+    # linear's weight gradient, recorded transposed: judged at addmm's (or mm's) input, in the weight's row.
+    weight = details["Functional.linear.3.backward.output.1"]
+    assert (weight["Status"], weight["Shape"]) == ("pass", "[1024, 256]")
+    assert "AddmmBackward0 (its input 2)" in weight["Message"]
+    assert "MmBackward0 (its input 1)" in details["Functional.linear.4.backward.output.1"]["Message"]
+    for matmul in ("Torch.matmul.0", "Torch.matmul.1"):
+        assert rows[matmul]["Backward Test Success"] == "SKIP"
+        assert "equal to the gradient arriving at the output" in rows[matmul]["Message"]
+
+
+def scale_recorded(dump, data_name, factor):
+    path = dump.parent / "dump_tensor_data" / data_name
+    tensor = torch.load(path, weights_only=True)
+    torch.save((tensor.double() * factor).to(tensor.dtype), path)
+
+
+@pytest.mark.parametrize("entry, data_name", [
+    ("Functional.cross_entropy.0", "Functional.cross_entropy.0.backward.output.0.pt"),
+    ("Functional.linear.3", "Functional.linear.3.backward.output.2.pt"),  # the weight's, transposed
+])
+def test_a_deficit_in_a_gradient_recorded_inside_the_graph_is_an_error(pytester, copy_dump, entry, data_name):
+    dump = copy_dump("gpt_bf16")
+    scale_recorded(dump, data_name, 1.05)
+    result = run_msprobe(pytester, dump, "--msprobe-standard", "dtype", "-k", f"{entry}.backward",
+                         device="recorded")
+    assert result.parseoutcomes() == {"failed": 1, "deselected": 37}
+    message = read_csv(pytester.path / "out", "result")[0]["Message"]
+    assert "judged against the float64 gradient there" in message and "budget" in message
+
+
+def grad(*values):
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def test_a_gradient_that_fits_none_of_several_places_is_not_guessed():
+    bench = [grad(1.0, 0.0), grad(0.0, 1.0)]  # two inputs of one shape, neither at the recorded position
+    far = torch.tensor([5.0, -5.0])
+    found = attribute([None, None, far], [None, None, {"shape": [2]}], bench, [], [grad(9.0, 9.0)])
+    assert found.matched == {} and "fits none of the 2 float64 gradients" in found.strays[0]
+
+
+def test_a_gradient_nearest_its_own_input_is_judged_there_however_far():
+    bench = [grad(1.0, 2.0), grad(-3.0, 1.0)]
+    gross = torch.tensor([2.0, 3.0])  # far from input 0, farther from input 1
+    found = attribute([gross], [{"shape": [2]}], bench, [], [])
+    assert list(found.matched) == [0] and not found.elsewhere
+
+
+def test_a_gradient_closer_to_a_node_is_judged_at_that_node():
+    bench = [grad(1.0, 2.0)]
+    node = NodeGradient("NllLossBackward0", 0, grad(-0.5, 0.0), frozenset({0}))
+    found = attribute([torch.tensor([-0.5, 0.0])], [{"shape": [2]}], bench, [node], [])
+    assert list(found.matched) == [0]
+    value, note = found.elsewhere[0]
+    assert torch.equal(value, node.value) and "NllLossBackward0 (its input 0)" in note
