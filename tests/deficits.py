@@ -21,9 +21,10 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -82,9 +83,9 @@ class Kernel:
     #                           low_blocked (fp32 within BLOCK terms, the running sum in the entry's dtype)
     softmax_sum: str = "fp32"  # softmax's denominator (and backward dot): fp32 or low
     softmax: str = "standard"  # standard or online (blocks of BLOCK, running max and rescaled sum)
-    gemm_inputs: Optional[str] = None  # tf32 (ties to even) or hf32 (ties away): operands cut to 10 bits
+    gemm_inputs: str | None = None  # tf32 (ties to even) or hf32 (ties away): operands cut to 10 bits
     gelu: str = "erf"  # erf or tanh
-    rsqrt_bits: Optional[int] = None  # significant bits of layer_norm's rstd (an estimate), None: fp32
+    rsqrt_bits: int | None = None  # significant bits of layer_norm's rstd (an estimate), None: fp32
     variance: str = "two_pass"  # two_pass, welford, one_pass (E[x^2] - E[x]^2 summed in the low dtype)
     drop_term: bool = False  # backward: layer_norm without mean(g*w), softmax without the dot term
     exact: bool = False  # float64 throughout: the benchmark
@@ -112,44 +113,109 @@ _ALL_SUMS = _SUMS | {"softmax"}
 _MATH = frozenset({"gelu", "softmax", "layer_norm", "cross_entropy"})
 
 
-def _kind(name: str, deficit: bool, families: Iterable[str], kernel: Kernel, what: str,
-          dtypes: Iterable[torch.dtype] = FLOATS, directions: Iterable[str] = _BOTH) -> Kind:
+def _kind(
+    name: str,
+    deficit: bool,
+    families: Iterable[str],
+    kernel: Kernel,
+    what: str,
+    dtypes: Iterable[torch.dtype] = FLOATS,
+    directions: Iterable[str] = _BOTH,
+) -> Kind:
     return Kind(name, deficit, frozenset(families), frozenset(dtypes), frozenset(directions), kernel, what)
 
 
-KINDS: Dict[str, Kind] = {k.name: k for k in (
-    # deficits
-    _kind("tf32", True, _GEMM, Kernel(gemm_inputs="tf32", order="blocked"),
-          "GEMM operands rounded to TF32 (10 mantissa bits, ties to even), fp32 accumulation", dtypes=[F32]),
-    _kind("hf32", True, _GEMM, Kernel(gemm_inputs="hf32", order="blocked"),
-          "GEMM operands rounded to HF32 (10 mantissa bits, ties away), fp32 accumulation", dtypes=[F32]),
-    _kind("accumulate_low", True, _SUMS, Kernel(accumulate="low"),
-          "every partial sum of GEMMs and reductions rounded to the entry's dtype, in order", dtypes=LOW),
-    _kind("accumulate_low_blocked", True, _GEMM, Kernel(accumulate="low_blocked"),
-          "GEMM: fp32 within K blocks of 16, the running sum kept in the entry's dtype (split-K in a "
-          "low-precision workspace)", dtypes=LOW),
-    _kind("gelu_tanh", True, ["gelu"], Kernel(gelu="tanh"), "tanh-approximated GELU for erf GELU"),
-    _kind("rsqrt12", True, ["layer_norm"], Kernel(rsqrt_bits=12),
-          "layer_norm's rstd from a 12-bit rsqrt estimate"),
-    _kind("one_pass_variance", True, ["layer_norm"], Kernel(variance="one_pass"),
-          "layer_norm's variance as E[x^2] - E[x]^2, both sums and the difference in the entry's dtype"),
-    _kind("softmax_sum_low", True, ["softmax", "cross_entropy"], Kernel(softmax_sum="low"),
-          "softmax's denominator (backward: its dot product) summed in the entry's dtype", dtypes=LOW),
-    _kind("missing_term", True, ["layer_norm", "softmax"], Kernel(drop_term=True),
-          "input gradient without a term: layer_norm without mean(g*w), softmax without the dot term",
-          directions=[BACKWARD]),
-    # controls
-    _kind("sequential", False, _ALL_SUMS, Kernel(), "fp32 sums in order (two-pass layer_norm)"),
-    _kind("reverse", False, _ALL_SUMS, Kernel(order="reverse"), "fp32 sums in reverse order"),
-    _kind("pairwise", False, _ALL_SUMS, Kernel(order="pairwise"), "fp32 pairwise (tree) sums"),
-    _kind("blocked", False, _ALL_SUMS, Kernel(order="blocked"),
-          "fp32 sums in K blocks of 16, then over the blocks, as a cube unit"),
-    _kind("ulp1", False, _MATH, Kernel(ulp_noise=True),
-          "a 1-ULP math library: the exact result rounded, moved by -1, 0 or +1 ULP at random"),
-    _kind("online_softmax", False, ["softmax", "cross_entropy"], Kernel(softmax="online"),
-          "online softmax: blocks of 16, running max, rescaled fp32 sum", directions=[FORWARD]),
-    _kind("welford", False, ["layer_norm"], Kernel(variance="welford"), "Welford mean and variance in fp32"),
-)}
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        # deficits
+        _kind(
+            "tf32",
+            True,
+            _GEMM,
+            Kernel(gemm_inputs="tf32", order="blocked"),
+            "GEMM operands rounded to TF32 (10 mantissa bits, ties to even), fp32 accumulation",
+            dtypes=[F32],
+        ),
+        _kind(
+            "hf32",
+            True,
+            _GEMM,
+            Kernel(gemm_inputs="hf32", order="blocked"),
+            "GEMM operands rounded to HF32 (10 mantissa bits, ties away), fp32 accumulation",
+            dtypes=[F32],
+        ),
+        _kind(
+            "accumulate_low",
+            True,
+            _SUMS,
+            Kernel(accumulate="low"),
+            "every partial sum of GEMMs and reductions rounded to the entry's dtype, in order",
+            dtypes=LOW,
+        ),
+        _kind(
+            "accumulate_low_blocked",
+            True,
+            _GEMM,
+            Kernel(accumulate="low_blocked"),
+            "GEMM: fp32 within K blocks of 16, the running sum kept in the entry's dtype (split-K in a "
+            "low-precision workspace)",
+            dtypes=LOW,
+        ),
+        _kind("gelu_tanh", True, ["gelu"], Kernel(gelu="tanh"), "tanh-approximated GELU for erf GELU"),
+        _kind("rsqrt12", True, ["layer_norm"], Kernel(rsqrt_bits=12), "layer_norm's rstd from a 12-bit rsqrt estimate"),
+        _kind(
+            "one_pass_variance",
+            True,
+            ["layer_norm"],
+            Kernel(variance="one_pass"),
+            "layer_norm's variance as E[x^2] - E[x]^2, both sums and the difference in the entry's dtype",
+        ),
+        _kind(
+            "softmax_sum_low",
+            True,
+            ["softmax", "cross_entropy"],
+            Kernel(softmax_sum="low"),
+            "softmax's denominator (backward: its dot product) summed in the entry's dtype",
+            dtypes=LOW,
+        ),
+        _kind(
+            "missing_term",
+            True,
+            ["layer_norm", "softmax"],
+            Kernel(drop_term=True),
+            "input gradient without a term: layer_norm without mean(g*w), softmax without the dot term",
+            directions=[BACKWARD],
+        ),
+        # controls
+        _kind("sequential", False, _ALL_SUMS, Kernel(), "fp32 sums in order (two-pass layer_norm)"),
+        _kind("reverse", False, _ALL_SUMS, Kernel(order="reverse"), "fp32 sums in reverse order"),
+        _kind("pairwise", False, _ALL_SUMS, Kernel(order="pairwise"), "fp32 pairwise (tree) sums"),
+        _kind(
+            "blocked",
+            False,
+            _ALL_SUMS,
+            Kernel(order="blocked"),
+            "fp32 sums in K blocks of 16, then over the blocks, as a cube unit",
+        ),
+        _kind(
+            "ulp1",
+            False,
+            _MATH,
+            Kernel(ulp_noise=True),
+            "a 1-ULP math library: the exact result rounded, moved by -1, 0 or +1 ULP at random",
+        ),
+        _kind(
+            "online_softmax",
+            False,
+            ["softmax", "cross_entropy"],
+            Kernel(softmax="online"),
+            "online softmax: blocks of 16, running max, rescaled fp32 sum",
+            directions=[FORWARD],
+        ),
+        _kind("welford", False, ["layer_norm"], Kernel(variance="welford"), "Welford mean and variance in fp32"),
+    )
+}
 DEFICITS = [k for k in KINDS.values() if k.deficit]
 CONTROLS = [k for k in KINDS.values() if not k.deficit]
 
@@ -224,15 +290,27 @@ def _blocks(t: torch.Tensor) -> torch.Tensor:
     """(K, ...) -> (BLOCK, K/BLOCK, ...): iterating dim 0 walks each block in order, all blocks at once."""
     pad = (-t.shape[0]) % BLOCK
     if pad:
-        t = torch.cat([t, torch.zeros((pad,) + tuple(t.shape[1:]), dtype=t.dtype)])
-    return t.reshape((t.shape[0] // BLOCK, BLOCK) + tuple(t.shape[1:])).movedim(1, 0)
+        t = torch.cat([t, torch.zeros((pad, *tuple(t.shape[1:])), dtype=t.dtype)])
+    return t.reshape((t.shape[0] // BLOCK, BLOCK, *tuple(t.shape[1:]))).movedim(1, 0)
 
 
 # -- the APIs ------------------------------------------------------------------
 
-FAMILIES = {"linear": "linear", "matmul": "matmul", "__matmul__": "matmul", "mm": "matmul", "bmm": "matmul",
-            "conv2d": "conv", "softmax": "softmax", "layer_norm": "layer_norm", "gelu": "gelu",
-            "embedding": "embedding", "cross_entropy": "cross_entropy", "sum": "reduction", "mean": "reduction"}
+FAMILIES = {
+    "linear": "linear",
+    "matmul": "matmul",
+    "__matmul__": "matmul",
+    "mm": "matmul",
+    "bmm": "matmul",
+    "conv2d": "conv",
+    "softmax": "softmax",
+    "layer_norm": "layer_norm",
+    "gelu": "gelu",
+    "embedding": "embedding",
+    "cross_entropy": "cross_entropy",
+    "sum": "reduction",
+    "mean": "reduction",
+}
 PARAMS = {
     "linear": ("input", "weight", "bias"),
     "matmul": ("input", "other"),
@@ -241,19 +319,37 @@ PARAMS = {
     "layer_norm": ("input", "normalized_shape", "weight", "bias", "eps"),
     "gelu": ("input", "approximate"),
     "embedding": ("input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"),
-    "cross_entropy": ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction",
-                      "label_smoothing"),
+    "cross_entropy": (
+        "input",
+        "target",
+        "weight",
+        "size_average",
+        "ignore_index",
+        "reduce",
+        "reduction",
+        "label_smoothing",
+    ),
     "reduction": ("input", "dim", "keepdim"),
 }
-DEFAULTS = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "eps": 1e-5, "approximate": "none",
-            "reduction": "mean", "ignore_index": -100, "label_smoothing": 0.0, "keepdim": False}
+DEFAULTS = {
+    "stride": 1,
+    "padding": 0,
+    "dilation": 1,
+    "groups": 1,
+    "eps": 1e-5,
+    "approximate": "none",
+    "reduction": "mean",
+    "ignore_index": -100,
+    "label_smoothing": 0.0,
+    "keepdim": False,
+}
 
 
-def family_of(api: str) -> Optional[str]:
+def family_of(api: str) -> str | None:
     return FAMILIES.get(api.rsplit(".", 1)[-1])
 
 
-def bind(family: str, args: Sequence[Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
+def bind(family: str, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     names = PARAMS[family]
     bound = dict(DEFAULTS)
     bound.update({n: None for n in names if n not in DEFAULTS})
@@ -268,28 +364,28 @@ def _f64(x: Any) -> Any:
     return x.detach().to(F64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
 
-def _pair(v: Any) -> Tuple[int, int]:
-    return (v, v) if isinstance(v, int) else tuple(v)  # type: ignore[return-value]
+def _pair(v: Any) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else tuple(v)
 
 
 # forward: (arith, bound inputs as float64) -> outputs, float64
 
 
-def linear_forward(ar: Arith, p: dict) -> List[torch.Tensor]:
+def linear_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
     y = ar.gemm(p["input"], p["weight"].transpose(-1, -2))
     if p["bias"] is not None:
         y = ar.racc(y + p["bias"])
     return [ar.result(y)]
 
 
-def matmul_forward(ar: Arith, p: dict) -> List[torch.Tensor]:
+def matmul_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
     a, b = p["input"], p["other"]
     if a.dim() < 2 or b.dim() < 2:
         raise NotApplicable("matmul of a vector")
     return [ar.result(ar.gemm(a, b))]
 
 
-def _conv_columns(p: dict) -> Tuple[torch.Tensor, torch.Tensor, Tuple[int, int]]:
+def _conv_columns(p: dict) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
     x, w = p["input"], p["weight"]
     if p["groups"] != 1 or isinstance(p["padding"], str) or x.dim() != 4:
         raise NotApplicable("conv2d with groups, string padding or a 3-D input is not modelled")
@@ -301,7 +397,7 @@ def _conv_columns(p: dict) -> Tuple[torch.Tensor, torch.Tensor, Tuple[int, int]]
     return cols, w.reshape(w.shape[0], -1), (h, wd)
 
 
-def conv_forward(ar: Arith, p: dict) -> List[torch.Tensor]:
+def conv_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
     cols, w2, (h, wd) = _conv_columns(p)
     y = ar.gemm(w2.unsqueeze(0), cols)  # (N, O, L)
     if p["bias"] is not None:
@@ -313,7 +409,7 @@ def _last(x: torch.Tensor, dim: int) -> torch.Tensor:
     return x.movedim(dim, -1)
 
 
-def _softmax_parts(ar: Arith, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def _softmax_parts(ar: Arith, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(exp(x - max) in fp32, their sum), rows on the last dim; online softmax rescales block by block."""
     if ar.kernel.softmax == "online" and ar.mid != F64:
         return _online(ar, x)
@@ -322,11 +418,11 @@ def _softmax_parts(ar: Arith, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tens
     return e, ar.sum(e, -1, "softmax").unsqueeze(-1)
 
 
-def _online(ar: Arith, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    m = torch.full(x.shape[:-1] + (1,), -math.inf, dtype=F64)
+def _online(ar: Arith, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    m = torch.full((*x.shape[:-1], 1), -math.inf, dtype=F64)
     total = torch.zeros_like(m)
     for start in range(0, x.shape[-1], BLOCK):
-        block = x[..., start:start + BLOCK]
+        block = x[..., start : start + BLOCK]
         new = torch.maximum(m, block.amax(-1, keepdim=True))
         scale = torch.where(new == -math.inf, torch.ones_like(m), ar.r(torch.exp(ar.r(m - new))))
         part = ar.r(torch.exp(ar.r(block - new)))
@@ -336,21 +432,21 @@ def _online(ar: Arith, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     return ar.r(torch.exp(ar.r(x - m))), total
 
 
-def softmax_forward(ar: Arith, p: dict) -> List[torch.Tensor]:
+def softmax_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
     dim = p["dim"] if p["dim"] is not None else -1
     x = _last(p["input"], dim)
     e, s = _softmax_parts(ar, x)
     return [ar.result(ar.r(e / s)).movedim(-1, dim)]
 
 
-def _rows(p: dict) -> Tuple[torch.Tensor, int]:
+def _rows(p: dict) -> tuple[torch.Tensor, int]:
     shape = p["normalized_shape"]
     n = int(math.prod(shape if isinstance(shape, (list, tuple)) else [shape]))
     x = p["input"]
     return x.reshape(-1, n), n
 
 
-def _stats(ar: Arith, rows: torch.Tensor, n: int, eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
+def _stats(ar: Arith, rows: torch.Tensor, n: int, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean, rstd) per row, shaped (rows, 1)."""
     k = ar.kernel
     if ar.mid == F64:
@@ -360,7 +456,7 @@ def _stats(ar: Arith, rows: torch.Tensor, n: int, eps: float) -> Tuple[torch.Ten
         mean = torch.zeros(rows.shape[0], 1, dtype=F64)
         m2 = torch.zeros_like(mean)
         for i in range(n):
-            x = rows[:, i:i + 1]
+            x = rows[:, i : i + 1]
             delta = ar.r(x - mean)
             mean = ar.r(mean + ar.r(delta / (i + 1)))
             m2 = ar.r(m2 + delta * ar.r(x - mean))
@@ -380,7 +476,7 @@ def _stats(ar: Arith, rows: torch.Tensor, n: int, eps: float) -> Tuple[torch.Ten
     return mean, rstd
 
 
-def layer_norm_forward(ar: Arith, p: dict) -> List[torch.Tensor]:
+def layer_norm_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
     rows, n = _rows(p)
     mean, rstd = _stats(ar, rows, n, p["eps"])
     y = ar.r(ar.r(rows - mean) * rstd)
@@ -393,7 +489,7 @@ def layer_norm_forward(ar: Arith, p: dict) -> List[torch.Tensor]:
 
 def _gelu(x: torch.Tensor, how: str) -> torch.Tensor:
     if how == "tanh":
-        inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
+        inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
         return 0.5 * x * (1 + torch.tanh(inner))
     return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
 
@@ -401,22 +497,27 @@ def _gelu(x: torch.Tensor, how: str) -> torch.Tensor:
 def _gelu_grad(x: torch.Tensor, how: str) -> torch.Tensor:
     if how == "tanh":
         c = math.sqrt(2 / math.pi)
-        t = torch.tanh(c * (x + 0.044715 * x ** 3))
+        t = torch.tanh(c * (x + 0.044715 * x**3))
         return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)
     return 0.5 * (1 + torch.erf(x / math.sqrt(2))) + x * torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
 
 
-def gelu_forward(ar: Arith, p: dict) -> List[torch.Tensor]:
+def gelu_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
     if p["approximate"] != "none":
         raise NotApplicable("the recorded GELU is already the tanh approximation")
     # Computed in float64 then rounded: a correctly rounded GELU (the approximation's error is the point).
     return [ar.result(_gelu(p["input"], ar.kernel.gelu))]
 
 
-def cross_entropy_forward(ar: Arith, p: dict) -> List[torch.Tensor]:
+def cross_entropy_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
     x, target = p["input"], p["target"]
-    if (p["weight"] is not None or p["label_smoothing"] or p["reduction"] != "mean" or x.dim() != 2
-            or bool((target == p["ignore_index"]).any())):
+    if (
+        p["weight"] is not None
+        or p["label_smoothing"]
+        or p["reduction"] != "mean"
+        or x.dim() != 2
+        or bool((target == p["ignore_index"]).any())
+    ):
         raise NotApplicable("cross_entropy with weights, label smoothing, ignored targets or not a mean")
     m = x.amax(-1, keepdim=True)
     _, s = _softmax_parts(ar, x)
@@ -425,12 +526,12 @@ def cross_entropy_forward(ar: Arith, p: dict) -> List[torch.Tensor]:
     return [ar.result(ar.racc(ar.sum(losses, 0) / x.shape[0]))]
 
 
-def reduction_forward(ar: Arith, p: dict, api: str) -> List[torch.Tensor]:
+def reduction_forward(ar: Arith, p: dict, api: str) -> list[torch.Tensor]:
     x, dim = p["input"], p["dim"]
     dims = list(range(x.dim())) if dim is None else ([dim] if isinstance(dim, int) else list(dim))
     dims = [d % x.dim() for d in dims]
     rest = [d for d in range(x.dim()) if d not in dims]
-    flat = x.permute(dims + rest).reshape((-1,) + tuple(x.shape[d] for d in rest))
+    flat = x.permute(dims + rest).reshape((-1, *tuple(x.shape[d] for d in rest)))
     total = ar.sum(flat, 0)
     if api.endswith("mean"):
         total = ar.racc(total / flat.shape[0])
@@ -444,7 +545,7 @@ def reduction_forward(ar: Arith, p: dict, api: str) -> List[torch.Tensor]:
 # floating inputs, in argument order (None where an input takes none)
 
 
-def linear_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> List[Optional[torch.Tensor]]:
+def linear_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
     x, w = p["input"], p["weight"]
     dx = ar.result(ar.gemm(g, w))
     rows_x, rows_g = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
@@ -453,14 +554,14 @@ def linear_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> List[Option
     return [dx, dw, db]
 
 
-def matmul_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> List[Optional[torch.Tensor]]:
+def matmul_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
     a, b = p["input"], p["other"]
     if a.dim() != 2 or b.dim() != 2:
         raise NotApplicable("msprobe records a batched matmul's gradient at an inner node (its grad_output)")
     return [ar.result(ar.gemm(g, b.T)), ar.result(ar.gemm(a.T, g))]
 
 
-def conv_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> List[Optional[torch.Tensor]]:
+def conv_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
     cols, w2, _ = _conv_columns(p)
     n, o = g.shape[:2]
     g2 = g.reshape(n, o, -1)  # (N, O, L)
@@ -469,12 +570,18 @@ def conv_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> List[Optional
     db = ar.sum(g2.permute(1, 0, 2).reshape(o, -1), 1) if p["bias"] is not None else None
     x = p["input"]
     dcols = ar.gemm(w2.T.unsqueeze(0), g2)  # (N, C*kh*kw, L); fold's overlap sums are exact here
-    dx = F.fold(dcols, tuple(x.shape[2:]), tuple(p["weight"].shape[-2:]), dilation=_pair(p["dilation"]),
-                padding=_pair(p["padding"]), stride=_pair(p["stride"]))
+    dx = F.fold(
+        dcols,
+        tuple(x.shape[2:]),
+        tuple(p["weight"].shape[-2:]),
+        dilation=_pair(p["dilation"]),
+        padding=_pair(p["padding"]),
+        stride=_pair(p["stride"]),
+    )
     return [ar.result(dx), ar.result(dw).reshape(p["weight"].shape), None if db is None else ar.result(db)]
 
 
-def softmax_backward(ar: Arith, p: dict, g: torch.Tensor, y: Optional[torch.Tensor]) -> List[Optional[torch.Tensor]]:
+def softmax_backward(ar: Arith, p: dict, g: torch.Tensor, y: torch.Tensor | None) -> list[torch.Tensor | None]:
     dim = p["dim"] if p["dim"] is not None else -1
     if ar.mid == F64 or y is None:  # the benchmark recomputes y; a kernel uses the one the forward saved
         y = softmax_forward(Arith(EXACT, F64) if ar.mid == F64 else ar, p)[0]
@@ -487,7 +594,7 @@ def softmax_backward(ar: Arith, p: dict, g: torch.Tensor, y: Optional[torch.Tens
     return [ar.result(dx).movedim(-1, dim)]
 
 
-def layer_norm_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> List[Optional[torch.Tensor]]:
+def layer_norm_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
     rows, n = _rows(p)
     g = g.reshape(-1, n)
     mean, rstd = _stats(ar, rows, n, p["eps"])
@@ -503,13 +610,13 @@ def layer_norm_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> List[Op
     return [dx, dw, db]
 
 
-def gelu_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> List[Optional[torch.Tensor]]:
+def gelu_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
     if p["approximate"] != "none":
         raise NotApplicable("the recorded GELU is already the tanh approximation")
     return [ar.result(g * _gelu_grad(p["input"], ar.kernel.gelu))]
 
 
-def embedding_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> List[Optional[torch.Tensor]]:
+def embedding_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
     if p["padding_idx"] is not None or p["max_norm"] is not None or p["scale_grad_by_freq"]:
         raise NotApplicable("embedding with padding_idx, max_norm or scale_grad_by_freq")
     idx = p["input"].reshape(-1).long()
@@ -518,18 +625,27 @@ def embedding_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> List[Opt
     return [ar.result(ar.sum(onehot[:, :, None] * g[:, None, :], 0))]
 
 
-FORWARD_FNS: Dict[str, Callable] = {
-    "linear": linear_forward, "matmul": matmul_forward, "conv": conv_forward, "softmax": softmax_forward,
-    "layer_norm": layer_norm_forward, "gelu": gelu_forward, "cross_entropy": cross_entropy_forward,
+FORWARD_FNS: dict[str, Callable] = {
+    "linear": linear_forward,
+    "matmul": matmul_forward,
+    "conv": conv_forward,
+    "softmax": softmax_forward,
+    "layer_norm": layer_norm_forward,
+    "gelu": gelu_forward,
+    "cross_entropy": cross_entropy_forward,
 }
-BACKWARD_FNS: Dict[str, Callable] = {
-    "linear": linear_backward, "matmul": matmul_backward, "conv": conv_backward, "softmax": softmax_backward,
-    "layer_norm": layer_norm_backward, "gelu": gelu_backward, "embedding": embedding_backward,
+BACKWARD_FNS: dict[str, Callable] = {
+    "linear": linear_backward,
+    "matmul": matmul_backward,
+    "conv": conv_backward,
+    "softmax": softmax_backward,
+    "layer_norm": layer_norm_backward,
+    "gelu": gelu_backward,
+    "embedding": embedding_backward,
 }
 
 
-def recorded_layout(family: Optional[str], p: dict,
-                    grads: Sequence[Optional[torch.Tensor]]) -> List[Optional[torch.Tensor]]:
+def recorded_layout(family: str | None, p: dict, grads: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
     """Gradients of the floating inputs in argument order -> the order and nodes msprobe records.
 
     linear on a 2-D input records addmm's gradients: bias, input, weight transposed (no bias: input,
@@ -540,7 +656,7 @@ def recorded_layout(family: Optional[str], p: dict,
     if family == "linear":
         if p["input"].dim() != 2:
             raise NotApplicable("msprobe records a linear of a >2-D input at an inner node")
-        dx, dw, db = (list(grads) + [None, None])[:3]
+        dx, dw, db = ([*list(grads), None, None])[:3]
         wt = None if dw is None else dw.T
         return [db, dx, wt] if p["bias"] is not None else [dx, wt]
     if family == "matmul" and (p["input"].dim() != 2 or p["other"].dim() != 2):
@@ -559,9 +675,9 @@ class Entry:
 
     name: str  # Functional.linear.3.forward
     api: str  # linear
-    family: Optional[str]
+    family: str | None
     direction: str
-    dtype: Optional[torch.dtype]  # of the entry's first floating recorded output
+    dtype: torch.dtype | None  # of the entry's first floating recorded output
     args: list  # the forward's recorded inputs, recorded dtypes
     kwargs: dict
     grad_outputs: list  # backward: the recorded grad_outputs
@@ -574,8 +690,7 @@ class Entry:
         return self.name.rsplit(".", 1)[0]
 
 
-_DTYPES = {"torch.float64": F64, "torch.float32": F32, "torch.float16": torch.float16,
-           "torch.bfloat16": torch.bfloat16}
+_DTYPES = {"torch.float64": F64, "torch.float32": F32, "torch.float16": torch.float16, "torch.bfloat16": torch.bfloat16}
 
 
 def flat(specs: Any) -> list:
@@ -600,7 +715,7 @@ def _loader(folder: Path) -> Callable[[Any], Any]:
     return load
 
 
-def load_entry(dump_dir: Path, name: str, data: Optional[dict] = None) -> Entry:
+def load_entry(dump_dir: Path, name: str, data: dict | None = None) -> Entry:
     """name: "Functional.linear.3.forward" or ".backward"; data: dump.json's "data", if already read."""
     dump_dir = Path(dump_dir)
     if data is None:
@@ -612,15 +727,23 @@ def load_entry(dump_dir: Path, name: str, data: Optional[dict] = None) -> Entry:
     api = prefix.split(".", 1)[1].rsplit(".", 1)[0]
     specs = flat(body.get("output", []))
     dtype = next((_DTYPES[s["dtype"]] for s in specs if isinstance(s, dict) and s.get("dtype") in _DTYPES), None)
-    entry = Entry(name, api, family_of(api), direction, dtype, load(forward.get("input_args", [])),
-                  {k: load(v) for k, v in (forward.get("input_kwargs") or {}).items()},
-                  flat(load(body.get("input", []))) if direction == BACKWARD else [],
-                  flat(load(forward.get("output", []))), specs)
+    entry = Entry(
+        name,
+        api,
+        family_of(api),
+        direction,
+        dtype,
+        load(forward.get("input_args", [])),
+        {k: load(v) for k, v in (forward.get("input_kwargs") or {}).items()},
+        flat(load(body.get("input", []))) if direction == BACKWARD else [],
+        flat(load(forward.get("output", []))),
+        specs,
+    )
     entry.recorded = [None if s is None else load(s) for s in specs]
     return entry
 
 
-def compute(kind: str, entry: Entry, seed: int = 0) -> List[Optional[torch.Tensor]]:
+def compute(kind: str, entry: Entry, seed: int = 0) -> list[torch.Tensor | None]:
     """The entry's outputs (backward: recorded gradients) as kind's kernel computes them, in the
     recorded layout and dtypes; NotApplicable where the kind does not change this entry."""
     spec = KINDS[kind]
@@ -638,7 +761,7 @@ def compute(kind: str, entry: Entry, seed: int = 0) -> List[Optional[torch.Tenso
     return _in_recorded_dtypes(entry, values)
 
 
-def run(kernel: Kernel, entry: Entry) -> List[Optional[torch.Tensor]]:
+def run(kernel: Kernel, entry: Entry) -> list[torch.Tensor | None]:
     """kernel's outputs for the entry in the recorded layout, float64 (EXACT: the benchmark)."""
     family = entry.family
     if family is None:
@@ -660,19 +783,22 @@ def run(kernel: Kernel, entry: Entry) -> List[Optional[torch.Tensor]]:
     grads_out = [g for g in entry.grad_outputs if isinstance(g, torch.Tensor)]
     if not grads_out:
         raise NotApplicable("no grad_output recorded")
-    y = _f64(entry.forward_outputs[0]) if entry.forward_outputs and isinstance(entry.forward_outputs[0],
-                                                                                 torch.Tensor) else None
+    y = (
+        _f64(entry.forward_outputs[0])
+        if entry.forward_outputs and isinstance(entry.forward_outputs[0], torch.Tensor)
+        else None
+    )
     grads = BACKWARD_FNS[family](ar, p, _f64(grads_out[0]), y)
     return recorded_layout(family, p, grads)
 
 
-def _autocast(dtype: Optional[torch.dtype]) -> Callable[[Any], Any]:
+def _autocast(dtype: torch.dtype | None) -> Callable[[Any], Any]:
     """Inputs wider than a bf16/fp16 output (an autocast call) are rounded to it first, as the kernel does."""
 
     def cast(x: Any) -> Any:
         x = _f64(x) if not isinstance(x, list) else [cast(v) for v in x]
         if dtype in LOW and isinstance(x, torch.Tensor) and x.dtype == F64:
-            return rnd(x, dtype)  # type: ignore[arg-type]
+            return rnd(x, dtype)
         return x
 
     return cast
@@ -684,24 +810,30 @@ def _one_ulp(exact: torch.Tensor, dtype: torch.dtype, generator: torch.Generator
     return rnd(rounded + step * ulp(rounded, dtype), dtype)
 
 
-def _in_recorded_dtypes(entry: Entry, values: Sequence[Optional[torch.Tensor]]) -> List[Optional[torch.Tensor]]:
-    out: List[Optional[torch.Tensor]] = []
+def _in_recorded_dtypes(entry: Entry, values: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
+    out: list[torch.Tensor | None] = []
     for spec, value in zip(entry.output_specs, values):
         if value is None or not isinstance(spec, dict) or "dtype" not in spec:
             out.append(None)
             continue
         dtype = getattr(torch, spec["dtype"].replace("torch.", ""))
         if list(value.shape) != list(spec["shape"]):
-            raise NotApplicable(f"the kernel's output has shape {list(value.shape)}, msprobe recorded "
-                                f"{spec['shape']}: another node")
+            raise NotApplicable(
+                f"the kernel's output has shape {list(value.shape)}, msprobe recorded {spec['shape']}: another node"
+            )
         out.append(value.to(dtype).contiguous())
     return out
 
 
-def applicable(entry: Entry, kinds: Optional[Iterable[str]] = None) -> List[str]:
+def applicable(entry: Entry, kinds: Iterable[str] | None = None) -> list[str]:
     """The kinds that change this entry."""
-    found = [name for name in (kinds or KINDS) if entry.family in KINDS[name].families
-             and entry.direction in KINDS[name].directions and entry.dtype in KINDS[name].dtypes]
+    found = [
+        name
+        for name in (kinds or KINDS)
+        if entry.family in KINDS[name].families
+        and entry.direction in KINDS[name].directions
+        and entry.dtype in KINDS[name].dtypes
+    ]
     if found:
         try:
             _in_recorded_dtypes(entry, run(EXACT, entry))
@@ -714,17 +846,18 @@ ONE_ULP_LIBRARY = 1.5  # a 1-ULP library's farthest from the exact result, in UL
 SEPARABLE = 2.0  # a warning band's width: what lies within it of a correct kernel cannot be called an error
 
 
-def changed(kind: str, entry: Entry, values: Sequence[Optional[torch.Tensor]]) -> List[int]:
+def changed(kind: str, entry: Entry, values: Sequence[torch.Tensor | None]) -> list[int]:
     """The outputs a deficit makes differ from the same kernel done right (layer_norm's missing term:
     the input gradient alone; TF32: not the bias gradient); a control changes all."""
     if not KINDS[kind].deficit:
         return [i for i, v in enumerate(values) if v is not None]
     reference = _in_recorded_dtypes(entry, run(Kernel(), entry))
-    return [i for i, (v, r) in enumerate(zip(values, reference))
-            if v is not None and (r is None or not torch.equal(v, r))]
+    return [
+        i for i, (v, r) in enumerate(zip(values, reference)) if v is not None and (r is None or not torch.equal(v, r))
+    ]
 
 
-def correct_outputs(entry: Entry) -> List[List[Optional[torch.Tensor]]]:
+def correct_outputs(entry: Entry) -> list[list[torch.Tensor | None]]:
     """What correct kernels give for the entry: the recorded outputs and every control's."""
     found = [list(entry.recorded)]
     for spec in CONTROLS:
@@ -735,7 +868,7 @@ def correct_outputs(entry: Entry) -> List[List[Optional[torch.Tensor]]]:
     return found
 
 
-def separation(value: torch.Tensor, exact: torch.Tensor, correct: Iterable[Optional[torch.Tensor]]) -> float:
+def separation(value: torch.Tensor, exact: torch.Tensor, correct: Iterable[torch.Tensor | None]) -> float:
     """How far beyond every correct kernel a deficit's output gets at its worst element:
     max_i |t_i - b_i| / max(E_i, 1.5 ulp_i), with E_i the largest error of the correct outputs at i
     (recorded and controls) and 1.5 ULP a 1-ULP library's reach."""
@@ -748,14 +881,14 @@ def separation(value: torch.Tensor, exact: torch.Tensor, correct: Iterable[Optio
     return float(ratio.max()) if ratio.numel() else 0.0
 
 
-def material(value: torch.Tensor, exact: torch.Tensor, correct: Iterable[Optional[torch.Tensor]]) -> bool:
+def material(value: torch.Tensor, exact: torch.Tensor, correct: Iterable[torch.Tensor | None]) -> bool:
     """Whether a deficit's output is, at some element, more than twice as far from the benchmark as every
     correct kernel (and a 1-ULP library) is there. Below that no per-element rule that passes the
     correct kernels with a 2x warning band can call it an error: it is immaterial."""
     return separation(value, exact, correct) > SEPARABLE
 
 
-def expected_verdict(kind: str, entry: Entry, values: Sequence[Optional[torch.Tensor]]) -> Tuple[str, float]:
+def expected_verdict(kind: str, entry: Entry, values: Sequence[torch.Tensor | None]) -> tuple[str, float]:
     """(error or pass, separation): error for a deficit that is material at some output it changes."""
     if not KINDS[kind].deficit:
         return PASS, 0.0
@@ -777,11 +910,11 @@ class Planted:
     entry: str  # Functional.linear.3.forward
     kind: str
     expected: str  # error or pass
-    outputs: Tuple[int, ...]  # the recorded outputs replaced (positions in the entry's output list)
+    outputs: tuple[int, ...]  # the recorded outputs replaced (positions in the entry's output list)
     separation: float = 0.0  # a deficit's worst element over every correct kernel's error there (see separation)
 
 
-def plan_all(dump_dir: Path, kinds: Optional[Iterable[str]] = None) -> List[Tuple[str, str]]:
+def plan_all(dump_dir: Path, kinds: Iterable[str] | None = None) -> list[tuple[str, str]]:
     """Every (entry, kind) of a dump that the kinds change."""
     data = json.loads((Path(dump_dir) / "dump.json").read_text())["data"]
     plan = []
@@ -793,7 +926,7 @@ def plan_all(dump_dir: Path, kinds: Optional[Iterable[str]] = None) -> List[Tupl
     return plan
 
 
-def build_corpus(source: Path, target: Path, plan: Iterable[Tuple[str, str]], seed: int = 0) -> List[Planted]:
+def build_corpus(source: Path, target: Path, plan: Iterable[tuple[str, str]], seed: int = 0) -> list[Planted]:
     """Copy the dump at source to target and replace, for each (entry, kind) of plan, the entry's
     recorded outputs (backward: recorded gradients) with kind's; one kind per entry. Returns what was
     planted and the verdict a standard should give it."""
@@ -827,18 +960,33 @@ def _restat(spec: dict, value: torch.Tensor) -> None:
     spec.update({"Max": float(v.max()), "Min": float(v.min()), "Mean": float(v.mean()), "Norm": float(v.norm())})
 
 
-def call_entry(api: str, args: Sequence[Any], kwargs: Optional[Dict[str, Any]] = None, *,
-               direction: str = FORWARD, grad_output: Optional[torch.Tensor] = None,
-               forward_output: Optional[torch.Tensor] = None) -> Entry:
+def call_entry(
+    api: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any] | None = None,
+    *,
+    direction: str = FORWARD,
+    grad_output: torch.Tensor | None = None,
+    forward_output: torch.Tensor | None = None,
+) -> Entry:
     """An entry for a call that no dump recorded ("Functional.linear"), its outputs in the dtype of its
     first floating input, for tests and studies at other sizes."""
     kwargs = kwargs or {}
     dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point())
     name = f"{api}.0.{direction}"
     short = api.split(".", 1)[1]
-    entry = Entry(name, short, family_of(short), direction, dtype, list(args), dict(kwargs),
-                  [grad_output] if grad_output is not None else [],
-                  [forward_output] if forward_output is not None else [], [])
+    entry = Entry(
+        name,
+        short,
+        family_of(short),
+        direction,
+        dtype,
+        list(args),
+        dict(kwargs),
+        [grad_output] if grad_output is not None else [],
+        [forward_output] if forward_output is not None else [],
+        [],
+    )
     shapes = run(EXACT, entry)
     entry.output_specs = [None if v is None else {"dtype": str(dtype), "shape": list(v.shape)} for v in shapes]
     return entry

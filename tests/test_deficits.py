@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-U32 = 2.0 ** -24
+from conftest import DATA
+
+U32 = 2.0**-24
 GPT = {dtype: DATA / f"gpt_{dtype}" for dtype in ("fp32", "bf16", "fp16")}
 LOW_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -43,14 +44,14 @@ def test_round_mantissa_keeps_ten_bits_to_nearest(value):
     x = torch.tensor([value], dtype=torch.float64)
     r = d.round_mantissa(x, 10)
     mantissa, _ = torch.frexp(r)
-    assert float(mantissa * 2 ** 11) == round(float(mantissa * 2 ** 11))  # 11 significant bits
-    assert abs(float(r - x)) <= 2.0 ** -11 * abs(value) * 1.0000001  # within half its ULP
+    assert float(mantissa * 2**11) == round(float(mantissa * 2**11))  # 11 significant bits
+    assert abs(float(r - x)) <= 2.0**-11 * abs(value) * 1.0000001  # within half its ULP
 
 
 def test_tf32_and_hf32_differ_only_on_ties():
-    tie = torch.tensor([1 + 2 ** -11, 1 + 3 * 2 ** -11], dtype=torch.float64)  # halfway between 10-bit neighbours
-    assert d.round_mantissa(tie, 10, "even").tolist() == [1.0, 1 + 2 * 2 ** -10]
-    assert d.round_mantissa(tie, 10, "away").tolist() == [1 + 2 ** -10, 1 + 2 * 2 ** -10]
+    tie = torch.tensor([1 + 2**-11, 1 + 3 * 2**-11], dtype=torch.float64)  # halfway between 10-bit neighbours
+    assert d.round_mantissa(tie, 10, "even").tolist() == [1.0, 1 + 2 * 2**-10]
+    assert d.round_mantissa(tie, 10, "away").tolist() == [1 + 2**-10, 1 + 2 * 2**-10]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -74,7 +75,7 @@ def test_tf32_gemm_errs_by_the_tf32_unit_times_the_absolute_product():
     fp32 = float(((out("sequential", entry) - bench(entry)).abs() / magnitude).max())
     # each operand off by up to 2^-11 relative: at most 2 * 2^-11 of |x||w|, and far above an fp32 kernel
     # (though only 2x the worst-case gamma_K(fp32) |x||w| at K = 512: that bound is of no use here)
-    assert 100 * fp32 < ratio <= 2 * 2.0 ** -11
+    assert 100 * fp32 < ratio <= 2 * 2.0**-11
     # and it is the GEMM of the rounded operands, accumulated in fp32
     rounded = d.round_mantissa(x.double(), 10) @ d.round_mantissa(w.double(), 10).T
     assert float(((out("tf32", entry) - rounded).abs() / magnitude).max()) <= gamma(512) + U32
@@ -96,7 +97,7 @@ def test_low_accumulation_rounds_every_partial_sum(name, numpy_dtype):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @settings(max_examples=15, deadline=None)
-@given(k=st.integers(64, 512), seed=st.integers(0, 2 ** 16))
+@given(k=st.integers(64, 512), seed=st.integers(0, 2**16))
 def test_low_accumulation_over_64_terms_breaks_the_fp32_bound(dtype, k, seed):
     """fp16/bf16 accumulation over K >= 64 leaves what a correct kernel may do: some element is off by
     more than its final rounding plus gamma_K(fp32) of |A||B|."""
@@ -151,9 +152,9 @@ def test_rsqrt12_misses_rstd_by_up_to_2_to_the_minus_12(dtype):
     entry = d.call_entry("Functional.layer_norm", [x, [256]])
     error = (out("rsqrt12", entry) - bench(entry)).abs() / bench(entry).abs().clamp(min=1e-3)
     u_out = torch.finfo(dtype).eps / 2
-    assert float(error.max()) <= 2.0 ** -12 + 4 * u_out
+    assert float(error.max()) <= 2.0**-12 + 4 * u_out
     if dtype == torch.float32:  # in fp32 the estimate shows: 2^-13 typical is ~2^10 ULP
-        assert float(error.max()) > 2.0 ** -14
+        assert float(error.max()) > 2.0**-14
 
 
 def test_one_pass_variance_cancels_when_the_mean_dominates():
@@ -201,8 +202,12 @@ def test_softmax_gradient_missing_its_dot_term_is_y_times_g():
 
 @pytest.mark.parametrize("kind", ["sequential", "reverse", "pairwise", "blocked"])
 @settings(max_examples=20, deadline=None)
-@given(k=st.integers(1, 300), seed=st.integers(0, 2 ** 16), mean=st.sampled_from([0.0, 1.0, -3.0]),
-       dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]))
+@given(
+    k=st.integers(1, 300),
+    seed=st.integers(0, 2**16),
+    mean=st.sampled_from([0.0, 1.0, -3.0]),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
+)
 def test_other_summation_orders_stay_within_the_deterministic_bound(kind, k, seed, mean, dtype):
     """|c - c*| <= u_out |c*| + gamma_K(fp32) (|A||B|)_ij for every order (Higham, chapter 3), with
     same-sign data (mean 1) and cancelling data alike."""
@@ -214,11 +219,14 @@ def test_other_summation_orders_stay_within_the_deterministic_bound(kind, k, see
     assert bool(((out(kind, entry) - exact).abs() <= bound).all())
 
 
-@pytest.mark.parametrize("api, args", [
-    ("Functional.gelu", lambda: [seeded(15, 64, 64).to(torch.bfloat16)]),
-    ("Torch.softmax", lambda: [seeded(16, 64, 64).float(), -1]),
-    ("Functional.layer_norm", lambda: [seeded(17, 64, 64).to(torch.float16), [64]]),
-])
+@pytest.mark.parametrize(
+    "api, args",
+    [
+        ("Functional.gelu", lambda: [seeded(15, 64, 64).to(torch.bfloat16)]),
+        ("Torch.softmax", lambda: [seeded(16, 64, 64).float(), -1]),
+        ("Functional.layer_norm", lambda: [seeded(17, 64, 64).to(torch.float16), [64]]),
+    ],
+)
 def test_one_ulp_library_is_within_one_ulp_of_the_rounded_result(api, args):
     entry = d.call_entry(api, args())
     got, exact = out("ulp1", entry), bench(entry)
@@ -229,8 +237,12 @@ def test_one_ulp_library_is_within_one_ulp_of_the_rounded_result(api, args):
 
 
 @settings(max_examples=15, deadline=None)
-@given(n=st.integers(1, 600), seed=st.integers(0, 2 ** 16), scale=st.sampled_from([1.0, 10.0]),
-       dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+@given(
+    n=st.integers(1, 600),
+    seed=st.integers(0, 2**16),
+    scale=st.sampled_from([1.0, 10.0]),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+)
 def test_online_softmax_is_a_correct_softmax(n, seed, scale, dtype):
     """Each output within its rounding plus, in fp32 units, exp's conditioning |x - max| (x - max is
     rounded first), the rescalings and the row's sum."""
@@ -244,7 +256,7 @@ def test_online_softmax_is_a_correct_softmax(n, seed, scale, dtype):
 
 
 @settings(max_examples=10, deadline=None)
-@given(seed=st.integers(0, 2 ** 16), mean=st.sampled_from([0.0, 5.0, 300.0]))
+@given(seed=st.integers(0, 2**16), mean=st.sampled_from([0.0, 5.0, 300.0]))
 def test_welford_layer_norm_is_a_correct_layer_norm(seed, mean):
     x = seeded(seed, 8, 256, mean=mean).float()
     entry = d.call_entry("Functional.layer_norm", [x, [256]])
@@ -280,8 +292,10 @@ def test_exact_kernel_is_the_float64_benchmark_in_msprobe_s_layout():
 def _torch_float64(entry: d.Entry):
     api_type = entry.name.split(".", 1)[0]
     fn = getattr({"Tensor": torch.Tensor, "Torch": torch, "Functional": F}[api_type], entry.api)
-    args = [a.detach().double().requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-            for a in entry.args]
+    args = [
+        a.detach().double().requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+        for a in entry.args
+    ]
     result = fn(*args, **entry.kwargs)
     if entry.direction == d.FORWARD:
         return [result.detach()]
@@ -312,14 +326,19 @@ def test_kinds_apply_by_family_dtype_and_direction():
 
 
 def test_build_corpus_replaces_the_chosen_outputs_only(tmp_path):
-    plan = [("Functional.linear.3.forward", "accumulate_low"), ("Functional.layer_norm.1.backward", "missing_term"),
-            ("Torch.softmax.0.forward", "online_softmax"), ("Functional.gelu.0.forward", "ulp1")]
+    plan = [
+        ("Functional.linear.3.forward", "accumulate_low"),
+        ("Functional.layer_norm.1.backward", "missing_term"),
+        ("Torch.softmax.0.forward", "online_softmax"),
+        ("Functional.gelu.0.forward", "ulp1"),
+    ]
     planted = d.build_corpus(GPT["bf16"], tmp_path / "corpus", plan)
     assert [(p.entry, p.kind, p.expected) for p in planted] == [
         ("Functional.linear.3.forward", "accumulate_low", d.ERROR),
         ("Functional.layer_norm.1.backward", "missing_term", d.ERROR),
         ("Torch.softmax.0.forward", "online_softmax", d.PASS),
-        ("Functional.gelu.0.forward", "ulp1", d.PASS)]
+        ("Functional.gelu.0.forward", "ulp1", d.PASS),
+    ]
     assert planted[1].outputs == (0,)  # only the input gradient loses a term
     source = json.loads((GPT["bf16"] / "dump.json").read_text())["data"]
     written = json.loads((tmp_path / "corpus" / "dump.json").read_text())["data"]

@@ -9,10 +9,11 @@ import deficits as d
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+
+from conftest import ROOT
 
 
 def _load():
@@ -50,7 +51,7 @@ def test_correctly_rounded_results_of_any_shape_pass(dtype, bench):
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@given(bench=hnp.arrays(np.float64, st.integers(1, 200), elements=finite), seed=st.integers(0, 2 ** 16))
+@given(bench=hnp.arrays(np.float64, st.integers(1, 200), elements=finite), seed=st.integers(0, 2**16))
 def test_a_one_ulp_library_passes(dtype, bench, seed):
     fmt = kb.format_of(dtype)
     rounded = kb.rounded(bench, fmt)
@@ -59,18 +60,26 @@ def test_a_one_ulp_library_passes(dtype, bench, seed):
     assert kb.judge(tested, bench, dtype).status == kb.PASS
 
 
-@given(bench=hnp.arrays(np.float64, st.tuples(st.integers(1, 8), st.integers(1, 8)), elements=finite),
-       noise=st.floats(1e-4, 1e-1), seed=st.integers(0, 2 ** 16))
+@given(
+    bench=hnp.arrays(np.float64, st.tuples(st.integers(1, 8), st.integers(1, 8)), elements=finite),
+    noise=st.floats(1e-4, 1e-1),
+    seed=st.integers(0, 2**16),
+)
 def test_the_verdict_does_not_depend_on_the_order_of_elements(bench, noise, seed):
     rng = np.random.default_rng(seed)
     tested = bench * (1 + noise * rng.standard_normal(bench.shape))
     magnitude = np.abs(bench) * rng.uniform(1, 1e3, bench.shape)
     order = rng.permutation(bench.size)
     before = kb.judge(tested, bench, "bf16", kb.Probes(magnitude=magnitude))
-    after = kb.judge(tested.reshape(-1)[order], bench.reshape(-1)[order], "bf16",
-                     kb.Probes(magnitude=magnitude.reshape(-1)[order]))
-    assert (after.status, after.ratio, after.tested, after.bench) == (before.status, before.ratio, before.tested,
-                                                                      before.bench)
+    after = kb.judge(
+        tested.reshape(-1)[order], bench.reshape(-1)[order], "bf16", kb.Probes(magnitude=magnitude.reshape(-1)[order])
+    )
+    assert (after.status, after.ratio, after.tested, after.bench) == (
+        before.status,
+        before.ratio,
+        before.tested,
+        before.bench,
+    )
 
 
 def _matmul(kind: str, a: torch.Tensor, b: torch.Tensor):
@@ -83,7 +92,7 @@ def _matmul(kind: str, a: torch.Tensor, b: torch.Tensor):
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @settings(max_examples=12, deadline=None)
-@given(k=st.integers(64, 512), seed=st.integers(0, 2 ** 16))
+@given(k=st.integers(64, 512), seed=st.integers(0, 2**16))
 def test_low_precision_accumulation_over_64_terms_fails(dtype, k, seed):
     g = torch.Generator().manual_seed(seed)
     a, b = torch.randn(8, k, generator=g).to(DTYPES[dtype]), torch.randn(k, 8, generator=g).to(DTYPES[dtype])
@@ -121,9 +130,9 @@ def test_subnormal_results_have_the_subnormal_spacing_as_floor():
 
 
 def test_the_accumulation_unit_is_fp32_s_down_to_fp32_and_fp64_s_for_fp64():
-    assert kb.format_of("bf16").accumulation == 2.0 ** -24
-    assert kb.format_of("torch.float32").accumulation == 2.0 ** -24
-    assert kb.format_of("float64").accumulation == 2.0 ** -53
+    assert kb.format_of("bf16").accumulation == 2.0**-24
+    assert kb.format_of("torch.float32").accumulation == 2.0**-24
+    assert kb.format_of("float64").accumulation == 2.0**-53
 
 
 def test_misplaced_nonfinite_values_are_an_error_and_matching_ones_are_skipped():
@@ -146,7 +155,7 @@ def test_probes_widen_the_budget_where_they_say_a_correct_kernel_errs():
 
 def test_the_band_between_the_budget_and_twice_it_is_a_warning():
     bench = np.array([1.0])
-    one_ulp = 2.0 ** -7
+    one_ulp = 2.0**-7
     assert kb.judge(bench + 2.0 * one_ulp, bench, "bf16").status == kb.WARNING  # 2 of a budget of 1.5 ULP
     assert kb.judge(bench + 4.0 * one_ulp, bench, "bf16").status == kb.ERROR
 
@@ -154,7 +163,7 @@ def test_the_band_between_the_budget_and_twice_it_is_a_warning():
 def test_messages_speak_of_the_element_its_ulps_and_the_parts_of_its_budget():
     bench = np.array([[1.0, 2.0], [3.0, 4.0]])
     tested = bench.copy()
-    tested[1, 0] += 40 * 2.0 ** -6  # 40 ULP of bf16 at 3.0
+    tested[1, 0] += 40 * 2.0**-6  # 40 ULP of bf16 at 3.0
     judgement = kb.judge(tested, bench, "torch.bfloat16", kb.Probes(magnitude=np.full((2, 2), 10.0)))
     assert judgement.status == kb.ERROR and judgement.index == (1, 0)
     assert judgement.message.startswith("bf16: element [1, 0] is 40 ULP off (tested 3.625, bench 3)")

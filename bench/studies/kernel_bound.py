@@ -25,13 +25,13 @@ c_low 2, band 2.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import FrozenSet, Optional, Sequence, Tuple
 
 import numpy as np
 
 PASS, WARNING, ERROR = "pass", "warning", "error"
-U_ACC = 2.0 ** -24  # fp32 accumulation, as the cube unit and tensor cores do for fp16/bf16/fp32
+U_ACC = 2.0**-24  # fp32 accumulation, as the cube unit and tensor cores do for fp16/bf16/fp32
 
 
 @dataclass(frozen=True)
@@ -61,19 +61,50 @@ FORMATS = {
     "float32": Format("fp32", 23, -126, 127),
     "float64": Format("fp64", 52, -1022, 1023),
 }
-_ALIASES = {"bf16": "bfloat16", "half": "float16", "fp16": "float16", "float": "float32", "fp32": "float32",
-            "double": "float64", "fp64": "float64"}
+_ALIASES = {
+    "bf16": "bfloat16",
+    "half": "float16",
+    "fp16": "float16",
+    "float": "float32",
+    "fp32": "float32",
+    "double": "float64",
+    "fp64": "float64",
+}
 
 # Sums and products: every floating input enters linearly, so the API on |inputs| is the magnitude of
 # the terms its kernel adds (matmul: |A||B|; sum: sum |x|).
-SUMS_AND_PRODUCTS: FrozenSet[str] = frozenset({
-    "linear", "matmul", "__matmul__", "mm", "bmm", "baddbmm", "addmm", "conv1d", "conv2d", "conv3d", "einsum",
-    "mean", "sum", "embedding", "add", "__add__", "add_", "sub", "__sub__", "mul", "__mul__", "cat", "masked_fill"})
+SUMS_AND_PRODUCTS: frozenset[str] = frozenset(
+    {
+        "linear",
+        "matmul",
+        "__matmul__",
+        "mm",
+        "bmm",
+        "baddbmm",
+        "addmm",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "einsum",
+        "mean",
+        "sum",
+        "embedding",
+        "add",
+        "__add__",
+        "add_",
+        "sub",
+        "__sub__",
+        "mul",
+        "__mul__",
+        "cat",
+        "masked_fill",
+    }
+)
 # APIs whose formula subtracts: the magnitude comes from the formula with every difference made a sum.
-MAGNITUDE_FORMULA: FrozenSet[str] = frozenset({"softmax", "layer_norm", "gelu"})
+MAGNITUDE_FORMULA: frozenset[str] = frozenset({"softmax", "layer_norm", "gelu"})
 
 
-def format_of(dtype: str) -> Optional[Format]:
+def format_of(dtype: str) -> Format | None:
     """The format of a dtype in torch or short spelling ("torch.bfloat16", "bf16"); None without one."""
     name = dtype.rsplit(".", 1)[-1].lower()
     return FORMATS.get(_ALIASES.get(name, name))
@@ -108,18 +139,21 @@ class Constants:
 class Probes:
     """What the lazily computed probes answered, float64 arrays of the output's shape (None: not asked)."""
 
-    magnitude: Optional[np.ndarray] = None  # M: the abs probe, or the API's magnitude formula
+    magnitude: np.ndarray | None = None  # M: the abs probe, or the API's magnitude formula
     perturbed: Sequence[np.ndarray] = ()  # the benchmark on inputs x (1 + u_acc r), one per seed
-    low: Optional[np.ndarray] = None  # the API's output on the CPU in the tested dtype
+    low: np.ndarray | None = None  # the API's output on the CPU in the tested dtype
 
 
-def probes_for(api: str, dtype: str) -> Tuple[str, ...]:
+def probes_for(api: str, dtype: str) -> tuple[str, ...]:
     """The probes the rule asks for an API's outputs ("Torch.matmul", "matmul"), once they fail the
     strict budget: abs for sums and products, the magnitude formula and the perturbed benchmark for
     the rest, and the API in the tested dtype for bf16/fp16."""
     name = api.rsplit(".", 1)[-1] if api.count(".") < 2 else api.split(".")[1]
-    wanted: Tuple[str, ...] = ("abs",) if name in SUMS_AND_PRODUCTS else (
-        ("formula", "perturbed") if name in MAGNITUDE_FORMULA else ("perturbed",))
+    wanted: tuple[str, ...] = (
+        ("abs",)
+        if name in SUMS_AND_PRODUCTS
+        else (("formula", "perturbed") if name in MAGNITUDE_FORMULA else ("perturbed",))
+    )
     fmt = format_of(dtype)
     return wanted + (("low",) if fmt is not None and fmt.mantissa_bits < 23 else ())
 
@@ -128,10 +162,10 @@ def probes_for(api: str, dtype: str) -> Tuple[str, ...]:
 class Judgement:
     status: str  # pass, warning, error
     ratio: float  # the worst element's error over its budget
-    index: Optional[Tuple[int, ...]]  # the worst element
-    tested: Optional[float]
-    bench: Optional[float]
-    budget: Optional[float]
+    index: tuple[int, ...] | None  # the worst element
+    tested: float | None
+    bench: float | None
+    budget: float | None
     message: str
 
 
@@ -160,10 +194,17 @@ def budget(bench: np.ndarray, dtype: str, probes: Probes = Probes(), constants: 
     spread = zero
     for other in probes.perturbed:
         spread = np.maximum(spread, _finite(np.abs(np.asarray(other, dtype=np.float64) - bench)))
-    low = zero if probes.low is None or fmt.mantissa_bits >= 23 else _finite(
-        np.abs(np.asarray(probes.low, dtype=np.float64) - bench))
-    return Budget(constants.c_out * unit, constants.c_acc * fmt.accumulation * magnitude,
-                  constants.c_spread * spread, constants.c_low * low)
+    low = (
+        zero
+        if probes.low is None or fmt.mantissa_bits >= 23
+        else _finite(np.abs(np.asarray(probes.low, dtype=np.float64) - bench))
+    )
+    return Budget(
+        constants.c_out * unit,
+        constants.c_acc * fmt.accumulation * magnitude,
+        constants.c_spread * spread,
+        constants.c_low * low,
+    )
 
 
 def needs_probes(tested: np.ndarray, bench: np.ndarray, dtype: str, constants: Constants = Constants()) -> bool:
@@ -171,8 +212,9 @@ def needs_probes(tested: np.ndarray, bench: np.ndarray, dtype: str, constants: C
     return judge(tested, bench, dtype, Probes(), constants).status != PASS
 
 
-def judge(tested: np.ndarray, bench: np.ndarray, dtype: str, probes: Probes = Probes(),
-          constants: Constants = Constants()) -> Judgement:
+def judge(
+    tested: np.ndarray, bench: np.ndarray, dtype: str, probes: Probes = Probes(), constants: Constants = Constants()
+) -> Judgement:
     """Judge one output: tested (the kernel's output) and bench (float64) of the same shape."""
     fmt = _format(dtype)
     t = np.asarray(tested, dtype=np.float64)
@@ -183,8 +225,15 @@ def judge(tested: np.ndarray, bench: np.ndarray, dtype: str, probes: Probes = Pr
     misplaced = nonfinite & ~((t == b) | (np.isnan(t) & np.isnan(b)))
     if misplaced.any():
         where = _index(int(np.argmax(misplaced)), b.shape)
-        return Judgement(ERROR, math.inf, where, float(t[where]), float(b[where]), None,
-                         f"{fmt.name}: tested {t[where]:.8g} where the bench has {b[where]:.8g}, at [{_at(where)}]")
+        return Judgement(
+            ERROR,
+            math.inf,
+            where,
+            float(t[where]),
+            float(b[where]),
+            None,
+            f"{fmt.name}: tested {t[where]:.8g} where the bench has {b[where]:.8g}, at [{_at(where)}]",
+        )
     if not b.size:
         return Judgement(PASS, 0.0, None, None, None, None, f"within budget ({fmt.name}): no elements")
     parts = budget(b, dtype, probes, constants)
@@ -195,25 +244,56 @@ def judge(tested: np.ndarray, bench: np.ndarray, dtype: str, probes: Probes = Pr
     where = _index(worst, b.shape)
     value = float(ratio.flat[worst])
     status = PASS if value <= 1 else WARNING if value <= constants.band else ERROR
-    unit = float(ulp(rounded(b.flat[worst:worst + 1], fmt), fmt)[0])
-    message = _message(status, value, where, float(t.flat[worst]), float(b.flat[worst]), unit, parts, worst, fmt,
-                       constants, int(np.count_nonzero(ratio > 1)), ratio.size)
-    return Judgement(status, value, where, float(t.flat[worst]), float(b.flat[worst]),
-                     float(parts.total.flat[worst]), message)
+    unit = float(ulp(rounded(b.flat[worst : worst + 1], fmt), fmt)[0])
+    message = _message(
+        status,
+        value,
+        where,
+        float(t.flat[worst]),
+        float(b.flat[worst]),
+        unit,
+        parts,
+        worst,
+        fmt,
+        constants,
+        int(np.count_nonzero(ratio > 1)),
+        ratio.size,
+    )
+    return Judgement(
+        status, value, where, float(t.flat[worst]), float(b.flat[worst]), float(parts.total.flat[worst]), message
+    )
 
 
-def _message(status: str, value: float, where: Tuple[int, ...], t: float, b: float, unit: float, parts: Budget,
-             i: int, fmt: Format, constants: Constants, over: int, size: int) -> str:
+def _message(
+    status: str,
+    value: float,
+    where: tuple[int, ...],
+    t: float,
+    b: float,
+    unit: float,
+    parts: Budget,
+    i: int,
+    fmt: Format,
+    constants: Constants,
+    over: int,
+    size: int,
+) -> str:
     allowed = float(parts.total.flat[i])
-    names = (("rounding", parts.rounding), ("fp32 accumulation", parts.accumulation),
-             ("conditioning", parts.conditioning), (f"the CPU's {fmt.name} kernel", parts.low_kernel))
+    names = (
+        ("rounding", parts.rounding),
+        ("fp32 accumulation", parts.accumulation),
+        ("conditioning", parts.conditioning),
+        (f"the CPU's {fmt.name} kernel", parts.low_kernel),
+    )
     shares = ", ".join(f"{name} {float(array.flat[i]) / unit:.3g}" for name, array in names if array.flat[i] > 0)
     budget_text = f"budget {allowed / unit:.3g} ULP ({shares})"
     off = abs(t - b) / unit
     if status == PASS:
         return f"within budget ({fmt.name}): worst element at {value:.2g} of its budget, at [{_at(where)}]"
-    head = f"{fmt.name}: element [{_at(where)}] is {off:.3g} ULP off (tested {t:.8g}, bench {b:.8g}), " \
-           f"{value:.3g}x its {budget_text}"
+    head = (
+        f"{fmt.name}: element [{_at(where)}] is {off:.3g} ULP off (tested {t:.8g}, bench {b:.8g}), "
+        f"{value:.3g}x its {budget_text}"
+    )
     if status == WARNING:
         return f"{head}, within the warning band {constants.band:g}x"
     return f"{head}; {over} of {size} elements over budget"
@@ -230,9 +310,9 @@ def _finite(values: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(values), values, 0.0)
 
 
-def _index(flat: int, shape: Tuple[int, ...]) -> Tuple[int, ...]:
+def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
 
 
-def _at(where: Tuple[int, ...]) -> str:
+def _at(where: tuple[int, ...]) -> str:
     return ", ".join(str(i) for i in where)

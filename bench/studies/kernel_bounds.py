@@ -38,9 +38,10 @@ import math
 import pickle
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -52,22 +53,53 @@ from tests import deficits as d
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 DUMPS = {
-    "gpt_fp32": DATA / "gpt_fp32", "gpt_bf16": DATA / "gpt_bf16", "gpt_fp16": DATA / "gpt_fp16",
-    "gpt512_fp32": DATA / "gpt512_fp32", "gpt512_bf16": DATA / "gpt512_bf16", "gpt512_fp16": DATA / "gpt512_fp16",
-    "pt_tensor_L1": ROOT / "examples" / "pt_tensor_L1", "pt_tensor_L1_bf16": DATA / "pt_tensor_L1_bf16",
+    "gpt_fp32": DATA / "gpt_fp32",
+    "gpt_bf16": DATA / "gpt_bf16",
+    "gpt_fp16": DATA / "gpt_fp16",
+    "gpt512_fp32": DATA / "gpt512_fp32",
+    "gpt512_bf16": DATA / "gpt512_bf16",
+    "gpt512_fp16": DATA / "gpt512_fp16",
+    "pt_tensor_L1": ROOT / "examples" / "pt_tensor_L1",
+    "pt_tensor_L1_bf16": DATA / "pt_tensor_L1_bf16",
 }
-U_ACC = 2.0 ** -24
+U_ACC = 2.0**-24
 SEEDS = 3
 BAND = 2.0  # warning up to BAND x the budget, error beyond
 PROBES = ("abs", "formula", "spread", "spread_out", "f32", "low")
 CASTS = {"to", "float", "half", "bfloat16", "double", "type", "type_as"}
 SHORT = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float64": "fp64"}
-FAMILY = {"linear": "matmul", "matmul": "matmul", "conv2d": "matmul", "__matmul__": "matmul", "bmm": "matmul",
-          "softmax": "softmax", "layer_norm": "layer_norm", "mean": "reduction", "sum": "reduction",
-          "cross_entropy": "reduction", "scaled_dot_product_attention": "attention"}
+FAMILY = {
+    "linear": "matmul",
+    "matmul": "matmul",
+    "conv2d": "matmul",
+    "__matmul__": "matmul",
+    "bmm": "matmul",
+    "softmax": "softmax",
+    "layer_norm": "layer_norm",
+    "mean": "reduction",
+    "sum": "reduction",
+    "cross_entropy": "reduction",
+    "scaled_dot_product_attention": "attention",
+}
 # Sums and products: every input enters linearly, so the API on |inputs| is the magnitude of its terms.
-SUMS_AND_PRODUCTS = {"linear", "matmul", "__matmul__", "mm", "bmm", "conv2d", "mean", "sum", "embedding",
-                     "add", "__add__", "add_", "mul", "__mul__", "cat", "masked_fill"}
+SUMS_AND_PRODUCTS = {
+    "linear",
+    "matmul",
+    "__matmul__",
+    "mm",
+    "bmm",
+    "conv2d",
+    "mean",
+    "sum",
+    "embedding",
+    "add",
+    "__add__",
+    "add_",
+    "mul",
+    "__mul__",
+    "cat",
+    "masked_fill",
+}
 FORMULA = {"softmax", "layer_norm", "gelu"}  # see magnitudes
 
 
@@ -99,9 +131,13 @@ def _one_off(t: torch.Tensor) -> torch.Tensor:
 
 
 # The older study's fault injections (bench/dtype_standard_study.py), on the recorded outputs: errors all.
-FAULTS: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "fault x1.03": _scaled, "fault 3% noise": _noisy, "fault 3-bit mantissa": _cut,
-    "fault swapped rows": _swapped, "fault one element +1.0": _one_off}
+FAULTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "fault x1.03": _scaled,
+    "fault 3% noise": _noisy,
+    "fault 3-bit mantissa": _cut,
+    "fault swapped rows": _swapped,
+    "fault one element +1.0": _one_off,
+}
 
 
 def is_deficit(name: str) -> bool:
@@ -137,8 +173,8 @@ def tree(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     return value
 
 
-def tensors(value: Any) -> List[torch.Tensor]:
-    found: List[torch.Tensor] = []
+def tensors(value: Any) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
 
     def keep(t: torch.Tensor) -> torch.Tensor:
         found.append(t)
@@ -155,7 +191,7 @@ class Side:
     name: str
     place: Callable[[torch.Tensor], torch.Tensor]
     float64: bool = True  # a benchmark-like run: casts return their input
-    autocast: Optional[torch.dtype] = None
+    autocast: torch.dtype | None = None
 
 
 def perturbed(u: float, seed: int) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -168,7 +204,7 @@ def perturbed(u: float, seed: int) -> Callable[[torch.Tensor], torch.Tensor]:
     return place
 
 
-def outputs(entry: d.Entry, side: Side) -> List[Optional[torch.Tensor]]:
+def outputs(entry: d.Entry, side: Side) -> list[torch.Tensor | None]:
     """The entry's outputs (backward: recorded-layout gradients) on one side, float64 on the CPU."""
     fn = api_fn(entry.name)
     args = tree(entry.args, side.place)
@@ -196,7 +232,7 @@ def outputs(entry: d.Entry, side: Side) -> List[Optional[torch.Tensor]]:
     grads_out = [side.place(g) for g in entry.grad_outputs if isinstance(g, torch.Tensor)]
     loss = torch.stack([(o * g.to(o.dtype)).sum().to(torch.float64) for o, g in zip(outs, grads_out)]).sum()
     grads = torch.autograd.grad(loss, leaves, allow_unused=True)
-    per_input: List[Optional[torch.Tensor]] = [None if g is None else g.detach().double() for g in grads]
+    per_input: list[torch.Tensor | None] = [None if g is None else g.detach().double() for g in grads]
     family = d.family_of(entry.api)
     if family is not None:
         return d.recorded_layout(family, d.bind(family, tree(entry.args, lambda t: t), entry.kwargs), per_input)
@@ -207,10 +243,10 @@ def list_of(out: Any) -> list:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-def by_shape(entry: d.Entry, grads: List[Optional[torch.Tensor]]) -> List[Optional[torch.Tensor]]:
+def by_shape(entry: d.Entry, grads: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
     """Recorded gradients matched to the inputs by position and shape, else by a shape no other has."""
     shapes = [None if g is None else list(g.shape) for g in grads]
-    found: List[Optional[torch.Tensor]] = []
+    found: list[torch.Tensor | None] = []
     taken = set()
     for position, spec in enumerate(entry.output_specs):
         shape = spec.get("shape") if isinstance(spec, dict) else None
@@ -227,17 +263,25 @@ def by_shape(entry: d.Entry, grads: List[Optional[torch.Tensor]]) -> List[Option
 def returns_its_input(entry: d.Entry) -> bool:
     source = entry.args[0] if entry.args else None
     spec = next((s for s in d.flat(entry.forward_outputs) if isinstance(s, torch.Tensor)), None)
-    return (entry.api in CASTS and isinstance(source, torch.Tensor) and spec is not None
-            and spec.dtype == source.dtype and spec.shape == source.shape)
+    return (
+        entry.api in CASTS
+        and isinstance(source, torch.Tensor)
+        and spec is not None
+        and spec.dtype == source.dtype
+        and spec.shape == source.shape
+    )
 
 
-def magnitudes(entry: d.Entry) -> List[Optional[torch.Tensor]]:
+def magnitudes(entry: d.Entry) -> list[torch.Tensor | None]:
     """The same computation on the magnitudes of its terms, for APIs whose formula subtracts: every
     difference becomes a sum of absolute values (softmax: y (|g| + sum y|g|) for y (g - sum y g)). What
     a correct kernel's intermediate rounding scales with, where the API on |inputs| means nothing."""
     family = entry.family
-    p = d.bind(family, [d._f64(a) for a in entry.args], {k: d._f64(v) for k, v in entry.kwargs.items()}) \
-        if family else {}
+    p = (
+        d.bind(family, [d._f64(a) for a in entry.args], {k: d._f64(v) for k, v in entry.kwargs.items()})
+        if family
+        else {}
+    )
     g = next((d._f64(t) for t in entry.grad_outputs if isinstance(t, torch.Tensor)), None)
     if entry.direction == d.BACKWARD and g is None:
         raise d.NotApplicable("no grad_output")
@@ -270,16 +314,21 @@ def magnitudes(entry: d.Entry) -> List[Optional[torch.Tensor]]:
         if entry.direction == d.FORWARD:  # x/2 + x/2 erf(x/sqrt 2): the two halves cancel for x << 0
             return [0.5 * x.abs() * (1 + torch.erf(x / math.sqrt(2)).abs())]
         assert g is not None
-        return [g.abs() * (0.5 * (1 + torch.erf(x / math.sqrt(2)).abs())
-                           + x.abs() * torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))]
+        return [
+            g.abs()
+            * (
+                0.5 * (1 + torch.erf(x / math.sqrt(2)).abs())
+                + x.abs() * torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+            )
+        ]
     raise d.NotApplicable("no magnitude formula")
 
 
-def _u(dtype: Optional[torch.dtype]) -> float:
+def _u(dtype: torch.dtype | None) -> float:
     return torch.finfo(dtype).eps / 2 if dtype is not None else U_ACC
 
 
-def _as_np(values: List[Optional[torch.Tensor]], position: int, scale: float) -> np.ndarray:
+def _as_np(values: list[torch.Tensor | None], position: int, scale: float) -> np.ndarray:
     value = values[position] if position < len(values) else None
     if value is None:
         return np.array(np.nan)
@@ -287,13 +336,12 @@ def _as_np(values: List[Optional[torch.Tensor]], position: int, scale: float) ->
     return np.where(np.isfinite(out), out, np.nan)
 
 
-def _err(values: List[Optional[torch.Tensor]], position: int, bench: np.ndarray) -> np.ndarray:
+def _err(values: list[torch.Tensor | None], position: int, bench: np.ndarray) -> np.ndarray:
     value = values[position] if position < len(values) else None
     if value is None or list(value.shape) != list(bench.shape):
         return np.full(bench.shape, np.nan)
     out = np.abs(value.numpy() - bench)
     return np.where(np.isfinite(out), out, np.where(value.numpy() == bench, 0.0, np.nan))
-
 
 
 # -- cases ---------------------------------------------------------------------
@@ -309,13 +357,13 @@ class Case:
     position: int
     family: str
     dtype: str  # fp32, bf16, fp16
-    k: Optional[int]
+    k: int | None
     bench: np.ndarray
     unit: np.ndarray  # the ULP of each element: the spacing of the dtype at the rounded benchmark
-    probes: Dict[str, np.ndarray]  # T_i per probe, u_acc already in for abs and formula
-    variants: Dict[str, np.ndarray] = field(default_factory=dict)  # name -> error |t - b| per element
-    deficit: Dict[str, bool] = field(default_factory=dict)  # recorded and controls: False
-    separation: Dict[str, float] = field(default_factory=dict)  # deficits: see deficits.separation
+    probes: dict[str, np.ndarray]  # T_i per probe, u_acc already in for abs and formula
+    variants: dict[str, np.ndarray] = field(default_factory=dict)  # name -> error |t - b| per element
+    deficit: dict[str, bool] = field(default_factory=dict)  # recorded and controls: False
+    separation: dict[str, float] = field(default_factory=dict)  # deficits: see deficits.separation
 
     def material(self, variant: str) -> bool:
         return self.deficit[variant] and self.separation[variant] > d.SEPARABLE
@@ -324,7 +372,7 @@ class Case:
 @dataclass
 class Timing:
     bench: float = 0.0
-    probes: Dict[str, float] = field(default_factory=dict)
+    probes: dict[str, float] = field(default_factory=dict)
     strict_fail: int = 0  # recorded outputs over the budget without probes (c_out ulp + c_acc u_acc |b|)
     outputs: int = 0
 
@@ -332,7 +380,7 @@ class Timing:
         self.probes[probe] = self.probes.get(probe, 0.0) + seconds
 
 
-def reduction_length(entry: d.Entry, position: int) -> Optional[int]:
+def reduction_length(entry: d.Entry, position: int) -> int | None:
     """K of a matmul-like output, for the length table."""
     a = entry.args
     if entry.api == "linear":
@@ -352,9 +400,9 @@ def reduction_length(entry: d.Entry, position: int) -> Optional[int]:
     return None
 
 
-def collect(name: str, root: Path, timing: Timing, log: Callable[[str], None]) -> List[Case]:
+def collect(name: str, root: Path, timing: Timing, log: Callable[[str], None]) -> list[Case]:
     data = json.loads((root / "dump.json").read_text())["data"]
-    cases: List[Case] = []
+    cases: list[Case] = []
     for entry_name in data:
         prefix, direction = entry_name.rsplit(".", 1)
         if direction not in (d.FORWARD, d.BACKWARD) or f"{prefix}.forward" not in data:
@@ -369,12 +417,14 @@ def collect(name: str, root: Path, timing: Timing, log: Callable[[str], None]) -
             log(f"  skip {entry_name}: {why}")
             continue
         cases += found
-        log(f"  {entry_name}: {len(found)} outputs, {sum(len(c.variants) for c in found)} variants, "
-            f"{time.perf_counter() - started:.1f}s")
+        log(
+            f"  {entry_name}: {len(found)} outputs, {sum(len(c.variants) for c in found)} variants, "
+            f"{time.perf_counter() - started:.1f}s"
+        )
     return cases
 
 
-def timed(timing: Timing, seconds: Dict[str, float], probe: str, fn: Callable[[], Any]) -> Any:
+def timed(timing: Timing, seconds: dict[str, float], probe: str, fn: Callable[[], Any]) -> Any:
     started = time.perf_counter()
     try:
         return fn()
@@ -383,40 +433,52 @@ def timed(timing: Timing, seconds: Dict[str, float], probe: str, fn: Callable[[]
         timing.add(probe, seconds[probe])
 
 
-def entry_cases(dump: str, entry: d.Entry, timing: Timing) -> List[Case]:
-    autocast = entry.dtype if entry.dtype in d.LOW and any(
-        t.dtype == torch.float32 for t in tensors(entry.args)) else None
+def entry_cases(dump: str, entry: d.Entry, timing: Timing) -> list[Case]:
+    autocast = (
+        entry.dtype if entry.dtype in d.LOW and any(t.dtype == torch.float32 for t in tensors(entry.args)) else None
+    )
     started = time.perf_counter()
     bench = outputs(entry, Side("bench", lambda t: t.double()))
     timing.bench += time.perf_counter() - started
-    nothing: List[Optional[torch.Tensor]] = [None] * len(bench)
+    nothing: list[torch.Tensor | None] = [None] * len(bench)
 
-    def run(side: Side) -> List[Optional[torch.Tensor]]:
+    def run(side: Side) -> list[torch.Tensor | None]:
         try:
             return outputs(entry, side)
         except Exception:  # noqa: BLE001 - a probe that cannot run is no bound
             return nothing
 
-    def formula() -> List[Optional[torch.Tensor]]:
+    def formula() -> list[torch.Tensor | None]:
         try:
             return magnitudes(entry)
         except d.NotApplicable:
             return nothing
 
-    seconds: Dict[str, float] = {}
+    seconds: dict[str, float] = {}
     runs = {
         "abs": timed(timing, seconds, "abs", lambda: run(Side("abs", lambda t: t.double().abs()))),
         "formula": timed(timing, seconds, "formula", formula),
         "f32": timed(timing, seconds, "f32", lambda: run(Side("f32", lambda t: t.float(), float64=False))),
-        "low": timed(timing, seconds, "low", lambda: run(Side("low", lambda t: t.detach().clone(), float64=False,
-                                                              autocast=autocast))),
+        "low": timed(
+            timing,
+            seconds,
+            "low",
+            lambda: run(Side("low", lambda t: t.detach().clone(), float64=False, autocast=autocast)),
+        ),
     }
-    spreads: Dict[str, List[List[Optional[torch.Tensor]]]] = {}
+    spreads: dict[str, list[list[torch.Tensor | None]]] = {}
     for name, u in (("spread", U_ACC), ("spread_out", _u(entry.dtype))):
-        spreads[name] = timed(timing, seconds, name, lambda: [outputs(entry, Side(name, perturbed(u, seed)))  # noqa: B023
-                                                               for seed in range(SEEDS)])
+        spreads[name] = timed(
+            timing,
+            seconds,
+            name,
+            lambda: [
+                outputs(entry, Side(name, perturbed(u, seed)))  # noqa: B023
+                for seed in range(SEEDS)
+            ],
+        )
 
-    variants: Dict[str, List[Optional[torch.Tensor]]] = {"recorded": list(entry.recorded)}
+    variants: dict[str, list[torch.Tensor | None]] = {"recorded": list(entry.recorded)}
     for kind in d.applicable(entry):
         try:
             values = d.compute(kind, entry)
@@ -426,8 +488,9 @@ def entry_cases(dump: str, entry: d.Entry, timing: Timing) -> List[Case]:
         variants[kind] = [v if i in keep else None for i, v in enumerate(values)]
     for name, fault in FAULTS.items():
         faulty = [fault(r) if isinstance(r, torch.Tensor) and r.is_floating_point() else None for r in entry.recorded]
-        variants[name] = [f if f is not None and not torch.equal(f, r) else None
-                          for f, r in zip(faulty, entry.recorded)]
+        variants[name] = [
+            f if f is not None and not torch.equal(f, r) else None for f, r in zip(faulty, entry.recorded)
+        ]
     cases = []
     for position, b in enumerate(bench):
         recorded = entry.recorded[position] if position < len(entry.recorded) else None
@@ -437,14 +500,27 @@ def entry_cases(dump: str, entry: d.Entry, timing: Timing) -> List[Case]:
         if list(b.shape) != list(recorded.shape) or dtype not in ("fp32", "bf16", "fp16"):
             continue
         bn = b.numpy()
-        probes = {"abs": _as_np(runs["abs"], position, U_ACC), "formula": _as_np(runs["formula"], position, U_ACC),
-                  "f32": _err(runs["f32"], position, bn), "low": _err(runs["low"], position, bn)}
+        probes = {
+            "abs": _as_np(runs["abs"], position, U_ACC),
+            "formula": _as_np(runs["formula"], position, U_ACC),
+            "f32": _err(runs["f32"], position, bn),
+            "low": _err(runs["low"], position, bn),
+        }
         for probe, seeds in spreads.items():
             probes[probe] = np.max([_err(r, position, bn) for r in seeds], axis=0)
         probes["spread1"] = _err(spreads["spread"][0], position, bn)  # one seed, for the sensitivity table
-        case = Case(dump, entry.name, entry.api, position, family_name(entry.api, entry.direction), dtype,
-                    reduction_length(entry, position), bn, d.ulp(d.rnd(b, recorded.dtype), recorded.dtype).numpy(),
-                    probes)
+        case = Case(
+            dump,
+            entry.name,
+            entry.api,
+            position,
+            family_name(entry.api, entry.direction),
+            dtype,
+            reduction_length(entry, position),
+            bn,
+            d.ulp(d.rnd(b, recorded.dtype), recorded.dtype).numpy(),
+            probes,
+        )
         correct = [vs[position] for n, vs in variants.items() if not is_deficit(n)]
         for name, values in variants.items():
             value = values[position] if position < len(values) else None
@@ -476,8 +552,9 @@ class Rule:
     low_forward: bool = True  # the low probe for forward outputs too (else gradients only)
 
     def describe(self) -> str:
-        return (f"{self.c_out:g} ulp + {self.c_acc:g} u_acc m + {self.c_spread:g} S"
-                + (f" + {self.c_low:g} L (bf16/fp16{'' if self.low_forward else ' gradients'})" if self.c_low else ""))
+        return f"{self.c_out:g} ulp + {self.c_acc:g} u_acc m + {self.c_spread:g} S" + (
+            f" + {self.c_low:g} L (bf16/fp16{'' if self.low_forward else ' gradients'})" if self.c_low else ""
+        )
 
 
 RULE = Rule()
@@ -487,6 +564,8 @@ def with_constant(rule: Rule, name: str, value: float) -> Rule:
     values = dict(vars(rule))
     values[name] = value
     return Rule(**values)
+
+
 STRICT = replace(RULE, c_spread=0.0, c_low=0.0)  # the check before any probe: m = |b|, no spread
 
 
@@ -523,7 +602,7 @@ def ratio(case: Case, variant: str, rule: Rule) -> np.ndarray:
     return np.where(np.isnan(r), np.inf, r)
 
 
-def verdict(case: Case, variant: str, rule: Rule) -> Tuple[str, float, float]:
+def verdict(case: Case, variant: str, rule: Rule) -> tuple[str, float, float]:
     """(pass / warning / error, max ratio, share of elements above 1) of one output under a rule."""
     r = ratio(case, variant, rule)
     worst = float(r.max()) if r.size else 0.0
@@ -531,7 +610,7 @@ def verdict(case: Case, variant: str, rule: Rule) -> Tuple[str, float, float]:
     return ("pass" if worst <= 1 else "warning" if worst <= BAND else "error"), worst, share
 
 
-def need(error: np.ndarray, unit: np.ndarray, c_out: float, t: Optional[np.ndarray]) -> float:
+def need(error: np.ndarray, unit: np.ndarray, c_out: float, t: np.ndarray | None) -> float:
     """The smallest constant c with e_i <= c_out ulp_i + c T_i at every element (inf where T_i is 0)."""
     excess = np.maximum(error - c_out * unit, 0.0)
     excess = np.where(np.isfinite(excess), excess, np.inf)
@@ -544,7 +623,7 @@ def need(error: np.ndarray, unit: np.ndarray, c_out: float, t: Optional[np.ndarr
     return float(np.where(np.isnan(r), np.inf, r).max())
 
 
-def single_probe(case: Case, name: str) -> Optional[np.ndarray]:
+def single_probe(case: Case, name: str) -> np.ndarray | None:
     if name == "none":
         return None
     t = probe(case, name)
@@ -554,7 +633,7 @@ def single_probe(case: Case, name: str) -> Optional[np.ndarray]:
 # -- tables --------------------------------------------------------------------
 
 
-def head(*columns: str) -> List[str]:
+def head(*columns: str) -> list[str]:
     return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
@@ -566,18 +645,18 @@ def fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-def groups(cases: Iterable[Case]) -> Dict[Tuple[str, str], List[Case]]:
-    found: Dict[Tuple[str, str], List[Case]] = defaultdict(list)
+def groups(cases: Iterable[Case]) -> dict[tuple[str, str], list[Case]]:
+    found: dict[tuple[str, str], list[Case]] = defaultdict(list)
     for case in cases:
         found[(case.family, case.dtype)].append(case)
     return dict(sorted(found.items()))
 
 
-def correct_variants(case: Case) -> List[str]:
+def correct_variants(case: Case) -> list[str]:
     return [v for v in case.variants if not case.deficit[v]]
 
 
-def material_deficits(case: Case) -> List[str]:
+def material_deficits(case: Case) -> list[str]:
     return [v for v in case.variants if case.material(v)]
 
 
@@ -585,7 +664,7 @@ def short(case: Case, variant: str) -> str:
     return f"{variant} ({case.api}.{case.entry.split('.')[-2]} {case.entry[-8:].strip('.')}[{case.position}])"
 
 
-def probes_table(cases: List[Case], c_out: float) -> List[str]:
+def probes_table(cases: list[Case], c_out: float) -> list[str]:
     """Each probe alone: the constant the correct outputs need at c_out (and which needs most), the
     constant below which every material deficit is an error, need(BAND c_out) / BAND (and the hardest);
     sep = the second over the first, > 1 where one constant does both."""
@@ -594,38 +673,68 @@ def probes_table(cases: List[Case], c_out: float) -> List[str]:
     for (family, dtype), group in groups(cases).items():
         cells = []
         for name in names:
-            correct = max(((need(c.variants[v], c.unit, c_out, single_probe(c, name)), short(c, v)) for c in group
-                           for v in correct_variants(c)), default=(0.0, ""))
-            deficit = min(((need(c.variants[v], c.unit, BAND * c_out, single_probe(c, name)) / BAND, short(c, v))
-                           for c in group for v in material_deficits(c)), default=(math.inf, ""))
+            correct = max(
+                (
+                    (need(c.variants[v], c.unit, c_out, single_probe(c, name)), short(c, v))
+                    for c in group
+                    for v in correct_variants(c)
+                ),
+                default=(0.0, ""),
+            )
+            deficit = min(
+                (
+                    (need(c.variants[v], c.unit, BAND * c_out, single_probe(c, name)) / BAND, short(c, v))
+                    for c in group
+                    for v in material_deficits(c)
+                ),
+                default=(math.inf, ""),
+            )
             sep = deficit[0] / correct[0] if correct[0] > 0 else (math.inf if deficit[0] > 0 else 0.0)
             cells.append(f"{fmt(correct[0])} / {fmt(deficit[0])} / **{fmt(sep)}**")
         rows.append(f"| {family} | {dtype} | {len(group)} | " + " | ".join(cells) + " |")
     return rows
 
 
-def final_table(cases: List[Case], rule: Rule) -> List[str]:
+def final_table(cases: list[Case], rule: Rule) -> list[str]:
     """Per family and dtype: the correct outputs' worst ratio and how many do not pass; the material
     deficits' least ratio and how many are no error; immaterial deficits that are errors anyway."""
-    rows = head("family", "dtype", "correct outputs", "worst ratio", "not pass", "material deficits",
-                "least ratio (kind)", "not error", "immaterial: errors")
+    rows = head(
+        "family",
+        "dtype",
+        "correct outputs",
+        "worst ratio",
+        "not pass",
+        "material deficits",
+        "least ratio (kind)",
+        "not error",
+        "immaterial: errors",
+    )
     for (family, dtype), group in groups(cases).items():
         correct = [verdict(c, v, rule) for c in group for v in correct_variants(c)]
         deficits = [(verdict(c, v, rule), v) for c in group for v in material_deficits(c)]
         immaterial = [verdict(c, v, rule) for c in group for v in c.variants if c.deficit[v] and not c.material(v)]
         least = min(deficits, key=lambda x: x[0][1], default=None)
-        rows.append(f"| {family} | {dtype} | {len(correct)} | {fmt(max((w for _, w, _ in correct), default=0))} "
-                    f"| {sum(s != 'pass' for s, _, _ in correct)} | {len(deficits)} "
-                    f"| {fmt(least[0][1]) + ' (' + least[1] + ')' if least else '-'} "
-                    f"| {sum(s != 'error' for (s, _, _), _ in deficits)} "
-                    f"| {sum(s == 'error' for s, _, _ in immaterial)} of {len(immaterial)} |")
+        rows.append(
+            f"| {family} | {dtype} | {len(correct)} | {fmt(max((w for _, w, _ in correct), default=0))} "
+            f"| {sum(s != 'pass' for s, _, _ in correct)} | {len(deficits)} "
+            f"| {fmt(least[0][1]) + ' (' + least[1] + ')' if least else '-'} "
+            f"| {sum(s != 'error' for (s, _, _), _ in deficits)} "
+            f"| {sum(s == 'error' for s, _, _ in immaterial)} of {len(immaterial)} |"
+        )
     return rows
 
 
-def kinds_table(cases: List[Case], rule: Rule) -> List[str]:
-    rows = head("variant", "outputs", "pass / warning / error", "max ratio", "min ratio", "median share > 1",
-                "separation: min .. max")
-    found: Dict[str, List[Tuple[Tuple[str, float, float], float]]] = defaultdict(list)
+def kinds_table(cases: list[Case], rule: Rule) -> list[str]:
+    rows = head(
+        "variant",
+        "outputs",
+        "pass / warning / error",
+        "max ratio",
+        "min ratio",
+        "median share > 1",
+        "separation: min .. max",
+    )
+    found: dict[str, list[tuple[tuple[str, float, float], float]]] = defaultdict(list)
     for case in cases:
         for variant in case.variants:
             name = variant if not case.deficit[variant] or case.material(variant) else variant + " (immaterial)"
@@ -639,12 +748,14 @@ def kinds_table(cases: List[Case], rule: Rule) -> List[str]:
         seps = [sep for _, sep in results]
         counts = f"{statuses.count('pass')} / {statuses.count('warning')} / {statuses.count('error')}"
         sep = f"{fmt(min(seps))} .. {fmt(max(seps))}" if is_deficit(name.replace(" (immaterial)", "")) else ""
-        rows.append(f"| {name} | {len(results)} | {counts} | {fmt(max(worst))} | {fmt(min(worst))} "
-                    f"| {shares[len(shares) // 2]:.3g} | {sep} |")
+        rows.append(
+            f"| {name} | {len(results)} | {counts} | {fmt(max(worst))} | {fmt(min(worst))} "
+            f"| {shares[len(shares) // 2]:.3g} | {sep} |"
+        )
     return rows
 
 
-def exceptions(cases: List[Case], rule: Rule) -> List[str]:
+def exceptions(cases: list[Case], rule: Rule) -> list[str]:
     """Correct outputs that do not pass, material deficits that are no error."""
     rows = head("dump", "entry", "output", "variant", "verdict", "max ratio", "share > 1", "separation")
     for case in cases:
@@ -652,22 +763,35 @@ def exceptions(cases: List[Case], rule: Rule) -> List[str]:
             status, worst, share = verdict(case, variant, rule)
             if (not case.deficit[variant] and status != "pass") or (case.material(variant) and status != "error"):
                 sep = fmt(case.separation[variant]) if case.deficit[variant] else ""
-                rows.append(f"| {case.dump} | {case.entry} | {case.position} | {variant} | {status} | {fmt(worst)} "
-                            f"| {share:.3g} | {sep} |")
+                rows.append(
+                    f"| {case.dump} | {case.entry} | {case.position} | {variant} | {status} | {fmt(worst)} "
+                    f"| {share:.3g} | {sep} |"
+                )
     return rows
 
 
-def sensitivity(cases: List[Case], rule: Rule) -> List[str]:
+def sensitivity(cases: list[Case], rule: Rule) -> list[str]:
     """Outcomes as each constant is halved, doubled or dropped."""
-    rows = head("rule", "correct outputs not passing", "material deficits not errors",
-                "of which separation > 8", "not passing: which")
+    rows = head(
+        "rule",
+        "correct outputs not passing",
+        "material deficits not errors",
+        "of which separation > 8",
+        "not passing: which",
+    )
     variants = [("recommended", rule)]
     for name in ("c_out", "c_acc", "c_spread", "c_low"):
         value = getattr(rule, name)
-        variants += [(f"{name} x 0.5", with_constant(rule, name, value / 2)),
-                     (f"{name} x 2", with_constant(rule, name, value * 2))]
-    variants += [("no spread", replace(rule, c_spread=0.0)), ("spread from one seed", replace(rule, spread="spread1")),
-                 ("no low", replace(rule, c_low=0.0)), ("low for gradients only", replace(rule, low_forward=False))]
+        variants += [
+            (f"{name} x 0.5", with_constant(rule, name, value / 2)),
+            (f"{name} x 2", with_constant(rule, name, value * 2)),
+        ]
+    variants += [
+        ("no spread", replace(rule, c_spread=0.0)),
+        ("spread from one seed", replace(rule, spread="spread1")),
+        ("no low", replace(rule, c_low=0.0)),
+        ("low for gradients only", replace(rule, low_forward=False)),
+    ]
     for label, r in variants:
         fails = [(c, v) for c in cases for v in correct_variants(c) if verdict(c, v, r)[0] != "pass"]
         missed = [(c, v) for c in cases for v in material_deficits(c) if verdict(c, v, r)[0] != "error"]
@@ -677,10 +801,15 @@ def sensitivity(cases: List[Case], rule: Rule) -> List[str]:
     return rows
 
 
-def knees(cases: List[Case], rule: Rule) -> List[str]:
+def knees(cases: list[Case], rule: Rule) -> list[str]:
     """For each constant, the smallest value (the others fixed) at which every correct output passes."""
-    rows = head("constant", "recommended", "smallest passing every correct output", "margin",
-                "material deficits not errors there")
+    rows = head(
+        "constant",
+        "recommended",
+        "smallest passing every correct output",
+        "margin",
+        "material deficits not errors there",
+    )
 
     def fails(r: Rule) -> bool:
         return any(verdict(c, v, r)[0] != "pass" for c in cases for v in correct_variants(c))
@@ -693,33 +822,46 @@ def knees(cases: List[Case], rule: Rule) -> List[str]:
                 low, high = (low, middle) if not fails(with_constant(rule, name, middle)) else (middle, high)
         else:
             high = 0.0
-        missed = sum(verdict(c, v, with_constant(rule, name, high))[0] != "error" for c in cases
-                     for v in material_deficits(c))
+        missed = sum(
+            verdict(c, v, with_constant(rule, name, high))[0] != "error" for c in cases for v in material_deficits(c)
+        )
         margin = getattr(rule, name) / high if high else math.inf
         rows.append(f"| {name} | {getattr(rule, name):g} | {high:.3g} | {fmt(margin)} | {missed} |")
     return rows
 
 
-def length_table(cases: List[Case], rule: Rule) -> List[str]:
+def length_table(cases: list[Case], rule: Rule) -> list[str]:
     """The abs probe's need against K, matmul-like outputs of the dumps."""
     rows = head("dtype", "K", "outputs", "correct: need", "TF32/HF32 or low accumulation: need / band")
-    found: Dict[Tuple[str, int], List[Case]] = defaultdict(list)
+    found: dict[tuple[str, int], list[Case]] = defaultdict(list)
     for case in cases:
         if case.k:
             found[(case.dtype, case.k)].append(case)
     for (dtype, k), group in sorted(found.items()):
-        correct = max(need(c.variants[v], c.unit, rule.c_out, single_probe(c, "abs")) for c in group
-                      for v in correct_variants(c))
-        low = [need(c.variants[v], c.unit, BAND * rule.c_out, single_probe(c, "abs")) / BAND for c in group
-               for v in material_deficits(c) if v in ("tf32", "hf32", "accumulate_low", "accumulate_low_blocked")]
+        correct = max(
+            need(c.variants[v], c.unit, rule.c_out, single_probe(c, "abs")) for c in group for v in correct_variants(c)
+        )
+        low = [
+            need(c.variants[v], c.unit, BAND * rule.c_out, single_probe(c, "abs")) / BAND
+            for c in group
+            for v in material_deficits(c)
+            if v in ("tf32", "hf32", "accumulate_low", "accumulate_low_blocked")
+        ]
         rows.append(f"| {dtype} | {k} | {len(group)} | {fmt(correct)} | {fmt(min(low)) if low else '-'} |")
     return rows
 
 
-def synthetic_lengths(rule: Rule) -> List[str]:
+def synthetic_lengths(rule: Rule) -> list[str]:
     """TF32 against fp32 kernels over K, random-sign and same-sign data: what c_acc each needs."""
-    rows = head("data", "K", "sequential fp32: need", "pairwise fp32: need", "blocked fp32: need",
-                "TF32: need / band", "TF32 / sequential")
+    rows = head(
+        "data",
+        "K",
+        "sequential fp32: need",
+        "pairwise fp32: need",
+        "blocked fp32: need",
+        "TF32: need / band",
+        "TF32 / sequential",
+    )
     for data in ("random sign", "same sign"):
         for k in (256, 1024, 4096, 16384):
             g = torch.Generator().manual_seed(k)
@@ -735,16 +877,23 @@ def synthetic_lengths(rule: Rule) -> List[str]:
                 error = np.abs(first(d.compute(kind, entry)).double().numpy() - exact.numpy())
                 band = BAND if kind == "tf32" else 1.0
                 needs[kind] = need(error, unit, band * rule.c_out, t) / band
-            rows.append(f"| {data} | {k} | {fmt(needs['sequential'])} | {fmt(needs['pairwise'])} "
-                        f"| {fmt(needs['blocked'])} | {fmt(needs['tf32'])} "
-                        f"| {fmt(needs['tf32'] / max(needs['sequential'], 1e-300))} |")
+            rows.append(
+                f"| {data} | {k} | {fmt(needs['sequential'])} | {fmt(needs['pairwise'])} "
+                f"| {fmt(needs['blocked'])} | {fmt(needs['tf32'])} "
+                f"| {fmt(needs['tf32'] / max(needs['sequential'], 1e-300))} |"
+            )
     return rows
 
 
-def one_pass_large_mean() -> List[str]:
+def one_pass_large_mean() -> list[str]:
     """One-pass variance where it matters: rows whose mean is far from zero."""
-    rows = head("dtype", "row mean / std", "two-pass (sequential): ratio under the rule",
-                "one-pass: ratio under the rule", "separation")
+    rows = head(
+        "dtype",
+        "row mean / std",
+        "two-pass (sequential): ratio under the rule",
+        "one-pass: ratio under the rule",
+        "separation",
+    )
     for dtype in (torch.float32, torch.bfloat16):
         for mean in (0.0, 10.0, 100.0):
             g = torch.Generator().manual_seed(int(mean))
@@ -755,46 +904,75 @@ def one_pass_large_mean() -> List[str]:
             deficit = first(d.compute("one_pass_variance", entry))
             case = _synthetic_case(entry, exact, {"sequential": correct[0], "one_pass_variance": deficit})
             sep = d.separation(deficit, exact, list(correct))
-            rows.append(f"| {SHORT[str(dtype)]} | {mean:g} | {fmt(verdict(case, 'sequential', RULE)[1])} "
-                        f"| {fmt(verdict(case, 'one_pass_variance', RULE)[1])} | {fmt(sep)} |")
+            rows.append(
+                f"| {SHORT[str(dtype)]} | {mean:g} | {fmt(verdict(case, 'sequential', RULE)[1])} "
+                f"| {fmt(verdict(case, 'one_pass_variance', RULE)[1])} | {fmt(sep)} |"
+            )
     return rows
 
 
-def first(values: List[Optional[torch.Tensor]]) -> torch.Tensor:
+def first(values: list[torch.Tensor | None]) -> torch.Tensor:
     value = values[0]
     assert value is not None
     return value
 
 
-def _synthetic_case(entry: d.Entry, exact: torch.Tensor, values: Dict[str, torch.Tensor]) -> Case:
+def _synthetic_case(entry: d.Entry, exact: torch.Tensor, values: dict[str, torch.Tensor]) -> Case:
     assert entry.dtype is not None
     bn = exact.numpy()
     spread = np.max([_err(outputs(entry, Side("spread", perturbed(U_ACC, s))), 0, bn) for s in range(SEEDS)], axis=0)
-    probes = {"formula": _as_np(magnitudes(entry), 0, U_ACC), "spread": spread, "abs": np.array(np.nan),
-              "low": _err(outputs(entry, Side("low", lambda t: t.clone(), float64=False)), 0, bn)}
-    case = Case("synthetic", entry.name, entry.api, 0, "layer_norm", SHORT[str(entry.dtype)], None, bn,
-                d.ulp(d.rnd(exact, entry.dtype), entry.dtype).numpy(), probes)
+    probes = {
+        "formula": _as_np(magnitudes(entry), 0, U_ACC),
+        "spread": spread,
+        "abs": np.array(np.nan),
+        "low": _err(outputs(entry, Side("low", lambda t: t.clone(), float64=False)), 0, bn),
+    }
+    case = Case(
+        "synthetic",
+        entry.name,
+        entry.api,
+        0,
+        "layer_norm",
+        SHORT[str(entry.dtype)],
+        None,
+        bn,
+        d.ulp(d.rnd(exact, entry.dtype), entry.dtype).numpy(),
+        probes,
+    )
     for name, value in values.items():
         case.variants[name] = np.abs(value.double().numpy() - bn)
         case.deficit[name] = d.KINDS[name].deficit
     return case
 
 
-def time_probes(names: Iterable[str], cases: List[Case], repeats: int = 3) -> List[str]:
+def time_probes(names: Iterable[str], cases: list[Case], repeats: int = 3) -> list[str]:
     """Single-thread seconds of the benchmark and of each probe, best of `repeats`, per dump; and what the
     rule asks: its probes (abs for sums and products, formula and spread otherwise, low for bf16/fp16),
     only for the entries with an output over the budget without probes."""
-    over = {(c.dump, c.entry) for c in cases if "recorded" in c.variants
-            and ratio(c, "recorded", STRICT).max(initial=0.0) > 1}
+    over = {
+        (c.dump, c.entry)
+        for c in cases
+        if "recorded" in c.variants and ratio(c, "recorded", STRICT).max(initial=0.0) > 1
+    }
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    rows = head("dump", "entries", "with an output over the budget without probes", "bench s",
-                "abs", "formula", "spread (3 seeds)", "spread (1 seed)", "low", "the rule's probes / bench",
-                "the same, low for gradients only")
+    rows = head(
+        "dump",
+        "entries",
+        "with an output over the budget without probes",
+        "bench s",
+        "abs",
+        "formula",
+        "spread (3 seeds)",
+        "spread (1 seed)",
+        "low",
+        "the rule's probes / bench",
+        "the same, low for gradients only",
+    )
     try:
         for name in names:
             data = json.loads((DUMPS[name] / "dump.json").read_text())["data"]
-            total: Dict[str, float] = defaultdict(float)
+            total: dict[str, float] = defaultdict(float)
             entries = asked = 0
             for entry_name in data:
                 prefix, direction = entry_name.rsplit(".", 1)
@@ -819,19 +997,22 @@ def time_probes(names: Iterable[str], cases: List[Case], repeats: int = 3) -> Li
                     cheaper = [k for k in base + spread if k != "low" or direction == d.BACKWARD]
                     total["rule1"] += sum(seconds[k] for k in cheaper)
             bench = total["bench"]
-            rows.append(f"| {name} | {entries} | {asked} | {bench:.3f} | "
-                        + " | ".join(fmt(total[k] / bench) for k in ("abs", "formula", "spread"))
-                        + f" | {fmt(total['spread'] / SEEDS / bench)} | {fmt(total['low'] / bench)} "
-                        f"| {fmt(total['rule'] / bench)} | {fmt(total['rule1'] / bench)} |")
+            rows.append(
+                f"| {name} | {entries} | {asked} | {bench:.3f} | "
+                + " | ".join(fmt(total[k] / bench) for k in ("abs", "formula", "spread"))
+                + f" | {fmt(total['spread'] / SEEDS / bench)} | {fmt(total['low'] / bench)} "
+                f"| {fmt(total['rule'] / bench)} | {fmt(total['rule1'] / bench)} |"
+            )
     finally:
         torch.set_num_threads(threads)
     return rows
 
 
-def _probe_seconds(entry: d.Entry, repeats: int) -> Dict[str, float]:
-    autocast = entry.dtype if entry.dtype in d.LOW and any(
-        t.dtype == torch.float32 for t in tensors(entry.args)) else None
-    jobs: Dict[str, Callable[[], Any]] = {
+def _probe_seconds(entry: d.Entry, repeats: int) -> dict[str, float]:
+    autocast = (
+        entry.dtype if entry.dtype in d.LOW and any(t.dtype == torch.float32 for t in tensors(entry.args)) else None
+    )
+    jobs: dict[str, Callable[[], Any]] = {
         "bench": lambda: outputs(entry, Side("bench", lambda t: t.double())),
         "abs": lambda: outputs(entry, Side("abs", lambda t: t.double().abs())),
         "formula": lambda: _or_none(magnitudes, entry),
@@ -856,7 +1037,7 @@ def _or_none(fn: Callable[[d.Entry], Any], entry: d.Entry) -> Any:
         return None
 
 
-def prototype_check(cases: List[Case], rule: Rule) -> List[str]:
+def prototype_check(cases: list[Case], rule: Rule) -> list[str]:
     """The numpy prototype (kernel_bound.judge) on every output and variant, against this study's verdict."""
     agree = disagree = 0
     worst_gap = 0.0
@@ -864,8 +1045,11 @@ def prototype_check(cases: List[Case], rule: Rule) -> List[str]:
         m = magnitude(case, rule)
         spread = probe(case, "spread") if case.api not in SUMS_AND_PRODUCTS else None
         low = probe(case, "low") if case.dtype != "fp32" else None
-        probes = proto.Probes(magnitude=m, perturbed=[case.bench + spread] if spread is not None else (),
-                              low=case.bench + low if low is not None else None)
+        probes = proto.Probes(
+            magnitude=m,
+            perturbed=[case.bench + spread] if spread is not None else (),
+            low=case.bench + low if low is not None else None,
+        )
         for variant, error in case.variants.items():
             tested = case.bench + error  # the error is all the judgement sees
             mine, ratio_here, _ = verdict(case, variant, rule)
@@ -882,7 +1066,7 @@ def prototype_check(cases: List[Case], rule: Rule) -> List[str]:
 # -- main ----------------------------------------------------------------------
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the bf16 GPT dump only")
     parser.add_argument("--verbose", action="store_true")
@@ -905,9 +1089,11 @@ def main(argv: Optional[List[str]] = None) -> None:
         if options.cache:
             options.cache.write_bytes(pickle.dumps((cases, timings)))
     variants = sum(len(c.variants) for c in cases)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads. "
-          f"{len(cases)} outputs of {len(timings)} dumps, {variants} variants (recorded, controls, deficits), "
-          f"measured in {time.perf_counter() - started:.0f} s; the rule: budget = {RULE.describe()}\n")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads. "
+        f"{len(cases)} outputs of {len(timings)} dumps, {variants} variants (recorded, controls, deficits), "
+        f"measured in {time.perf_counter() - started:.0f} s; the rule: budget = {RULE.describe()}\n"
+    )
     sections = [
         (f"The rule, per family and dtype ({RULE.describe()}, warning up to {BAND:g}x)", final_table(cases, RULE)),
         ("Per variant", kinds_table(cases, RULE)),
@@ -915,13 +1101,20 @@ def main(argv: Optional[List[str]] = None) -> None:
         ("Each constant halved, doubled, dropped", sensitivity(cases, RULE)),
         ("Each constant at its knee", knees(cases, RULE)),
         ("The numpy prototype (bench/studies/kernel_bound.py) on the same outputs", prototype_check(cases, RULE)),
-        ((f"Each probe alone: c needed at c_out = {RULE.c_out:g} (correct) / c below which deficits are errors / "
-          "separation"), probes_table(cases, RULE.c_out)),
+        (
+            (
+                f"Each probe alone: c needed at c_out = {RULE.c_out:g} (correct) / c below which deficits are errors / "
+                "separation"
+            ),
+            probes_table(cases, RULE.c_out),
+        ),
         ("The abs probe over K (matmul-like outputs of the dumps)", length_table(cases, RULE)),
         ("TF32 against fp32 kernels over K (synthetic linear, 8x8 outputs)", synthetic_lengths(RULE)),
         ("One-pass variance where the mean dominates (synthetic layer_norm, 32 rows of 256)", one_pass_large_mean()),
-        ("Cost of the probes: seconds on one thread, best of 3, over the benchmark's",
-         time_probes(list(timings), cases)),
+        (
+            "Cost of the probes: seconds on one thread, best of 3, over the benchmark's",
+            time_probes(list(timings), cases),
+        ),
     ]
     for title, rows in sections:
         print(f"## {title}\n")
