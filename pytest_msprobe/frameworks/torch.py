@@ -18,6 +18,7 @@ from typing import Any, Callable, List, Optional, Sequence
 import numpy as np
 import torch
 
+from .. import devices
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Device, Rebuilder, Undescribed, is_tensor_spec, tree_map
 from ..outcome import BenchmarkFailed, Kept, OutputPair, Run, Unsupported
@@ -385,6 +386,7 @@ def run(dump: Dump, name: EntryName, device: str, mode: str, seed: int, keep: bo
     else:
         try:
             tested = flat_outputs(call_on(tested_side(device, call), call)[0])
+            devices.synchronize(device)
         except Exception as exc:  # noqa: BLE001 - a device that raises is a finding
             result.tested_error = f"{type(exc).__name__}: {_first_line(exc)}"
     keep_values(result, keep, call, tested, bench, None)
@@ -433,6 +435,7 @@ def run_backward(dump: Dump, call: Call, device: str, mode: str, seed: int, keep
         return result
     try:
         tested = gradients(tested_side(device, call), call, grad_outputs)
+        devices.synchronize(device)
     except Unsupported:
         raise
     except Exception as exc:  # noqa: BLE001
