@@ -10,10 +10,11 @@ One fallback runs every aten op that reaches the backend: on CPU tensors viewing
 its npu arguments, in their own dtypes; new results become npu tensors, results that are an
 argument (in-place and out= ops) come back as that argument. It is also the npu kernel of every
 op that has a CPU kernel of its own beside a composite one (native_layer_norm, say), so that the
-device runs the kernels a CPU run runs instead of their decompositions; and the CPU's choices
-that PyTorch makes per device in C++ (the convolution backend, the attention kernel) are made
-here as on the CPU. A run on this device computes exactly what the same run on the CPU does,
-unless a deficit is injected (_deficits).
+device runs the kernels a CPU run runs instead of their decompositions. Where PyTorch picks a
+decomposition by device in C++, the device takes the CPU's: the convolution that _convolution
+leaves to other backends is the CPU's, and the rnns and attention run whole on the CPU, their
+backward by the CPU's autograd. A run on this device computes exactly what the same run on the
+CPU does, unless a deficit is injected (_deficits).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import functools
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 from . import _deficits, _state
@@ -33,6 +34,11 @@ _DEVICE = "_npu_sim_device"  # and the id it was made on where one was asked for
 _META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
 _SET = torch.ops.aten.set_.source_Storage_storage_offset
 _LIBRARIES: List[torch.library.Library] = []
+# Composite ops whose decomposition PyTorch picks by device in C++ (the rnns take CUDA's fused cells
+# off the CPU, attention its math kernel): the device runs them whole as the CPU does, backward too.
+_WHOLE_ON_THE_CPU = tuple(getattr(torch.ops.aten, name) for name in (
+    "lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "scaled_dot_product_attention"))
+_COMPOSITE = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional", "CompositeImplicitAutograd")
 # What _convolution calls off the CPU and CUDA: run as the convolution the CPU picks.
 _OVERRIDEABLE = (torch.ops.aten.convolution_overrideable.default,
                   torch.ops.aten.convolution_backward_overrideable.default)
@@ -48,14 +54,19 @@ def register(device_module) -> None:
     every_op.fallback(_run_on_cpu, "PrivateUse1")
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     for name in torch._C._dispatch_get_all_op_names():
-        if (name.startswith("aten::") and has(name, "CPU") and not has(name, "CompositeImplicitAutograd")
-                and (has(name, "CompositeExplicitAutograd") or has(name, "CompositeExplicitAutogradNonFunctional"))):
+        composite = [key for key in _COMPOSITE if has(name, key)]
+        # An implicit composite is also autograd's kernel: only ops with their own autograd kernel can do without.
+        if (name.startswith("aten::") and has(name, "CPU") and composite
+                and (composite != ["CompositeImplicitAutograd"] or has(name, "Autograd"))):
             op = _overload(name)
             kernels.impl(op, functools.partial(_run_on_cpu, op), "PrivateUse1")
     for op in _OVERRIDEABLE:  # their composite kernel only says "not implemented"
         kernels.impl(op, functools.partial(_run_on_cpu, op), "PrivateUse1")
-    for key in ("PrivateUse1", "AutogradPrivateUse1"):  # a composite op: the autograd key decides
-        kernels.impl(torch.ops.aten.scaled_dot_product_attention.default, _attention_as_on_cpu, key)
+    for packet in _WHOLE_ON_THE_CPU:
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            for key in ("PrivateUse1", "AutogradPrivateUse1"):  # composite ops: autograd's key decides
+                kernels.impl(op, functools.partial(_whole_on_the_cpu, op), key)
 
 
 def _overload(name: str) -> torch._ops.OpOverload:
@@ -163,20 +174,38 @@ def _on_host(call: _Call, cpu: torch.Tensor) -> bool:
     return call.arguments[id(cpu)][1] is None
 
 
-def _attention_as_on_cpu(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                         enable_gqa=False):
-    """scaled_dot_product_attention as PyTorch runs it on the CPU: the kernel the CPU's
-    _fused_sdp_choice picks (flash or math), a boolean mask made additive first."""
-    choice = torch.ops.aten._fused_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
-                                              enable_gqa=enable_gqa)
-    if attn_mask is not None and attn_mask.dtype == torch.bool:
-        attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill_(attn_mask.logical_not(),
-                                                                               float("-inf"))
-    if choice == _FLASH:
-        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
-    return torch.ops.aten._scaled_dot_product_attention_math(
-        query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+def _whole_on_the_cpu(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    flat, spec = tree_flatten((args, kwargs))
+    at = [i for i, value in enumerate(flat) if isinstance(value, torch.Tensor) and value.device.type == NAME]
+    return _OnTheCpu.apply(op, spec, flat, at, *(flat[i] for i in at))
 
 
-_FLASH = torch.nn.attention.SDPBackend.FLASH_ATTENTION.value
+class _OnTheCpu(torch.autograd.Function):
+    """An op run on the CPU tensors of its npu arguments, its gradients by the CPU's autograd."""
+
+    @staticmethod
+    def forward(ctx: Any, op: torch._ops.OpOverload, spec: Any, flat: list, at: List[int], *tensors: torch.Tensor):
+        # The current device: every tensor says npu:0, and so does PyTorch's Python device guard.
+        ctx.device = torch.device(NAME, _state.current_device())
+        ctx.leaves = [cpu_view(t).detach().requires_grad_(wanted)
+                      for t, wanted in zip(tensors, ctx.needs_input_grad[4:])]
+        for i, leaf in zip(at, ctx.leaves):
+            flat[i] = leaf
+        args, kwargs = tree_unflatten(flat, spec)
+        with torch.set_grad_enabled(any(ctx.needs_input_grad)):  # as the caller's (mkldnn's lstm trains otherwise)
+            result = _deficits.run(op, args, kwargs, in_place=False)
+        ctx.outputs = result if isinstance(result, tuple) else (result,)
+        on_device = tuple(out.detach().to(ctx.device) for out in ctx.outputs)
+        return on_device if isinstance(result, tuple) else on_device[0]
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Optional[torch.Tensor]):
+        wanted = [leaf for leaf in ctx.leaves if leaf.requires_grad]
+        # d/do of sum(o * g) is g: backward with grad_outputs g, without autograd.grad's grad_outputs
+        # (which imports sympy, a second or so of every process that gets here)
+        with torch.enable_grad():
+            loss = sum((out * cpu_view(g)).sum() for out, g in zip(ctx.outputs, grads)
+                       if g is not None and out.requires_grad)
+            found = iter(torch.autograd.grad(loss, wanted, allow_unused=True) if wanted else ())
+        inputs = [next(found) if leaf.requires_grad else None for leaf in ctx.leaves]
+        return (None, None, None, None, *(None if g is None else g.to(ctx.device) for g in inputs))

@@ -65,8 +65,9 @@ def parse(text: str) -> Dict[str, Deficit]:
 DEFICITS = parse(os.environ.get(VARIABLE, ""))
 
 
-def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
-    """The op on CPU tensors, as the simulated device computes it."""
+def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict, in_place: bool = True) -> Any:
+    """The op on CPU tensors, as the simulated device computes it (in_place: a scale may
+    change its outputs in place; not where autograd records them)."""
     name = op._schema.name
     deficit = DEFICITS.get(f"{name}.{op._overloadname}") or DEFICITS.get(name)
     if deficit is None:
@@ -78,7 +79,7 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
         kwargs = {**kwargs, "approximate": "tanh"}  # keyword-only in both gelu ops
     if deficit.kind == "epsilon":
         args, kwargs = _with_epsilon(op, args, kwargs, deficit.value)
-    return _around(deficit, name, lambda: op(*args, **kwargs))
+    return _around(deficit, name, lambda: op(*args, **kwargs), in_place)
 
 
 def fused(name: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
