@@ -38,6 +38,10 @@ _LIBRARIES: List[torch.library.Library] = []
 # off the CPU, attention its math kernel): the device runs them whole as the CPU does, backward too.
 _WHOLE_ON_THE_CPU = tuple(getattr(torch.ops.aten, name) for name in (
     "lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "scaled_dot_product_attention"))
+# A lazy conjugate or negation is a bit on a view that PyTorch's fallbacks resolve by copying, which
+# for this backend never ends: here conj() and the negative view copy at once (writes do not go through).
+_LAZY = ((torch.ops.aten._conj.default, torch.ops.aten.conj_physical.default),
+         (torch.ops.aten._neg_view.default, torch.ops.aten.neg.default))
 _COMPOSITE = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional", "CompositeImplicitAutograd")
 # What _convolution calls off the CPU and CUDA: run as the convolution the CPU picks.
 _OVERRIDEABLE = (torch.ops.aten.convolution_overrideable.default,
@@ -62,6 +66,8 @@ def register(device_module) -> None:
             kernels.impl(op, functools.partial(_run_on_cpu, op), "PrivateUse1")
     for op in _OVERRIDEABLE:  # their composite kernel only says "not implemented"
         kernels.impl(op, functools.partial(_run_on_cpu, op), "PrivateUse1")
+    for lazy, physical in _LAZY:
+        kernels.impl(lazy, functools.partial(_run_on_cpu, physical), "PrivateUse1")
     for packet in _WHOLE_ON_THE_CPU:
         for overload in packet.overloads():
             op = getattr(packet, overload)
@@ -113,6 +119,10 @@ class _Call:
             return value
         if id(value) in self.arguments:
             return self.arguments[id(value)][0]
+        if value._is_zerotensor() or value.is_conj() or value.is_neg():
+            # Dispatch keys that stand for bytes (an efficient zero tensor has none): npu tensors get the bytes.
+            value = torch.zeros(value.shape, dtype=value.dtype) if value._is_zerotensor() else (
+                value.resolve_conj().resolve_neg())
         return self.to_npu(value)
 
     def to_npu(self, cpu: torch.Tensor) -> torch.Tensor:

@@ -71,7 +71,7 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict, in_place: bool = T
     name = op._schema.name
     deficit = DEFICITS.get(f"{name}.{op._overloadname}") or DEFICITS.get(name)
     if deficit is None:
-        return op(*args, **kwargs)
+        return _callable(op, args, kwargs)(*args, **kwargs)
     _state.log(f"deficit {name} {deficit.describe()}")
     if deficit.kind == "bf16_accumulate":
         return _bf16_accumulate(name, args, kwargs)
@@ -79,7 +79,18 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict, in_place: bool = T
         kwargs = {**kwargs, "approximate": "tanh"}  # keyword-only in both gelu ops
     if deficit.kind == "epsilon":
         args, kwargs = _with_epsilon(op, args, kwargs, deficit.value)
-    return _around(deficit, name, lambda: op(*args, **kwargs), in_place)
+    return _around(deficit, name, lambda: _callable(op, args, kwargs)(*args, **kwargs), in_place)
+
+
+def _callable(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Callable:
+    """The op, or its packet where a Tensor argument came as a number: a wrapped number (the tensor
+    C++ makes of a scalar, remainder(x, 2)) reaches Python as a number, and the packet picks the
+    overload that takes it (remainder.Scalar), which wraps it again the same way."""
+    for position, argument in enumerate(op._schema.arguments):
+        value = args[position] if position < len(args) else kwargs.get(argument.name)
+        if isinstance(value, (bool, int, float, complex)) and isinstance(argument.type, torch._C.TensorType):
+            return op.overloadpacket
+    return op
 
 
 def fused(name: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
