@@ -1,6 +1,7 @@
 """How faithfully the simulated NPU of tests/npu_sim computes what the CPU computes (issue 17).
 
-Runs PyTorch's own operator database (torch.testing._internal's OpInfo op_db) in float32: for
+Runs PyTorch's own operator database (torch.testing._internal's OpInfo op_db) in float32 and
+bfloat16 (--dtypes): for
 each operator, its first two sample inputs, once on the CPU and once moved to the simulated
 `npu`, then the gradients of every floating input that requires grad (of sum(0.5 * outputs)),
 and compares outputs and gradients bit for bit (NaN where NaN). Random operators are left out.
@@ -35,6 +36,9 @@ WHY = {
     "tensor_split": "its index tensor must stay on the CPU (this script moves every tensor), on any device",
     "to": "non_blocking copies to the host need pinned memory, which PyTorch's Python backend cannot allocate",
     "to_sparse": "no sparse tensors on the simulated device",
+    "nn.functional.linear_cross_entropy.chunked": "PyTorch picks the chunked path's accumulation by device type "
+    "(linear_cross_entropy_options: cpu is 'accurate'): any other device gets another",
+    "nn.functional.linear_cross_entropy.chunked_none": "as linear_cross_entropy.chunked",
     "sparse.mm.reduce": "no sparse tensors on the simulated device",
     "sparse.sampled_addmm": "no sparse tensors on the simulated device",
 }
@@ -71,9 +75,9 @@ def gradients(outputs: List[Any], inputs: List[torch.Tensor]) -> List[Any]:
     return list(torch.autograd.grad(loss, inputs, allow_unused=True))
 
 
-def check(info) -> str:
+def check(info, dtype: torch.dtype) -> str:
     """'same', 'differs: ...', 'cpu only: ...' (the CPU runs it, the npu raises), or 'skipped'."""
-    samples = list(info.sample_inputs("cpu", torch.float32, requires_grad=info.supports_autograd))[:2]
+    samples = list(info.sample_inputs("cpu", dtype, requires_grad=info.supports_autograd))[:2]
     verdict = "skipped"
     for sample in samples:
         args = (sample.input, *sample.args)
@@ -99,36 +103,40 @@ def check(info) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated torch dtypes")
     parser.add_argument("--results", default=str(Path(__file__).with_name("npu_sim_opinfo.md")))
     options = parser.parse_args()
     assert "npusim" in torch_npu.__version__, "put tests/npu_sim first on PYTHONPATH"
     warnings.filterwarnings("ignore")
     from torch.testing._internal.common_methods_invocations import op_db
 
-    start = time.time()
-    verdicts = {}
-    for info in op_db:
-        if info.name.startswith(RANDOM) or "rand" in info.name or torch.float32 not in info.supported_dtypes("cpu"):
-            continue
-        torch.manual_seed(0)
-        verdicts[info.name if info.variant_test_name == "" else f"{info.name}.{info.variant_test_name}"] = check(info)
-    counts = {kind: sum(v.startswith(kind) for v in verdicts.values()) for kind in ("same", "differs", "cpu only",
-                                                                                   "skipped")}
-    lines = [
-        "# The simulated NPU against the CPU on PyTorch's OpInfo database",
-        "",
-        f"`PYTHONPATH=tests/npu_sim python bench/npu_sim_opinfo.py`: torch {torch.__version__}, "
-        f"Python {platform.python_version()}, {time.time() - start:.0f} s.",
-        "",
-        f"{len(verdicts)} operators (float32, two samples each, outputs and gradients bit for bit): "
-        f"{counts['same']} the same, {counts['differs']} differ, {counts['cpu only']} raise on the npu only, "
-        f"{counts['skipped']} with no sample the CPU runs.",
-        "",
-        "| operator | on the simulated npu | why |",
-        "|---|---|---|",
-        *(f"| {name} | {verdict} | {WHY.get(name, '')} |" for name, verdict in sorted(verdicts.items())
-          if verdict not in ("same", "skipped")),
-    ]
+    lines = ["# The simulated NPU against the CPU on PyTorch's OpInfo database", "",
+             f"`PYTHONPATH=tests/npu_sim python bench/npu_sim_opinfo.py --dtypes {options.dtypes}`: "
+             f"torch {torch.__version__}, Python {platform.python_version()}."]
+    for dtype in (getattr(torch, name) for name in options.dtypes.split(",")):
+        start = time.time()
+        verdicts = {}
+        for info in op_db:
+            if info.name.startswith(RANDOM) or "rand" in info.name or dtype not in info.supported_dtypes("cpu"):
+                continue
+            torch.manual_seed(0)
+            verdicts[info.name if info.variant_test_name == "" else f"{info.name}.{info.variant_test_name}"] = check(
+                info, dtype)
+        counts = {kind: sum(v.startswith(kind) for v in verdicts.values())
+                  for kind in ("same", "differs", "cpu only", "skipped")}
+        lines += [
+            "",
+            f"## {dtype}",
+            "",
+            f"{len(verdicts)} operators (two samples each, outputs and gradients bit for bit, "
+            f"{time.time() - start:.0f} s): {counts['same']} the same, {counts['differs']} differ, "
+            f"{counts['cpu only']} raise on the npu only, {counts['skipped']} with no sample the CPU runs.",
+            "",
+            "| operator | on the simulated npu | why |",
+            "|---|---|---|",
+            *(f"| {name} | {verdict} | {WHY.get(name, '')} |" for name, verdict in sorted(verdicts.items())
+              if verdict not in ("same", "skipped")),
+        ]
     text = "\n".join(lines) + "\n"
     print(text)
     Path(options.results).write_text(text)
