@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
@@ -82,10 +83,10 @@ def dump_args(*dumps: Path) -> List[str]:
     return [arg for dump in dumps for arg in ("--msprobe-dump", str(dump))]
 
 
-def on_npu(pytester, out: str, *args: str):
+def on_npu(pytester, out: str, *args: str, device: str = "npu"):
     # hypothesis's plugin would cost each process (and xdist worker) more CPU than torch's import.
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--msprobe-device",
-                                         "npu", "--msprobe-out", out, *args)
+                                         device, "--msprobe-out", out, *args)
 
 
 def on_cpu(pytester, out: str, *args: str):
@@ -113,7 +114,7 @@ def test_an_npu_run_writes_the_rows_of_the_cpu_run_and_runs_the_fused_ops(pytest
     # its tensors are real data. pt_stats_L1 has none: random data. npu_fused_sim: torch_npu's fused ops.
     dumps = dump_args(copy_dump("pt_tensor_L1"), copy_dump("pt_stats_L1"), copy_dump(FUSED))
     settings = ["--msprobe-mode", "auto", "--msprobe-save-error-data", *dumps]
-    result = on_npu(pytester, "npu", "--msprobe-device", "auto", *settings)  # auto: npu, torch_npu imports
+    result = on_npu(pytester, "npu", *settings, device="auto")  # auto: npu, where torch_npu imports
     cpu = on_cpu(pytester, "cpu", *settings)
 
     result.stdout.fnmatch_lines(["msprobe: device npu:0, mode auto, *"])
@@ -254,3 +255,5 @@ def test_the_outputs_the_simulated_npu_recorded_pass_the_references(pytester, co
     result = pytester.runpytest("-p", "no:cacheprovider", "--msprobe-device", "recorded", "--msprobe-out", "out",
                                 "--msprobe-dump", str(copy_dump(FUSED)))
     result.assert_outcomes(passed=38)
+    # This process never imported the simulated torch_npu: its torch has no npu device.
+    assert "torch_npu" not in sys.modules and torch._C._get_privateuse1_backend_name() == "privateuseone"

@@ -216,6 +216,7 @@ class _OnTheCpu(torch.autograd.Function):
         with torch.enable_grad():
             loss = sum((out * cpu_view(g)).sum() for out, g in zip(ctx.outputs, grads)
                        if g is not None and out.requires_grad)
-            found = iter(torch.autograd.grad(loss, wanted, allow_unused=True) if wanted else ())
+            reached = wanted and isinstance(loss, torch.Tensor)
+            found = iter(torch.autograd.grad(loss, wanted, allow_unused=True) if reached else [None] * len(wanted))
         inputs = [next(found) if leaf.requires_grad else None for leaf in ctx.leaves]
         return (None, None, None, None, *(None if g is None else g.to(ctx.device) for g in inputs))
