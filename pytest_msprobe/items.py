@@ -9,7 +9,7 @@ import pytest
 from .dump import Dump, DumpError, entry_kind, parse_entry_name, read_dump
 from .messages import entry_message
 from .results import ERROR, SKIP, EntryResult
-from .summary import message_lines
+from .summary import failure_text
 from .untrusted import cut, escape, printable
 
 if TYPE_CHECKING:
@@ -97,8 +97,8 @@ class EntryItem(pytest.Item):
         if self.result.status == SKIP:
             pytest.skip(cut(printable(entry_message(self.result) or "nothing to compare"), MAX_TERMINAL))
         if self.result.status == ERROR:
-            # Line by line: the message's own lines stay lines, a newline in a dump's text does not.
-            lines = message_lines(self.result, checker.standard.describe())
+            # Each line escaped on its own: a newline inside one is the dump's, between them ours.
+            lines = failure_text(self.result, checker.standard.describe())
             raise PrecisionError(cut("\n".join(printable(line) for line in lines), MAX_TERMINAL))
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:

@@ -116,8 +116,8 @@ def summary_lines(results: Sequence[EntryResult]) -> list[str]:
     return lines
 
 
-def message_lines(result: EntryResult, standard: str) -> list[str]:
-    """The failure message of one item, by line: every output that broke the rule, with its metrics."""
+def failure_text(result: EntryResult, standard: str) -> list[str]:
+    """The lines of one item's failure message: every output that broke the rule, with its metrics."""
     failed = [row for row in result.outputs if row.status == ERROR]
     if not failed:
         return [f"{result.entry}: {entry_message(result)}"]

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from .. import apis
+from .. import apis, devices
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, Undescribed, is_tensor_spec, tree_map
 from . import OutputPair, Recipe, Run, RunOptions, Unsupported
@@ -228,14 +228,18 @@ def forward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
     else:
 
         def tested() -> list:
-            return forward(tested_side(options.device, call), call)
+            outputs = forward(tested_side(options.device, call), call)
+            devices.synchronize(options.device)  # a device kernel's error is this entry's
+            return outputs
 
     def pair(tested: list, bench: list) -> list[OutputPair]:
         return skip_uncompared(name, pairs_of(tested, bench))
 
     def probe() -> list:
         widened = in_fp32(call)
-        return forward(tested_side(options.probe_device, widened), widened)
+        outputs = forward(tested_side(options.probe_device, widened), widened)
+        devices.synchronize(options.probe_device)
+        return outputs
 
     return Sides(lambda side: forward(side, call), tested, pair, call.notes, options.recorded, probe=probe)
 
@@ -263,7 +267,9 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
 
     def probe() -> list:
         widened = in_fp32(call)
-        return gradients(tested_side(options.probe_device, widened), widened, grad_outputs)
+        grads = gradients(tested_side(options.probe_device, widened), widened, grad_outputs)
+        devices.synchronize(options.probe_device)
+        return grads
 
     if options.recorded:
         if returns_its_input(call):
@@ -313,7 +319,9 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
         )
 
     def tested() -> list:
-        return gradients(tested_side(options.device, call), call, grad_outputs)
+        grads = gradients(tested_side(options.device, call), call, grad_outputs)
+        devices.synchronize(options.device)  # a device kernel's error is this entry's
+        return grads
 
     def pair(tested: list, bench: list) -> list[OutputPair]:
         # Only the gradients msprobe recorded: an input it recorded none for took none in the step.

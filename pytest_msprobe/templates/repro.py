@@ -285,7 +285,11 @@ def run_tested(call: dict, device: str, fp32: bool) -> list:
         return run_mindspore(call, device)
     if device.startswith("npu"):
         import torch_npu  # noqa: F401 - only for an NPU: it registers the device with torch
-    return run_torch(Side(device, None, autocast_dtype(fp32)), call)
+    outputs = run_torch(Side(device, None, autocast_dtype(fp32)), call)
+    kind = device.partition(":")[0]
+    if kind in ("cuda", "npu"):  # a kernel's error is reported at the next synchronisation: here
+        getattr(torch, kind).synchronize()
+    return outputs
 
 
 # -- the dtype standard's extra runs, as the run's (torch_engine.ExtraBenchRuns) ------
