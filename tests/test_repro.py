@@ -16,11 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from deficits import build_corpus
 from dumpwriter import DumpWriter, bf16_accumulating_matmul, matmul_add_dump, mindspore_mul_dump
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import read_csv, run_msprobe
+from conftest import DUMPS, read_csv, run_msprobe
 from pytest_msprobe import repro, repro_sources
 from pytest_msprobe.compare import Comparison, ExtraRuns, compare
 from pytest_msprobe.messages import output_message
@@ -53,15 +54,19 @@ def isolated_env() -> dict:
     return env
 
 
-def run_alone(folder: Path, fresh: Path, *args: str) -> dict:
-    """Copy one repro folder alone to `fresh` and run its repro.py there with --json."""
+def run_alone(folder: Path, fresh: Path, *args: str, env: dict | None = None) -> dict:
+    """Copy one repro folder alone to `fresh` and run its repro.py there with --json (`env`: more
+    of the environment; a PYTHONPATH goes before the site-packages')."""
     target = fresh / folder.name
     shutil.copytree(folder, target)
     assert sorted(p.name for p in target.iterdir()) == ["inputs.pt", "repro.py", "verdict.json"]
+    environment = isolated_env()
+    for key, value in (env or {}).items():
+        environment[key] = value + os.pathsep + environment[key] if key == "PYTHONPATH" else value
     done = subprocess.run(
         [sys.executable, "-S", "repro.py", "--json", *args],
         cwd=target,
-        env=isolated_env(),
+        env=environment,
         capture_output=True,
         text=True,
         timeout=300,
@@ -213,24 +218,46 @@ def scale_recorded(dump: Path, data_name: str, factor: float) -> None:
     torch.save((tensor.double() * factor).to(tensor.dtype), path)
 
 
-# Recorded outputs of real dumps made wrong by a few ULP of their dtype: sums and products
-# (the magnitude is the bench on |inputs|), softmax / layer_norm / gelu (their formula), the
-# rest (the spread under perturbed inputs); a gradient msprobe took inside the graph.
-INJECTED = {
-    "pt_tensor_L1_bf16": [
-        ("Functional.layer_norm.0.forward.output.0.pt", 1.03),
-        ("Functional.gelu.0.backward.output.0.pt", 1.03),
-        ("Functional.scaled_dot_product_attention.0.forward.output.0.pt", 1.03),
-        ("Functional.linear.0.backward.output.1.pt", 1.03),
+# Real dumps whose recorded outputs a deficient kernel gave (tests/deficits.py: bf16 partial sums,
+# a missing gradient term, tanh GELU, softmax summed low, TF32 operands, a 12-bit rsqrt), beside
+# the outputs correct kernels gave; and examples/pt_tensor_L1 with outputs a few fp32 ULP off:
+# sums and products (the magnitude is the bench on |inputs|), softmax / layer_norm / gelu (their
+# formula), the rest (the spread under perturbed inputs), and its autocast linear's weight gradient,
+# which msprobe took inside the graph.
+CORPUS = {
+    "gpt_bf16": [
+        ("Functional.linear.3.forward", "accumulate_low"),
+        ("Functional.layer_norm.1.backward", "missing_term"),
+        ("Functional.gelu.0.forward", "gelu_tanh"),
+        ("Torch.softmax.0.backward", "softmax_sum_low"),
+        ("Functional.linear.2.backward", "accumulate_low"),
     ],
-    "pt_tensor_L1": [
-        ("Functional.conv2d.0.forward.output.0.pt", 1 + 1e-4),
-        ("Torch.softmax.0.forward.output.0.pt", 1 + 1e-4),
-        ("Functional.layer_norm.0.backward.output.0.pt", 1 + 1e-4),
-        ("Tensor.pow.0.backward.output.0.pt", 1 + 1e-4),
-        ("Functional.linear.1.backward.output.2.pt", 1.05),  # the weight's, at addmm's input, transposed
+    "gpt_fp32": [
+        ("Functional.linear.2.forward", "tf32"),
+        ("Functional.layer_norm.0.forward", "rsqrt12"),
+        ("Functional.linear.4.backward", "tf32"),
     ],
 }
+SCALED = [
+    ("Functional.conv2d.0.forward.output.0.pt", 1 + 1e-4),
+    ("Torch.softmax.0.forward.output.0.pt", 1 + 1e-4),
+    ("Functional.layer_norm.0.backward.output.0.pt", 1 + 1e-4),
+    ("Functional.scaled_dot_product_attention.0.forward.output.0.pt", 1 + 1e-4),
+    ("Tensor.pow.0.backward.output.0.pt", 1 + 1e-4),
+    ("Functional.linear.1.backward.output.2.pt", 1.05),  # the weight's, at addmm's input, transposed
+]
+
+
+def deficient_dumps(pytester, copy_dump) -> dict[str, Path]:
+    dumps = {}
+    for name, plan in CORPUS.items():
+        planted = build_corpus(DUMPS[name], pytester.path / name, plan)
+        assert [p.expected for p in planted] == ["error"] * len(plan)
+        dumps[name] = pytester.path / name / "dump.json"
+    dumps["pt_tensor_L1"] = copy_dump("pt_tensor_L1")
+    for data_name, factor in SCALED:
+        scale_recorded(dumps["pt_tensor_L1"], data_name, factor)
+    return dumps
 
 
 @pytest.mark.slow
@@ -239,16 +266,13 @@ def test_dtype_standard_repros_give_the_run_verdict_and_worst_element_ratio(pyte
     metrics, verdict, and each output's status and worst-element ratio (1e-9): the standard's own
     code and its extra runs, bf16 and fp32, forward and backward, failing and passing outputs."""
     seen: dict[str, set] = {"dtype": set(), "direction": set(), "status": set(), "asked": set()}
-    for name, injected in INJECTED.items():
-        dump = copy_dump(name)
-        for data_name, factor in injected:
-            scale_recorded(dump, data_name, factor)
+    for name, dump in deficient_dumps(pytester, copy_dump).items():
         _, details, folders = repro_run(
             pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype", out=name
         )
         failing = {row["API Name"].rsplit(".output.", 1)[0] for row in details.values() if row["Status"] == "error"}
-        assert failing <= {p.name for p in folders.iterdir()}
-        assert {data_name.rsplit(".output.", 1)[0] for data_name, _ in injected} <= failing
+        planted = {entry for entry, _ in CORPUS.get(name, [])} or {d.rsplit(".output.", 1)[0] for d, _ in SCALED}
+        assert planted <= failing <= {p.name for p in folders.iterdir()}
         for folder in sorted(folders.iterdir()):
             report = run_alone(folder, tmp_path / name)
             assert report["device"] == "recorded"
@@ -325,6 +349,50 @@ def test_an_npu_op_repro_judges_with_the_run_bench_and_extra_runs(pytester, tmp_
         ]
         assert_reproduces(report, details, folder.name)
         assert_same_verdict(report, folder)
+
+
+NPU_SIM = Path(__file__).resolve().parent / "npu_sim"
+
+
+@pytest.mark.slow
+def test_repros_on_the_simulated_npu_rerun_the_device(pytester, copy_dump, monkeypatch, tmp_path):
+    """tests/npu_sim's NPU with an mm and addmm that sum into bf16 and an RMSNorm with the wrong epsilon:
+    repro.py runs the tested side on the npu (torch_npu imported then), the benchmark on the CPU
+    (the fused op's: the run's, from inputs.pt), and gives the run's verdict, ratios and probe."""
+    deficits = {
+        "PYTHONPATH": str(NPU_SIM),
+        "MSPROBE_NPU_SIM_DEFICITS": "aten::addmm=bf16_accumulate,aten::mm=bf16_accumulate,npu_rms_norm=epsilon:1e-2",
+    }
+    for key, value in deficits.items():
+        monkeypatch.setenv(key, value, prepend=os.pathsep if key == "PYTHONPATH" else None)
+    model, fused = copy_dump("pt_tensor_L1_bf16"), copy_dump("npu_fused_sim")
+    probes = 0
+    args = (
+        "--msprobe-device",
+        "npu",
+        "--msprobe-standard",
+        "dtype",
+        "--msprobe-probe",
+        "fp32",
+        "-p",
+        "no:hypothesispytest",
+    )
+    for dump, entries in (
+        (model, ["Functional.linear.0.forward", "Functional.linear.0.backward"]),
+        (fused, ["NPU.npu_rms_norm.0.forward"]),
+    ):
+        _, details, folders = repro_run(pytester, dump, *args, out=dump.parent.name, subprocess=True)
+        for entry in entries:
+            assert "torch_npu" in (folders / entry / "repro.py").read_text()
+            report = run_alone(folders / entry, tmp_path / "run" / dump.parent.name, env=deficits)
+            assert report["device"] == "npu" and report["status"] == "error"
+            assert_reproduces(report, details, entry)
+            assert_same_verdict(report, folders / entry)
+            if json.loads((folders / entry / "verdict.json").read_text())["probe"] is not None:  # fp16/bf16 only
+                probed = run_alone(folders / entry, tmp_path / "probe" / dump.parent.name, "--fp32", env=deficits)
+                assert_same_verdict(probed, folders / entry, probe=True)
+                probes += 1
+    assert probes == 2  # the simulated addmm and mm sum into bf16 in fp32 too: "fails in fp32 too"
 
 
 @pytest.mark.slow

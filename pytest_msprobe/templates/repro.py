@@ -283,13 +283,21 @@ def run_tested(call: dict, device: str, fp32: bool) -> list:
         call = {**call, "args": tree_map(widen, call["args"]), "kwargs": tree_map(widen, call["kwargs"])}
     if FRAMEWORK == "mindspore":
         return run_mindspore(call, device)
-    if device.startswith("npu"):
-        import torch_npu  # noqa: F401 - only for an NPU: it registers the device with torch
     outputs = run_torch(Side(device, None, autocast_dtype(fp32)), call)
     kind = device.partition(":")[0]
     if kind in ("cuda", "npu"):  # a kernel's error is reported at the next synchronisation: here
         getattr(torch, kind).synchronize()
     return outputs
+
+
+def bind(device: str) -> None:
+    """The device ready before anything runs, as the run bound it: torch_npu registers the npu
+    with torch (and its autograd engine) when imported."""
+    kind, _, index = device.partition(":")
+    if FRAMEWORK == "pytorch" and kind == "npu":
+        import torch_npu  # noqa: F401 - only for an NPU
+    if FRAMEWORK == "pytorch" and kind in ("cuda", "npu"):
+        getattr(torch, kind).set_device(int(index or 0))
 
 
 # -- the dtype standard's extra runs, as the run's (torch_engine.ExtraBenchRuns) ------
@@ -740,6 +748,7 @@ def main(argv: list[str] | None = None) -> int:
     call = decode(torch.load(HERE / "inputs.pt", weights_only=True))
     if options.device == "recorded" and "recorded" not in call:
         parser.error("the run re-ran this entry: no recorded outputs here")
+    bind("cpu" if options.device == "recorded" else options.device)
     report = reproduce(call, options.device, options.fp32)
     verdict = HERE / "verdict.json"
     run = json.loads(verdict.read_text(encoding="utf-8")) if verdict.is_file() else {}
