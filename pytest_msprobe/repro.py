@@ -78,9 +78,10 @@ def inputs(kept: Kept, recorded: bool, result: EntryResult) -> dict[str, Any]:
     if kept.at_nodes:  # the recorded gradients' float64 counterparts inside the API's graph
         data["recorded_bench"] = encode(kept.bench)
         data["at_nodes"] = sorted(kept.at_nodes)
-    the_runs = [o for o in result.outputs if o.status != SKIP and (not rebuilt or o.index in kept.at_nodes)]
-    if the_runs and kept.extra is not None:
-        data["extra"] = {o.index: extra_answers(kept, o) for o in the_runs}
+    # Where the bench is the run's, so are the answers of the standard's extra runs.
+    unbuilt = [o for o in result.outputs if o.status != SKIP and (not rebuilt or o.index in kept.at_nodes)]
+    if unbuilt and kept.extra is not None:
+        data["extra"] = {o.index: extra_answers(kept, o) for o in unbuilt}
     return data
 
 

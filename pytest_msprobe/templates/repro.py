@@ -692,8 +692,13 @@ def reproduce(call: dict, device: str, fp32: bool) -> dict[str, Any]:
 
 def show(report: dict[str, Any], run: dict[str, Any]) -> None:
     """The report beside the run's (verdict.json; with --fp32, the run's fp32 probe), one line an output."""
-    side = "in fp32, rounded back (the fp32 probe)" if report["fp32"] else "in the recorded dtypes"
-    print(f"{ENTRY}: {TESTED} on {report['device']} {side}")
+    if report["device"] == "recorded" and not report["fp32"]:
+        print(f"{ENTRY}: {TESTED}, the outputs the dump recorded")
+    elif report["device"] == "recorded":  # the probe re-runs the call on the CPU, as the run's did
+        print(f"{ENTRY}: {TESTED} on cpu in fp32, rounded back (the fp32 probe; the tested side was recorded)")
+    else:
+        side = "in fp32, rounded back (the fp32 probe)" if report["fp32"] else "in the recorded dtypes"
+        print(f"{ENTRY}: {TESTED} on {report['device']} {side}")
     print(f"bench: {'; '.join(report['bench'])}")
     print(f"standard: {report['standard']}")
     if "raised" in report:
