@@ -55,8 +55,8 @@ class CsvReporter:
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
         leftovers = self.book.leftovers()
-        if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail:
-            # Cut short by Ctrl-C, -x or --maxfail: left out, so that --msprobe-resume runs them whole.
+        if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail or self.run.lost_hosts:
+            # Cut short by Ctrl-C, -x, --maxfail or a lost host: left out, so that --msprobe-resume runs them whole.
             self.unfinished, leftovers = leftovers, []
             for row in self.unfinished:
                 self.open(row.dump)  # a file to resume, even with no API finished yet
