@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from . import summary
+from . import manifest, summary
 from .report import ApiBook, ApiRow, CsvWriter, dump_folders, timestamp
 from .results import REPORT_ATTRIBUTE, EntryResult
 
@@ -51,6 +51,8 @@ class CsvReporter:
             self.writers[dump] = (
                 CsvWriter(resumed) if resumed else CsvWriter.in_folder(self.run.out_dir / folder, self.stamp)
             )
+            if not manifest.path_for(self.writers[dump].result_path).exists():  # a resumed pair keeps its own
+                manifest.write(self.writers[dump].result_path, self.run.describe(dump))
         return self.writers[dump]
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:

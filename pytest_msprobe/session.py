@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from . import devices, remote, workers
+from . import devices, manifest, remote, workers
 from .check import Checker
-from .dump import Dump, find_dump_files, peek_framework, peek_task
+from .dump import Dump, find_dump_files, parse_entry_name, peek_framework, peek_task
 from .frameworks import RunOptions, Tested
 from .items import RUN_KEY, DumpFile
 from .options import RANDOM, Options
@@ -62,6 +62,7 @@ class MsprobeRun:
 
     def _build(self, config: pytest.Config, options: Options, notes: list[str]) -> None:
         base = config.invocation_params.dir
+        self.config = config
         self.options = options
         workerinput = getattr(config, "workerinput", None)
         shared = remote.shipped(workerinput)  # the controller's paths, read as they are on every host
@@ -102,6 +103,16 @@ class MsprobeRun:
         self.checker = Checker(run_options, make_standard(options), options.error_data_dir(base))
         self.collected: dict[str, Dump] = {}  # by node id, as DumpFile collects them
         self.lost_hosts: dict[str, str] = {}  # host -> why no worker could start there (lost_hosts.py)
+
+    def describe(self, dump: str) -> dict[str, Any]:
+        """The manifest of the CSV pair of a dump (its part of the node id): the dump, the settings, the shard."""
+        path = (self.config.rootpath / dump).resolve()
+        collected = self.collected.get(dump)
+        names = [name.full for name in collected.api_names()] if collected else remote.item_names(path)
+        api_calls = len({entry.prefix for entry in map(parse_entry_name, names) if entry})
+        splits = getattr(self.config.option, "splits", None)
+        shard = {"splits": splits, "group": self.config.option.group} if splits else None
+        return manifest.describe(path, self.options, self.device_kind, api_calls, shard)
 
     def check_recorded(self) -> None:
         if self.device_kind != devices.RECORDED:

@@ -225,7 +225,7 @@ def test_a_host_lost_mid_run_costs_only_its_entries_in_flight_and_resume_runs_th
     # Those that never ran (queued on host2 when it went) run on resume; none runs twice.
     result = next((pytester.path / "hosts").glob("accuracy_checking_result_*.csv"))
     resumed = run_msprobe(pytester, dump, f"--msprobe-resume={result}", out="hosts", device="cpu")
-    assert resumed.ret in (0, 1)
+    assert resumed.ret in (0, 1, pytest.ExitCode.NO_TESTS_COLLECTED)  # none left, or the rest run
     final = rows_by_api(pytester.path / "hosts")
     assert set(final) == set(serial)
     for api, row in final.items():
