@@ -168,12 +168,13 @@ class Controller:
         host = hosts.host_of(spec)
         device_id = self.pools.allocate(host, worker)
         node.workerinput[DEVICE_ID] = device_id
-        node.workerinput[THREADS] = self.threads if self.threads or not hosts.is_remote(spec) else user_threads()
+        threads = self.threads if self.threads or not hosts.is_remote(spec) else user_threads()
+        node.workerinput[THREADS] = threads
         node.workerinput[HOST_WORKERS] = self.plan.get(host, 1)
         node.workerinput[remote.HOST] = host
         node.workerinput[remote.DUMPS] = self.dumps_for(hosts.is_remote(spec))
         where = "" if set(self.plan) == {hosts.LOCAL} else f"host {host}, "
-        self.say(f"msprobe: [{worker}] {where}device {self.device(device_id)}, {devices.threads_text(self.threads)}")
+        self.say(f"msprobe: [{worker}] {where}device {self.device(device_id)}, {devices.threads_text(threads)}")
 
     def dumps_for(self, on_another_host: bool) -> list[dict]:
         """The dumps as this run names them; with their items for a worker on another host."""
@@ -187,10 +188,10 @@ class Controller:
         worker = node.gateway.id
         device_id = self.pools.release(worker)
         if error is not None:
-            self.down[worker] = f"{self.device(device_id)}: {exit_cause(node) or error}"
-            if hosts.is_remote(node.gateway.spec):
+            cause = exit_cause(node) or error
+            self.down[worker] = f"{self.device(device_id)}: {cause}"
+            if hosts.is_remote(node.gateway.spec):  # its ssh connection ended: the host may be gone
                 host = self.pools.host(worker)
-                cause = exit_cause(node) or error
                 self.down[worker] = f"{self.device(device_id)} of host {host}: its connection ended ({cause})"
                 self.lost.watch()
 
