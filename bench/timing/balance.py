@@ -101,7 +101,7 @@ def bench(dump: Path, work: Path, args) -> dict[str, list[dict]]:
 
 def table(label: str, entries: int, runs: dict[str, list[dict]]) -> str:
     lines = [
-        "| dump | entries | kind | run | wall s | CPU s | per worker: entries, CPU s, end s | idle tail s | load before/after |",
+        "| dump | entries | kind | run | wall s | CPU s | per worker: entries, CPU s | idle tail s | load before/after |",
         "|---|---:|---|---:|---:|---:|---|---:|---|",
     ]
     for kind, values in runs.items():
