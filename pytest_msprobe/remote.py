@@ -61,9 +61,15 @@ class SharedDump:
 
 def describe(dump_files: Sequence[Path], rootpath: Path, with_items: bool) -> list[SharedDump]:
     return [
-        SharedDump(str(path), dump_nodeid(path, rootpath), tuple(item_names(path)) if with_items else None)
-        for path in dump_files
+        SharedDump(str(path), dump_nodeid(path, rootpath), _items(path) if with_items else None) for path in dump_files
     ]
+
+
+def _items(path: Path) -> tuple[str, ...] | None:
+    try:
+        return tuple(item_names(path))
+    except DumpError:
+        return None  # unreadable here too: every worker collects it as pytest does, one failing item
 
 
 def shipped(workerinput: dict | None) -> list[SharedDump] | None:

@@ -17,7 +17,7 @@ import pytest
 
 from . import devices, manifest, remote, workers
 from .check import Checker
-from .dump import Dump, find_dump_files, parse_entry_name, peek_framework, peek_task
+from .dump import Dump, DumpError, find_dump_files, parse_entry_name, peek_framework, peek_task
 from .frameworks import RunOptions, Tested
 from .items import RUN_KEY, DumpFile
 from .options import RANDOM, Options
@@ -108,8 +108,11 @@ class MsprobeRun:
         """The manifest of the CSV pair of a dump (its part of the node id): the dump, the settings, the shard."""
         path = (self.config.rootpath / dump).resolve()
         collected = self.collected.get(dump)
-        names = [name.full for name in collected.api_names()] if collected else remote.item_names(path)
-        api_calls = len({entry.prefix for entry in map(parse_entry_name, names) if entry})
+        try:
+            names = [name.full for name in collected.api_names()] if collected else remote.item_names(path)
+            api_calls: int | None = len({entry.prefix for entry in map(parse_entry_name, names) if entry})
+        except DumpError:
+            api_calls = None
         splits = getattr(self.config.option, "splits", None)
         shard = {"splits": splits, "group": self.config.option.group} if splits else None
         return manifest.describe(path, self.options, self.device_kind, api_calls, shard)

@@ -5,6 +5,7 @@ read, a host lost mid-run. Skipped, saying why, where sshd cannot be had."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -266,3 +267,19 @@ def test_devices_apply_to_each_host(pytester, copy_dump):
                                 "--msprobe-device=cpu", "--msprobe-devices=0,1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*3 xdist workers but 2 device ids (0,1): each worker needs its own device*"])
+
+
+def test_dumps_outside_the_rootdir_are_named_by_their_path(pytester, tmp_path_factory):
+    """Every host names a dump as the controller does; outside the rootdir that is its absolute path
+    (pytest alone would name every such dump alike, `::<entry>`, and two ranks would share rows)."""
+    from conftest import DUMPS
+
+    outside = tmp_path_factory.mktemp("elsewhere") / "step0"
+    for rank in ("rank0", "rank1"):
+        shutil.copytree(DUMPS["pt_tensor_L1"], outside / rank)
+    args = ["-p", "no:cacheprovider", f"--msprobe-dump={outside}", "--msprobe-device=recorded", "--msprobe-out=out"]
+    listed = pytester.runpytest(*args, "--co", "-q")
+    listed.stdout.fnmatch_lines([f"{outside}/rank0/dump.json::Functional.relu.0.forward",
+                                 f"{outside}/rank1/dump.json::Functional.relu.0.forward"])
+    pytester.runpytest(*args)
+    assert [len(read_csv(pytester.path / "out" / rank, "result")) for rank in ("rank0", "rank1")] == [37, 37]
