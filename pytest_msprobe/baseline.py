@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .dump import BACKWARD, FORWARD
-from .report import read_result_rows
+from .report import read_entry_statuses
 from .results import ERROR, PASS, EntryResult
 
 
@@ -22,13 +21,7 @@ class Baseline:
     @classmethod
     def read(cls, path: Path) -> Baseline:
         """Raises report.ReportError naming the file when it is missing or not a result CSV."""
-        failed = []
-        for row in read_result_rows(path):
-            row = row + [""] * (3 - len(row))
-            failed += [
-                (row[0], direction) for direction, status in ((FORWARD, row[1]), (BACKWARD, row[2])) if status == ERROR
-            ]
-        return cls(path, failed)
+        return cls(path, [(api, direction) for api, direction, status in read_entry_statuses(path) if status == ERROR])
 
     def failed_before(self, api: str, direction: str) -> bool:
         return (api, direction) in self.failed

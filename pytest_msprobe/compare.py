@@ -8,8 +8,8 @@ left once the outputs are comparable element by element.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -23,6 +23,25 @@ if TYPE_CHECKING:
 REL_EPS = 1e-8
 
 
+def _no_answer(*args: float) -> np.ndarray | None:
+    return None
+
+
+@dataclass
+class ExtraRuns:
+    """More of the benchmark for one output, computed only when a standard asks (an output over
+    its budget): float64 arrays of the output's shape, or None where the API has no such answer.
+
+    magnitude(): the magnitude of the terms a kernel sums (the bench on |inputs| for sums and
+    products, the API's formula on magnitudes for softmax, layer_norm, gelu). spread(relative):
+    max over a few seeds of |bench(inputs x (1 + relative r)) - bench|, r = +-1. low(): |the API
+    on the CPU in the tested dtype - bench|."""
+
+    magnitude: Callable[[], np.ndarray | None] = _no_answer
+    spread: Callable[[float], np.ndarray | None] = _no_answer
+    low: Callable[[], np.ndarray | None] = _no_answer
+
+
 @dataclass
 class Comparison:
     """One tested output beside its bench, both as arrays."""
@@ -31,9 +50,7 @@ class Comparison:
     bench: np.ndarray
     tested_dtype: str  # "torch.bfloat16"
     name: str = ""  # "Torch.matmul.0.forward.output.0", for per-API tolerances
-    # The largest |value| among the floating inputs: the scale a reduction's
-    # error follows (used by the dtype standard).
-    input_scale: float = 0.0
+    extra: ExtraRuns = field(default_factory=ExtraRuns)
 
 
 @dataclass

@@ -11,6 +11,7 @@ import gc
 import json
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,12 +19,18 @@ from typing import Any
 
 import orjson  # parses big dumps several times faster than json
 
+from . import dump_scan
+from .untrusted import cut, printable
+
 DUMP_FILE_NAME = "dump.json"
 TENSOR_DIR_NAME = "dump_tensor_data"
 
 FORWARD = "forward"
 BACKWARD = "backward"
 DIRECTIONS = (FORWARD, BACKWARD)
+
+# Arguments nest lists in lists; no API takes them deeper (msprobe itself writes at most 400).
+MAX_NESTING = 100
 
 # Entry types whose entries describe modules or cells, not API calls.
 MODULE_TYPES = frozenset({"Module", "Cell"})
@@ -51,13 +58,20 @@ class EntryName:
         return self.full[: -len(self.direction) - 1]
 
 
+# `<Type>.<api>`: Python names joined by dots, as msprobe writes them (`Tensor.__add__`,
+# `Primitive.bias_add.BiasAdd`); anything else (`/`, `::`, spaces, control characters) is
+# no API name, and never reaches a path or a lookup.
+_HEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+MAX_NAME = 1000
+
+
 def parse_entry_name(name: str) -> EntryName | None:
     """The parts of an API entry name, or None for module/cell and unknown shapes."""
     parts = name.rsplit(".", 2)
-    if len(parts) != 3:
+    if len(parts) != 3 or len(name) > MAX_NAME:
         return None
     head, index, direction = parts
-    if direction not in DIRECTIONS or not index.isdigit() or "." not in head:
+    if direction not in DIRECTIONS or not (index.isascii() and index.isdigit()) or not _HEAD.fullmatch(head):
         return None
     api_type, api = head.split(".", 1)
     if api_type in MODULE_TYPES:
@@ -82,6 +96,17 @@ class Dump:
     level: str
     framework: str
     entries: dict[str, Any] = field(repr=False)
+    # Entries the file holds but cannot give as they were: name -> why (nested past the
+    # parser's limit, written twice). Checking such an entry is a SKIP that says so.
+    faults: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def fault(self, name: EntryName) -> str | None:
+        """Why an entry (or the forward entry its call is rebuilt from) cannot be checked, or None."""
+        for entry in dict.fromkeys((name.full, f"{name.prefix}.forward")):
+            why = self.faults.get(entry) or nesting_fault(self.entries.get(entry))
+            if why:
+                return f"{entry}: {why}"
+        return None
 
     @property
     def tensor_dir(self) -> Path:
@@ -102,31 +127,125 @@ class Dump:
         return counts
 
 
-def find_dump_files(path: os.PathLike | str) -> list[Path]:
-    """A dump.json itself, or every dump.json under a folder (step*/rank*/...)."""
+def find_dump_files(path: os.PathLike | str, refused: list[str] | None = None) -> list[Path]:
+    """A dump.json itself, or every dump.json under a folder (step*/rank*/...).
+
+    Regular files only: pytest cannot collect a FIFO or a device (and reading one could
+    wait forever), and a folder named dump.json it would collect as a folder of tests.
+    What is left out is said in `refused`.
+    """
     path = Path(path)
-    if path.is_dir():
-        return sorted(path.rglob(DUMP_FILE_NAME))
-    return [path]
+    found = sorted(path.rglob(DUMP_FILE_NAME)) if path.is_dir() else [path]
+    kept = []
+    for candidate in found:
+        why = (
+            "not a regular file (a FIFO, a device or a folder)"
+            if candidate.exists() and not candidate.is_file()
+            else "its path holds control characters, which pytest would print raw"
+            if printable(str(candidate)) != str(candidate)
+            else ""
+        )
+        if not why:
+            kept.append(candidate)  # a missing one too: pytest says so
+        elif refused is not None:
+            refused.append(printable(f"{candidate}: {why}: not read"))
+    return kept
+
+
+# pytest imports these when it collects a file in their folder (conftest.py, and a package's
+# __init__.py): a dump's own folders must not hold them.
+PYTEST_IMPORTS = ("conftest.py", "__init__.py")
+_LAYOUT_FOLDER = re.compile(r"rank\d*|proc\d+|step\d+")
+
+
+def code_beside(arg: Path) -> list[Path]:
+    """Python files pytest would import to collect the dumps of one --msprobe-dump path.
+
+    The dump's folders: from each dump.json's folder up to the path given (a folder), or up
+    through msprobe's own layout (`dump_path/step0/rank0/`) when a dump.json is given.
+    """
+    found = []
+    for dump in find_dump_files(arg):
+        folder = dump.resolve().parent
+        top = arg.resolve() if arg.is_dir() else folder
+        while not arg.is_dir() and _LAYOUT_FOLDER.fullmatch(top.name) and top.parent != top:
+            top = top.parent
+        while True:
+            found += [folder / name for name in PYTEST_IMPORTS if (folder / name).exists()]
+            if folder == top or folder.parent == folder:
+                break
+            folder = folder.parent
+    return sorted(set(found))
 
 
 def read_dump(path: os.PathLike | str) -> Dump:
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DumpError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    document = parse_json(raw, path)
+    raw = read_regular(path)
+    document, faults = parse_dump_json(raw, path)
     if not isinstance(document, dict) or not isinstance(document.get("data"), dict):
         raise DumpError(f"{path}: not an msprobe dump: no 'data' object at the top level")
+    for key in ("task", "level", "framework"):
+        if document.get(key) is not None and not isinstance(document[key], str):
+            raise DumpError(
+                f"{path}: {key}: expected a string such as {HEADER_EXAMPLES[key]!r}, "
+                f"found {type(document[key]).__name__}"
+            )
     entries = document["data"]
+    for name in dump_scan.duplicate_entries(raw, entries):
+        faults.setdefault(
+            name, "written more than once in dump.json: which one is the call is not known, so none is checked"
+        )
     return Dump(
         path=path,
-        task=str(document.get("task") or "statistics"),
-        level=str(document.get("level") or ""),
-        framework=document.get("framework") or infer_framework(entries),
+        task=_header(document.get("task") or "statistics"),
+        level=_header(document.get("level") or ""),
+        framework=_header(document.get("framework") or infer_framework(entries)),
         entries=entries,
+        faults=faults,
     )
+
+
+HEADER_EXAMPLES = {"task": "statistics", "level": "L1", "framework": "pytorch"}
+
+
+def _header(value: str) -> str:
+    """A header value as it may be shown: compared with known names only, printed in the header."""
+    return cut(printable(value), 100)
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of a regular file; a FIFO, a device or a folder named dump.json is refused,
+    not waited on or read forever."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise DumpError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DumpError(f"{path}: not a regular file (a FIFO, a device or a folder): not read")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read()
+    except OSError as exc:
+        raise DumpError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def nesting_fault(body: Any, limit: int = MAX_NESTING) -> str | None:
+    """`input_args: nested deeper than 100 levels` for an entry body past the limit, else None.
+
+    Walked without recursion, before any of the (recursive) code that reads arguments.
+    """
+    stack = [(body, 0, "(entry)")]
+    while stack:
+        node, depth, where = stack.pop()
+        if depth > limit:
+            return f"{where}: nested deeper than {limit} levels: no API takes such arguments"
+        if isinstance(node, dict):
+            stack += [(value, depth + 1, key if depth == 0 else where) for key, value in node.items()]
+        elif isinstance(node, list):
+            stack += [(value, depth + 1, where) for value in node]
+    return None
 
 
 # msprobe writes Python's bare NaN / Infinity / -Infinity, which strict parsers
@@ -184,21 +303,48 @@ def _gc_paused():
 
 
 def parse_json(raw: bytes, path: Path) -> Any:
+    return parse_dump_json(raw, path)[0]
+
+
+def parse_dump_json(raw: bytes, path: Path) -> tuple[Any, dict[str, str]]:
+    """(document, {entry: why}): an entry nested deeper than the parser takes is cut out
+    (null), the rest of the dump parsed as usual."""
     with _gc_paused():
-        document = _parse(raw, path)
+        faults: dict[str, str] = {}
+        try:
+            document = _parse(raw, path)
+        except _TooDeep:
+            try:
+                cut_raw, faults = dump_scan.cut_too_deep(quote_bare_constants(raw), PARSE_DEPTH)
+            except ValueError as exc:
+                raise DumpError(f"{path}: {exc}") from None
+            document = _parse(cut_raw, path)
     # The index lives all session: out of the GC's sight, later passes (one
     # per many item objects, five at pytest's exit) stop walking it again.
     gc.freeze()
-    return document
+    return document, faults
+
+
+# Entries are cut past this depth (the document and data objects are two more levels):
+# orjson takes 1024, Python's json what the interpreter's recursion limit leaves.
+PARSE_DEPTH = 500
+
+
+class _TooDeep(Exception):
+    pass
 
 
 def _parse(raw: bytes, path: Path) -> Any:
     try:
         return orjson.loads(quote_bare_constants(raw))
-    except orjson.JSONDecodeError:
-        pass  # let json name the position of the fault
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc) or "recursion" in str(exc):
+            raise _TooDeep() from None
+        # else let json name the position of the fault
     try:
         return json.loads(raw)
+    except RecursionError:
+        raise _TooDeep() from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise DumpError(f"{path}: not valid JSON: {exc}") from None
 
@@ -227,16 +373,18 @@ def _first_bodies(entries: dict[str, Any], limit: int) -> Iterator[Any]:
         yield body
 
 
-def _walk_specs(node: Any) -> Iterator[dict]:
+def _walk_specs(node: Any, depth: int = 0) -> Iterator[dict]:
+    if depth > 20:  # specs sit a few levels down; a body nested deeper tells nothing more
+        return
     if isinstance(node, dict):
         if "type" in node or "dtype" in node:
             yield node
         else:
             for value in node.values():
-                yield from _walk_specs(value)
+                yield from _walk_specs(value, depth + 1)
     elif isinstance(node, list):
         for value in node:
-            yield from _walk_specs(value)
+            yield from _walk_specs(value, depth + 1)
 
 
 def peek_task(path: Path, head_bytes: int = 65536) -> tuple[str | None, str | None]:
@@ -245,8 +393,7 @@ def peek_task(path: Path, head_bytes: int = 65536) -> tuple[str | None, str | No
     msprobe writes the header keys before `data`; None where they are not there.
     """
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(head_bytes).decode("utf-8", "replace")
+        head = _head(path, head_bytes).decode("utf-8", "replace")
     except OSError:
         return None, None
     head = head.split('"data"', 1)[0]
@@ -262,11 +409,21 @@ def peek_framework(path: Path) -> str:
     if task_and_framework[1]:
         return task_and_framework[1]
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(65536)
+        head = _head(path, 65536)
     except OSError:
         return "pytorch"
     torch_at, mindspore_at = head.find(b'"torch.'), head.find(b'"mindspore.')
     if mindspore_at >= 0 and (torch_at < 0 or mindspore_at < torch_at):
         return "mindspore"
     return "pytorch"
+
+
+def _head(path: Path, size: int) -> bytes:
+    """The first bytes of a regular file; OSError for anything else (a FIFO is not waited on)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return os.read(fd, size)
+    finally:
+        os.close(fd)

@@ -6,21 +6,62 @@ frameworks/mindspore.py) from a file or from a numpy array. No pytest here.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from .options import RANDOM, REAL
+from .dump import MAX_NESTING
+from .options import DEFAULT_MAX_ELEMENTS, RANDOM, REAL
+from .untrusted import printable
 
 TENSOR_TYPE_SUFFIXES = ("Tensor", "Parameter", "StubTensor")
+
+# The bound on the random elements one entry may build (--msprobe-max-elements) and how many
+# it built, [bound, built], shared by the rebuilds of one check (its forward call, its
+# grad_outputs) inside element_budget: a shape of 10**15 elements is a SKIP of its entry, not a
+# process killed for memory. Outside one, each Rebuilder counts against the default alone.
+_budget: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("element_budget", default=None)
+MAX_DIMS = 64  # numpy's limit
+# The largest finite value of each floating dtype, the range of each integer one: a statistic
+# beyond it cannot come from a tensor of that dtype.
+FLOAT_MAX: dict[str, float] = {
+    "float16": 65504.0,
+    "bfloat16": 3.3895313892515355e38,
+    "float32": 3.4028234663852886e38,
+    "float64": 1.7976931348623157e308,
+    "complex32": 65504.0,
+    "complex64": 3.4028234663852886e38,
+    "complex128": 1.7976931348623157e308,
+    "float8_e4m3fn": 448.0,
+    "float8_e5m2": 57344.0,
+    "float8_e4m3fnuz": 240.0,
+    "float8_e5m2fnuz": 57344.0,
+}
+INT_RANGE: dict[str, tuple[int, int]] = {
+    name: (int(np.iinfo(name).min), int(np.iinfo(name).max))
+    for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+}
 
 
 class InputError(Exception):
     """An argument that cannot be rebuilt; the message names entry and field."""
+
+
+@contextlib.contextmanager
+def element_budget(max_elements: int) -> Iterator[None]:
+    """The bound on the random elements an entry may build, for the checks run inside."""
+    token = _budget.set([max_elements, 0])
+    try:
+        yield
+    finally:
+        _budget.reset(token)
 
 
 class Codec(Protocol):
@@ -80,7 +121,7 @@ def as_float(value: Any) -> float | None:
         return float(value)
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an integer of 400 digits is out of range, not a number
         return None
 
 
@@ -94,6 +135,7 @@ class Rebuilder:
         self.mode = mode
         self.seed = seed
         self.notes: list[str] = []
+        self._own_budget = [DEFAULT_MAX_ELEMENTS, 0]  # outside element_budget
 
     def error(self, field_path: str, what: str) -> InputError:
         return InputError(f"{self.entry}: {field_path}: {what}")
@@ -111,11 +153,13 @@ class Rebuilder:
         named = {key: self.value(spec, f"{kwargs_key}.{key}") for key, spec in kwargs.items()}
         return Rebuilt(values, named, self.notes)
 
-    def value(self, spec: Any, field_path: str) -> Any:
+    def value(self, spec: Any, field_path: str, depth: int = 0) -> Any:
         if spec is None:
             return None
         if isinstance(spec, list):
-            return [self.value(item, f"{field_path}[{i}]") for i, item in enumerate(spec)]
+            if depth >= MAX_NESTING:
+                raise self.error(field_path, f"lists nested deeper than {MAX_NESTING} levels: no API takes that")
+            return [self.value(item, f"{field_path}[{i}]", depth + 1) for i, item in enumerate(spec)]
         if not isinstance(spec, dict):
             raise self.error(field_path, f"unexpected {type(spec).__name__} {spec!r}")
         if not spec:
@@ -135,7 +179,7 @@ class Rebuilder:
         try:
             return decoder(self, value)
         except (TypeError, ValueError, KeyError) as exc:
-            raise self.error(f"{field_path}.value", f"cannot read {value!r} as {kind}: {exc}") from None
+            raise self.error(f"{field_path}.value", f"cannot read {_short(value)} as {kind}: {exc}") from None
 
     # -- tensors ----------------------------------------------------------
 
@@ -146,13 +190,31 @@ class Rebuilder:
         except (KeyError, TypeError):
             raise self.error(f"{field_path}.dtype", f"unknown dtype {dtype_name!r}") from None
         shape = spec.get("shape")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise self.error(f"{field_path}.shape", f"not a list of sizes: {shape!r}")
+        if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+        ):
+            raise self.error(f"{field_path}.shape", f"not a list of sizes: {_short(shape)}")
+        if len(shape) > MAX_DIMS:
+            raise self.error(f"{field_path}.shape", f"{len(shape)} dimensions, more than any tensor has ({MAX_DIMS})")
         path = self.tensor_path(spec, field_path)
         if path is not None:
             return self.load(path, shape, dtype, field_path)
+        self.budget(shape, field_path)
+        check_statistics(spec, str(dtype).rsplit(".", 1)[-1], lambda key, what: self.error(f"{field_path}.{key}", what))
         array = random_array(spec, self.codec.dtype_kind(dtype_name), tensor_seed(self.seed, self.entry, field_path))
         return self.codec.from_array(array, dtype)
+
+    def budget(self, shape: list[int], field_path: str) -> None:
+        """Count a random tensor against the entry's bound, before anything is allocated."""
+        budget = _budget.get() or self._own_budget
+        count = math.prod(shape)
+        budget[1] += count
+        if budget[1] > budget[0]:
+            raise self.error(
+                f"{field_path}.shape",
+                f"{shape} is {count:,} elements: random data for this entry would be {budget[1]:,}, "
+                f"more than --msprobe-max-elements {budget[0]:,}",
+            )
 
     def tensor_path(self, spec: dict, field_path: str) -> Path | None:
         """The tensor file to load, or None for random data (saying why)."""
@@ -163,6 +225,8 @@ class Rebuilder:
             if self.mode == REAL:
                 raise self.error(f"{field_path}.data_name", "missing: real mode needs a tensor dump")
             return None
+        if not isinstance(data_name, str) or printable(data_name) != data_name:
+            raise self.error(f"{field_path}.data_name", f"not a file name: {_short(data_name)}")
         path = self.safe_path(data_name, field_path)
         if not path.is_file():
             if self.mode == REAL:
@@ -184,21 +248,69 @@ class Rebuilder:
         try:
             tensor = self.codec.load(path)
         except Exception as exc:  # noqa: BLE001 - a broken file is a fault of that entry only
-            raise self.error(f"{field_path}.data_name", f"cannot load {path.name}: {exc}") from None
+            raise self.error(f"{field_path}.data_name", f"cannot load {path.name}: {load_error(exc)}") from None
         found = self.codec.shape_of(tensor)
         if found != list(shape):
             raise self.error(f"{field_path}.shape", f"recorded {shape} but {path.name} holds {found}")
         # A file format without every dtype (.npy has no bfloat16) stores a
         # wider one: the codec casts back to the recorded dtype.
         cast = getattr(self.codec, "cast", None)
+        held = getattr(tensor, "dtype", dtype)
+        stored_wider = cast is not None and str(dtype).endswith("bfloat16") and str(held).endswith("float32")
+        if held != dtype and not stored_wider:
+            self.notes.append(
+                f"{field_path}: {path.name} holds {held}, dump.json records {dtype}: cast to the recorded dtype"
+            )
+            return tensor.to(dtype) if cast is None else cast(tensor, dtype)
         return tensor if cast is None else cast(tensor, dtype)
+
+
+def load_error(exc: Exception) -> str:
+    """The line of a loader's error that says what is wrong with the file. torch's refusal of a
+    pickle that would run code is a page of advice (to load it unsafely, among others): its
+    line naming the refused global, or the unpickler's own error, is the finding."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for marker in ("GLOBAL", "Unsupported", "WeightsUnpickler error"):
+        found = [line for line in lines if marker in line]
+        if found:
+            return f"{type(exc).__name__}: not a file torch.load(weights_only=True) loads: {found[0][:300]}"
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+
+
+def _text(value: Any) -> str:
+    text = str(value)
+    if any("\ud800" <= char <= "\udfff" for char in text):
+        raise ValueError("a lone surrogate: no file, report or terminal holds it")
+    return text
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def check_statistics(spec: dict, dtype: str, error: Callable[[str, str], InputError]) -> None:
+    """A finite Max or Min beyond what the dtype holds (1e308 for float16) cannot be a tensor's."""
+    for key in ("Max", "Min"):
+        raw = spec.get(key)
+        value = as_float(raw)
+        if value is None and raw is not None and not isinstance(raw, str):
+            raise error(key, f"not a number: {_short(raw)}")
+        if value is None or not math.isfinite(value):
+            continue
+        if dtype in FLOAT_MAX and abs(value) > FLOAT_MAX[dtype]:
+            raise error(
+                key, f"{value:g} is beyond the largest {dtype} ({FLOAT_MAX[dtype]:g}): no {dtype} tensor holds it"
+            )
+        if dtype in INT_RANGE and not INT_RANGE[dtype][0] <= value <= INT_RANGE[dtype][1]:
+            raise error(key, f"{value:g} is outside the range of {dtype} {list(INT_RANGE[dtype])}")
 
 
 _SCALARS: dict = {
     "int": lambda r, v: int(v),
     "float": lambda r, v: float(v),
     "bool": lambda r, v: bool(v),
-    "str": lambda r, v: str(v),
+    "str": lambda r, v: _text(v),
     "complex": lambda r, v: complex(v),
     "slice": lambda r, v: slice(*v),
     "ellipsis": lambda r, v: Ellipsis,
@@ -224,12 +336,17 @@ def random_array(spec: dict, kind: str, seed: int) -> np.ndarray:
     low, high = as_float(spec.get("Min")), as_float(spec.get("Max"))
     if kind == "b":
         lo, hi = int(bool(low)) if low is not None else 0, int(bool(high)) if high is not None else 1
+        lo, hi = min(lo, hi), max(lo, hi)  # Min true, Max false: from a dump no tensor wrote
         return np.asarray(rng.integers(lo, hi + 1, size=shape) > 0)
     if kind == "i":
         lo, hi = _int_bounds(low, high)
-        return np.asarray(rng.integers(lo, hi + 1, size=shape, dtype=np.int64))
+        return np.asarray(rng.integers(lo, hi, size=shape, dtype=np.int64, endpoint=True))
     lo, hi = _finite_bounds(spec, low, high)
-    array = np.asarray(rng.uniform(lo, hi, size=shape), dtype=np.float64)
+    if math.isfinite(hi - lo):
+        array = np.asarray(rng.uniform(lo, hi, size=shape), dtype=np.float64)
+    else:  # [-1e308, 1e308]: the width overflows, the mix of the ends does not
+        u = rng.random(size=shape)
+        array = np.asarray(lo * (1 - u) + hi * u, dtype=np.float64)
     if array.size:
         flat = array.reshape(-1)
         flat[0] = low if low is not None else lo
@@ -237,9 +354,13 @@ def random_array(spec: dict, kind: str, seed: int) -> np.ndarray:
     return array
 
 
+_INT64 = INT_RANGE["int64"]
+
+
 def _int_bounds(low: float | None, high: float | None) -> tuple:
     lo = int(low) if low is not None and math.isfinite(low) else 0
     hi = int(high) if high is not None and math.isfinite(high) else lo + 1
+    lo, hi = (min(max(v, _INT64[0]), _INT64[1]) for v in (lo, hi))  # a uint64 past int64: its top
     return min(lo, hi), max(lo, hi)
 
 

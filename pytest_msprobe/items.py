@@ -10,11 +10,13 @@ from .dump import Dump, DumpError, entry_kind, parse_entry_name, read_dump
 from .messages import entry_message
 from .results import ERROR, SKIP, EntryResult
 from .summary import failure_text
+from .untrusted import cut, escape, printable
 
 if TYPE_CHECKING:
     from .session import MsprobeRun
 
 RUN_KEY: pytest.StashKey[MsprobeRun] = pytest.StashKey()
+MAX_TERMINAL = 10_000  # characters of one entry's message in the terminal
 
 
 class DumpFile(pytest.File):
@@ -27,12 +29,15 @@ class DumpFile(pytest.File):
             self.dump = read_dump(self.path)
         except DumpError as exc:
             # Not a collection error: pytest would stop the whole session.
-            yield UnreadableDump.from_parent(self, name="dump", message=str(exc))
+            yield UnreadableDump.from_parent(self, name="dump", message=printable(str(exc)))
             return
         self.config.stash[RUN_KEY].collected[self.nodeid] = self.dump
         for name in self.dump.entries:
             if entry_kind(name) != "module":
-                yield EntryItem.from_parent(self, name=name)
+                # The test name is what terminals and reports show: the entry's, escaped (untrusted.py).
+                item = EntryItem.from_parent(self, name=escape(name))
+                item.entry = name
+                yield item
 
 
 class UnreadableDump(pytest.Item):
@@ -58,16 +63,18 @@ class EntryItem(pytest.Item):
     """One API entry of a dump, checked on the device under test against the bench."""
 
     result: EntryResult | None = None
+    entry: str = ""  # the entry's name in the dump (self.name is it escaped)
 
     def runtest(self) -> None:
         checker = self.config.stash[RUN_KEY].checker
-        entry = parse_entry_name(self.name)
+        entry = parse_entry_name(self.entry)
         if entry is None:
+            # Its row goes under the test's name: the entry's, escaped, and so safe to send and write.
             self.result = EntryResult(
                 self.name,
                 "forward",
                 SKIP,
-                f"{self.name}: not an API entry name (<Type>.<api>.<n>.<forward|backward>)",
+                f"{cut(self.name, 200)}: not an API entry name (<Type>.<api>.<n>.<forward|backward>)",
                 dump=str(self.path),
             )
         else:
@@ -84,10 +91,13 @@ class EntryItem(pytest.Item):
                     dump=str(self.path),
                 )
                 raise
+        # What the terminal shows: escaped, and cut (the CSV and the details rows hold the rest).
         if self.result.status == SKIP:
-            pytest.skip(entry_message(self.result) or "nothing to compare")
+            pytest.skip(cut(printable(entry_message(self.result) or "nothing to compare"), MAX_TERMINAL))
         if self.result.status == ERROR:
-            raise PrecisionError(failure_text(self.result, checker.standard.describe()))
+            # Each line escaped on its own: a newline inside one is the dump's, between them ours.
+            lines = failure_text(self.result, checker.standard.describe())
+            raise PrecisionError(cut("\n".join(printable(line) for line in lines), MAX_TERMINAL))
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
         if isinstance(excinfo.value, PrecisionError):

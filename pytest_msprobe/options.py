@@ -20,6 +20,9 @@ from .standards import STANDARDS
 AUTO, REAL, RANDOM = "auto", "real", "random"
 MODES = (AUTO, REAL, RANDOM)
 ERROR_DATA_FOLDER = "msprobe_error_data"  # under --msprobe-out
+# Random data is built from the recorded shapes: at most this many elements an entry (8 GiB as
+# float64, more than any one call of a real model's step); beyond it, the entry is a SKIP.
+DEFAULT_MAX_ELEMENTS = 2**30
 
 _TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
 
@@ -45,6 +48,7 @@ class Options:
     resume: str = ""
     baseline: str = ""
     save_error_data: str | None = None  # None: off; "": the default folder under out; else a folder
+    max_elements: int = DEFAULT_MAX_ELEMENTS
 
     def out_dir(self, base: Path) -> Path:
         return base / self.out
@@ -113,6 +117,7 @@ OPTIONS = (
     Option("out", "folder for the result and details CSVs"),
     Option("resume", "result CSV of a killed run: run only its missing APIs, append to it"),
     Option("baseline", "result CSV of an earlier run: its errors are expected failures"),
+    Option("max_elements", "random data: the most elements an entry's inputs may have (beyond: SKIP)", read=int),
 )
 
 

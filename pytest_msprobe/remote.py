@@ -23,6 +23,7 @@ import pytest
 from .dump import DumpError, entry_kind, parse_entry_name, read_dump
 from .items import RUN_KEY, DumpFile, EntryItem, PrecisionError
 from .results import ERROR, EntryResult
+from .untrusted import escape
 
 DUMPS = "msprobe_dumps"  # workerinput: the dumps as the controller named them
 HOST = "msprobe_host"  # workerinput: the host the worker runs on, as its gateway spec says
@@ -99,13 +100,18 @@ class RemoteDumpFile(DumpFile):
                     f"{self.path} on host {self.host} is not the dump the controller read there: "
                     f"{len(found)} entries on {self.host}, {len(names)} on the controller (shared storage out of sync?)"
                 )
+        # Test names as the controller's: the entries' names, escaped (untrusted.py).
         if problem:
             for name in names:
-                yield UnreadableEntry.from_parent(self, name=name, problem=problem)
+                unreadable = UnreadableEntry.from_parent(self, name=escape(name), problem=problem)
+                unreadable.entry = name
+                yield unreadable
             return
         self.config.stash[RUN_KEY].collected[self.nodeid] = self.dump
         for name in names:
-            yield EntryItem.from_parent(self, name=name)
+            item = EntryItem.from_parent(self, name=escape(name))
+            item.entry = name
+            yield item
 
 
 class UnreadableEntry(EntryItem):
@@ -116,7 +122,7 @@ class UnreadableEntry(EntryItem):
         self.problem = problem
 
     def runtest(self) -> None:
-        entry = parse_entry_name(self.name)
+        entry = parse_entry_name(self.entry)
         api, direction = (entry.prefix, entry.direction) if entry else (self.name, "forward")
         self.result = EntryResult(api, direction, ERROR, self.problem, dump=str(self.path))
         raise PrecisionError(f"{self.name}: {self.problem}")

@@ -8,17 +8,20 @@ no framework.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import os
+import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import IO, NamedTuple
 
 from .dump import BACKWARD, FORWARD, parse_entry_name
 from .messages import api_message, output_message
 from .results import ERROR, EntryResult
+from .untrusted import cut, escape, unescape
 
 RESULT_COLUMNS = ["API Name", "Forward Test Success", "Backward Test Success", "Message"]
 DETAILS_COLUMNS = [
@@ -36,14 +39,27 @@ RESULT_PREFIX = "accuracy_checking_result_"
 DETAILS_PREFIX = "accuracy_checking_details_"
 ENCODING = "utf-8-sig"  # msprobe's choice: spreadsheet programs open it right
 
-# A cell starting with one of these is run as a formula by spreadsheet programs.
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# A cell starting with one of these is run as a formula by spreadsheet programs (fullwidth
+# forms too, in some locales); a leading `'` marks text, so a text starting with `'` gets one
+# more and every cell reads back as written. Control characters never reach a cell (escaped).
+_FORMULA_START = ("=", "+", "-", "@", "'", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+# Spreadsheet programs hold at most 32,767 characters a cell: a longer Message is cut there,
+# every output's own message staying whole in its details row.
+MAX_CELL = 32_000
 
 
-def text_cell(value: object) -> str:
-    """Dump data is untrusted: a name like `=HYPERLINK(...)` must stay text."""
-    text = "" if value is None else str(value)
+def text_cell(value: object, limit: int = 0, where: str = "") -> str:
+    """Dump data is untrusted: a name like `=HYPERLINK(...)` must stay text, and a newline,
+    a NUL or a terminal escape must not start a row or reach a reader raw. untext undoes it
+    (but for a cell cut at `limit` characters)."""
+    text = escape("" if value is None else str(value))
+    text = cut(text, limit - 1, where) if limit else text  # one left for the `'` a formula start takes
     return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def untext(cell: str) -> str:
+    """The text a text_cell was written from."""
+    return unescape(cell.removeprefix("'"))
 
 
 def number_cell(value: float | None) -> str:
@@ -69,10 +85,32 @@ def read_finished_apis(result_path: Path) -> set[str]:
     return {row[0] for row in read_result_rows(result_path)}
 
 
-def read_result_rows(result_path: Path) -> list[list[str]]:
-    """The rows of a result CSV, header checked, cells as written (formula guard undone)."""
+def read_entry_statuses(result_path: Path) -> list[tuple[str, str, str]]:
+    """(api, direction, status) of every entry a result CSV holds a status for."""
+    found = []
+    for row in read_result_rows(result_path):
+        row = row + [""] * (3 - len(row))
+        found += [
+            (row[0], direction, status) for direction, status in ((FORWARD, row[1]), (BACKWARD, row[2])) if status
+        ]
+    return found
+
+
+@contextlib.contextmanager
+def any_field_size() -> Iterator[None]:
+    """The csv module refuses fields over 131,072 characters by default; a row this plugin
+    wrote (an API name, an older run's uncut Message) may hold more, and is still a row."""
+    previous = csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     try:
-        with open(result_path, newline="", encoding=ENCODING) as handle:
+        yield
+    finally:
+        csv.field_size_limit(previous)
+
+
+def read_result_rows(result_path: Path) -> list[list[str]]:
+    """The rows of a result CSV, header checked, cells as written (text_cell undone)."""
+    try:
+        with open(result_path, newline="", encoding=ENCODING) as handle, any_field_size():
             rows = list(csv.reader(handle))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise ReportError(f"{result_path}: cannot be read as a result CSV: {exc}") from None
@@ -86,34 +124,59 @@ def read_result_rows(result_path: Path) -> list[list[str]]:
     return [[untext(cell) for cell in row] for row in rows[1:] if row]
 
 
-def untext(cell: str) -> str:
-    return cell[1:] if cell.startswith("'") and cell[1:].startswith(_FORMULA_START) else cell
-
-
 class CsvWriter:
-    """Appends rows to one result file and its details file, flushing each API."""
+    """Appends rows to one result file and its details file, flushing each API.
 
-    def __init__(self, result_path: Path):
+    exclusive: both files are new, created with O_EXCL (a name another run holds is never
+    shared); else a resumed pair, appended to.
+    """
+
+    def __init__(self, result_path: Path, exclusive: bool = False):
         self.result_path = result_path
         self.details_path = details_path_for(result_path)
-        self._result = self._open(self.result_path, RESULT_COLUMNS)
-        self._details = self._open(self.details_path, DETAILS_COLUMNS)
+        self._result = self._open(self.result_path, RESULT_COLUMNS, exclusive)
+        try:
+            self._details = self._open(self.details_path, DETAILS_COLUMNS, exclusive)
+        except BaseException:
+            self._result.close()
+            if exclusive:
+                self.result_path.unlink()
+            raise
 
     @classmethod
     def in_folder(cls, folder: Path, stamp: str | None = None) -> CsvWriter:
-        folder.mkdir(parents=True, exist_ok=True)
-        return cls(folder / f"{RESULT_PREFIX}{stamp or timestamp()}.csv")
+        """A new pair in folder, `_{stamp}` or, where another run took that, `_{stamp}_1`, ...
+
+        Raises ReportError when the folder cannot hold them (read-only, a file in its place).
+        """
+        stamp = stamp or timestamp()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            for n in range(1000):
+                try:
+                    return cls(folder / f"{RESULT_PREFIX}{stamp}{f'_{n}' if n else ''}.csv", exclusive=True)
+                except FileExistsError:
+                    continue
+            raise FileExistsError(f"{RESULT_PREFIX}{stamp}_0.csv to _999.csv all exist")
+        except OSError as exc:
+            raise ReportError(f"{folder}: cannot write the CSV files there: {exc.strerror or exc}") from None
 
     @staticmethod
-    def _open(path: Path, columns: list[str]):
-        new = not path.exists() or path.stat().st_size == 0
-        handle = open(path, "a", newline="", encoding="utf-8")  # noqa: SIM115 - open for the whole run
-        if new:
-            handle.write("\ufeff")
-            csv.writer(handle).writerow(columns)
+    def _open(path: Path, columns: list[str], exclusive: bool) -> IO[str]:
+        handle = open(path, "x" if exclusive else "a", newline="", encoding="utf-8")  # noqa: SIM115 - the whole run
+        try:
+            if exclusive or handle.tell() == 0:
+                handle.write("\ufeff")
+                csv.writer(handle).writerow(columns)
+                handle.flush()  # a file to resume from the start, and a full disk found now
+        except BaseException:
+            handle.close()
+            raise
         return handle
 
     def write_api(self, api: str, forward: EntryResult | None, backward: EntryResult | None) -> None:
+        """Raises OSError when a file cannot take the rows (a full disk): what is on disk
+        before them stays whole, and resume cuts a torn last row."""
         details = csv.writer(self._details)
         for result in (r for r in (forward, backward) if r is not None):
             for row in result.outputs:
@@ -127,33 +190,47 @@ class CsvWriter:
                         number_cell(row.max_abs_err),
                         number_cell(row.max_rel_err),
                         row.status.value,
-                        text_cell(output_message(row)),
+                        text_cell(output_message(row), MAX_CELL, " cut"),
                     ]
                 )
+        # Details first, on disk before the result row is even buffered: a result row on disk
+        # always has its details beside it, and a details flush a full disk refuses takes no
+        # result row down with it later (at close).
+        self._details.flush()
         csv.writer(self._result).writerow(
             [
                 text_cell(api),
                 forward.status.value if forward else "",
                 backward.status.value if backward else "",
-                text_cell(api_message(forward, backward)),
+                text_cell(
+                    api_message(forward, backward), MAX_CELL, " cut: every output's message is in its details row"
+                ),
             ]
         )
-        # Details first: a result row on disk always has its details beside it.
-        self._details.flush()
         self._result.flush()
 
     def close(self) -> None:
-        self._details.close()
-        self._result.close()
+        """Closes both files; an error flushing what a full disk refused is not raised again."""
+        for handle in (self._details, self._result):
+            with contextlib.suppress(OSError):
+                handle.close()
+
+
+def split_node_id(node_id: str) -> tuple[str, str]:
+    """(dump part, entry name) of an item's node id: the entry name may hold `::` itself,
+    and the test name is the entry's escaped (items.py)."""
+    dump, _, entry = node_id.partition("::")
+    return dump, unescape(entry)
 
 
 def crash_result(node_id: str, message: str) -> EntryResult | None:
     """The result of an entry whose process died while checking it (a segfault, an abort,
     the OOM killer): an error, so the API gets its row and the run its failure."""
-    name = parse_entry_name(node_id.rsplit("::", 1)[-1])
+    dump, entry = split_node_id(node_id)
+    name = parse_entry_name(entry)
     if name is None:
         return None
-    return EntryResult(name.prefix, name.direction, ERROR, reason=message, dump=node_id.split("::", 1)[0])
+    return EntryResult(name.prefix, name.direction, ERROR, reason=message, dump=dump)
 
 
 def dump_folders(dump_files: Sequence[Path]) -> dict[Path, Path]:
@@ -194,7 +271,7 @@ class ApiBook:
 
     def expect(self, node_ids: Iterable[str]) -> None:
         for node_id in node_ids:
-            dump, _, entry = node_id.rpartition("::")
+            dump, entry = split_node_id(node_id)
             name = parse_entry_name(entry)
             if name is not None:
                 self.expected.setdefault((dump, name.prefix), set()).add(name.direction)

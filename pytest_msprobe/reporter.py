@@ -7,12 +7,19 @@ from pathlib import Path
 import pytest
 
 from . import manifest, summary
-from .report import ApiBook, ApiRow, CsvWriter, dump_folders, timestamp
+from .report import ApiBook, ApiRow, CsvWriter, ReportError, dump_folders, split_node_id, timestamp
 from .results import REPORT_ATTRIBUTE, EntryResult
+from .untrusted import cut, printable
+
+MAX_LINE = 1000  # characters of one summary line: a 200,000-character entry name is cut there
 
 
 class CsvReporter:
-    """Writes the CSVs in the process that sees every report (the xdist controller)."""
+    """Writes the CSVs in the process that sees every report (the xdist controller).
+
+    Every dump's pair of files is created when the run is configured, so a folder that
+    cannot hold them is a usage error before the first entry runs.
+    """
 
     def __init__(self, config: pytest.Config, run):
         self.config = config
@@ -20,9 +27,19 @@ class CsvReporter:
         self.book = ApiBook(skip=run.selection.finished)
         self.folders = dump_folders(run.dump_files)
         self.stamp = timestamp()  # one for the run, whatever the number of dumps
-        self.writers: dict[str, CsvWriter] = {}  # by the dump's part of the node id
+        self.writers: dict[Path, CsvWriter] = {}  # by the dump's resolved path
         self.results: list[EntryResult] = []
         self.unfinished: list[ApiRow] = []
+        self.session: pytest.Session | None = None
+        self.stopped = ""  # why the rows stopped (a full disk)
+        self.finishing = False
+        self.stopped_late = False
+        if not config.option.collectonly:
+            for path in run.dump_files:
+                self.open(path)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.book.expect(item.nodeid for item in session.items)
@@ -37,52 +54,88 @@ class CsvReporter:
             return
         result = EntryResult.from_dict(data)
         self.results.append(result)
-        row = self.book.add(report.nodeid.rpartition("::")[0], result)
+        row = self.book.add(split_node_id(report.nodeid)[0], result)
         if row is not None:
             self.write(row)
 
     def write(self, row: ApiRow) -> None:
-        self.open(row.dump).write_api(row.api, row.forward, row.backward)
-
-    def open(self, dump: str) -> CsvWriter:
-        if dump not in self.writers:
-            resumed = self.run.selection.resumed
-            folder = self.folders.get((self.config.rootpath / dump).resolve(), Path())
-            self.writers[dump] = (
-                CsvWriter(resumed) if resumed else CsvWriter.in_folder(self.run.out_dir / folder, self.stamp)
+        if self.stopped:
+            return
+        writer = self.open(self.dump_path(row.dump))
+        try:
+            writer.write_api(row.api, row.forward, row.backward)
+        except OSError as exc:
+            self.stop(
+                f"msprobe: cannot write {writer.result_path} ({exc.strerror or exc}): stopped; the rows "
+                f"written are whole, --msprobe-resume {writer.result_path} runs the rest"
             )
-            if not manifest.path_for(self.writers[dump].result_path).exists():  # a resumed pair keeps its own
-                manifest.write(self.writers[dump].result_path, self.run.describe(dump))
-        return self.writers[dump]
+
+    def stop(self, why: str) -> None:
+        """End the run after this entry (serial), or after the entries running now (xdist):
+        pytest says why, as `Interrupted: ...`."""
+        self.stopped = why
+        if self.finishing:
+            self.stopped_late = True  # nothing left to interrupt: the summary says it
+            return
+        if self.session is not None:
+            self.session.shouldstop = why
+        dsession = self.config.pluginmanager.get_plugin("dsession")
+        if dsession is not None:
+            dsession.shouldstop = why
+
+    def dump_path(self, dump: str) -> Path:
+        return (self.config.rootpath / dump).resolve()
+
+    def open(self, path: Path) -> CsvWriter:
+        """The pair of files of one dump; raises pytest.UsageError when it cannot be created."""
+        if path not in self.writers:
+            resumed = self.run.selection.resumed
+            folder = self.run.out_dir / self.folders.get(path, Path())
+            try:
+                self.writers[path] = CsvWriter(resumed) if resumed else CsvWriter.in_folder(folder, self.stamp)
+            except ReportError as exc:
+                raise pytest.UsageError(f"--msprobe-out: {exc}") from None
+            except OSError as exc:
+                raise pytest.UsageError(
+                    f"--msprobe-resume: {resumed}: cannot append to it: {exc.strerror or exc}"
+                ) from None
+        return self.writers[path]
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
+        self.finishing = True
         leftovers = self.book.leftovers()
         if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail or self.run.lost_hosts:
             # Cut short by Ctrl-C, -x, --maxfail or a lost host: left out, so that --msprobe-resume runs them whole.
             self.unfinished, leftovers = leftovers, []
-            for row in self.unfinished:
-                self.open(row.dump)  # a file to resume, even with no API finished yet
         for row in leftovers:
             self.write(row)
-        for writer in self.writers.values():
+        for path, writer in self.writers.items():
             writer.close()
+            if not manifest.path_for(writer.result_path).exists():  # a resumed pair keeps its own
+                manifest.write(writer.result_path, self.run.describe(path))
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.results and not self.writers:
             return
         terminalreporter.section("msprobe")
         lines = summary.summary_lines(self.results)
-        if self.run.selection.baseline is not None:
-            lines += self.run.selection.baseline.summary_lines(self.results)
-        for line in lines:
-            terminalreporter.write_line(line)
-        for dump in sorted({row.dump for row in self.unfinished}):
+        selection = self.run.selection
+        if selection.earlier:
+            earlier = [EntryResult(api, direction, status) for api, direction, status in selection.earlier]
+            lines += ["", f"resumed {selection.resumed}: the entries it held before this run:"]
+            lines += summary.count_lines(earlier)
+        if selection.baseline is not None:
+            lines += selection.baseline.summary_lines(self.results)
+        if self.stopped_late:
+            lines += ["", self.stopped]
+        for path, dump in sorted({self.dump_path(row.dump): row.dump for row in self.unfinished}.items()):
             count = sum(row.dump == dump for row in self.unfinished)
             where = f"{dump}: " if len(self.writers) > 1 else ""
-            terminalreporter.write_line(
+            lines.append(
                 f"{where}{count} APIs unfinished when the run stopped, not written: "
-                f"--msprobe-resume {self.writers[dump].result_path} runs them"
+                f"--msprobe-resume {self.open(path).result_path} runs them"
             )
         for writer in self.writers.values():
-            terminalreporter.write_line(f"result:  {writer.result_path}")
-            terminalreporter.write_line(f"details: {writer.details_path}")
+            lines += [f"result:  {writer.result_path}", f"details: {writer.details_path}"]
+        for line in lines:
+            terminalreporter.write_line(cut(printable(line), MAX_LINE))

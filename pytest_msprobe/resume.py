@@ -13,7 +13,7 @@ import csv
 from collections.abc import Iterator
 from pathlib import Path
 
-from .report import DETAILS_COLUMNS, RESULT_COLUMNS, ReportError, details_path_for, untext
+from .report import DETAILS_COLUMNS, RESULT_COLUMNS, ReportError, any_field_size, details_path_for, untext
 
 
 def prepare(result_path: Path) -> set[str]:
@@ -58,13 +58,20 @@ def complete_records(path: Path, columns: list[str]) -> tuple[list[list[str]], l
     rows: list[list[str]] = []
     ends: list[int] = []
     try:
-        for row in csv.reader(_lines(data, start, read_to), strict=True):
-            if not data[: read_to[0]].endswith(b"\n"):
-                break  # the last line, cut off mid-write
-            rows.append(row)
-            ends.append(read_to[0])
-    except csv.Error:
-        pass  # a quoted field cut off mid-write: everything before it stands
+        with any_field_size():
+            for row in csv.reader(_lines(data, start, read_to), strict=True):
+                if not data[: read_to[0]].endswith(b"\n"):
+                    break  # the last line, cut off mid-write
+                rows.append(row)
+                ends.append(read_to[0])
+    except csv.Error as exc:
+        # A kill can only tear the last record: a record that does not parse with more
+        # of the file after it is no torn tail, and cutting there would drop whole rows.
+        if read_to[0] < len(data):
+            raise ReportError(
+                f"{path}: record {len(rows) + 1} is not a CSV row pytest-msprobe writes ({exc}): "
+                "not resumed, nothing cut"
+            ) from None
     if rows and rows[0] != columns:
         raise ReportError(
             f"{path}: not an accuracy_checking CSV of pytest-msprobe: its header is {rows[0][:4]}, expected {columns}"

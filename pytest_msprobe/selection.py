@@ -17,17 +17,27 @@ from . import resume
 from .baseline import Baseline
 from .dump import parse_entry_name
 from .items import EntryItem
-from .report import ReportError, read_finished_apis
+from .report import ReportError, read_entry_statuses, read_finished_apis
+from .results import ERROR
 
 FINISHED_KEY = "msprobe_finished"
 BASELINE_KEY = "msprobe_baseline_failed"
 
 
 class Selection:
-    def __init__(self, resumed: Path | None = None, finished: Iterable[str] = (), baseline: Baseline | None = None):
+    def __init__(
+        self,
+        resumed: Path | None = None,
+        finished: Iterable[str] = (),
+        baseline: Baseline | None = None,
+        earlier: Iterable[tuple[str, str, str]] = (),
+    ):
         self.resumed = resumed  # the result CSV new rows are appended to
         self.finished = set(finished)
         self.baseline = baseline
+        # (api, direction, status) of the rows the resumed file held: the controller's, for the verdict
+        self.earlier = list(earlier)
+        self.deselected = 0
 
     @classmethod
     def from_config(cls, config: pytest.Config, base: Path, resume_arg: str, baseline_arg: str) -> Selection:
@@ -35,13 +45,14 @@ class Selection:
         resumed = base / resume_arg if resume_arg else None
         try:
             finished = _finished(resumed, worker) if resumed else set()
+            earlier = read_entry_statuses(resumed) if resumed and worker is None else []
         except ReportError as exc:
             raise pytest.UsageError(f"--msprobe-resume: {exc}") from None
         try:
             baseline = _baseline(base / baseline_arg, worker) if baseline_arg else None
         except ReportError as exc:
             raise pytest.UsageError(f"--msprobe-baseline: {exc}") from None
-        return cls(resumed, finished, baseline)
+        return cls(resumed, finished, baseline, earlier)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
@@ -52,8 +63,9 @@ class Selection:
     def pytest_collection_modifyitems(self, config: pytest.Config, items) -> None:
         kept, done = [], []
         for item in items:
-            entry = parse_entry_name(item.name) if isinstance(item, EntryItem) else None
-            if entry is not None and entry.prefix in self.finished:
+            entry = parse_entry_name(item.entry) if isinstance(item, EntryItem) else None
+            # A name that is no API name has its row under the test's name (items.py).
+            if isinstance(item, EntryItem) and (entry.prefix if entry else item.name) in self.finished:
                 done.append(item)
                 continue
             if entry is not None and self.baseline and self.baseline.failed_before(entry.prefix, entry.direction):
@@ -63,6 +75,27 @@ class Selection:
         if done:
             config.hook.pytest_deselected(items=done)
             items[:] = kept
+        self.deselected = len(done)
+
+    def earlier_errors(self) -> list[tuple[str, str]]:
+        """Entries the resumed file holds as error that no baseline expects."""
+        return [
+            (api, direction)
+            for api, direction, status in self.earlier
+            if status == ERROR and not (self.baseline and self.baseline.failed_before(api, direction))
+        ]
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """A resumed run's verdict is its whole file's: the rows it held count as the new ones do.
+
+        Nothing left to run is not "no tests": the file is finished, and its errors fail the run.
+        """
+        if self.resumed is None or hasattr(session.config, "workerinput"):
+            return
+        status = session.exitstatus
+        if status == pytest.ExitCode.OK or (status == pytest.ExitCode.NO_TESTS_COLLECTED and self.deselected):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED if self.earlier_errors() else pytest.ExitCode.OK
 
     def pytest_report_header(self, config: pytest.Config):
         lines = []

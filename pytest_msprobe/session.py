@@ -17,7 +17,7 @@ import pytest
 
 from . import devices, manifest, remote, workers
 from .check import Checker
-from .dump import Dump, DumpError, find_dump_files, parse_entry_name, peek_framework, peek_task
+from .dump import Dump, DumpError, code_beside, find_dump_files, parse_entry_name, peek_framework, peek_task
 from .frameworks import RunOptions, Tested
 from .items import RUN_KEY, DumpFile
 from .options import RANDOM, Options
@@ -26,6 +26,7 @@ from .results import REPORT_ATTRIBUTE
 from .selection import Selection
 from .standards import make_standard
 from .summary import metric_properties
+from .untrusted import printable
 
 
 def start(config: pytest.Config, options: Options) -> None:
@@ -67,16 +68,27 @@ class MsprobeRun:
         workerinput = getattr(config, "workerinput", None)
         shared = remote.shipped(workerinput)  # the controller's paths, read as they are on every host
         self.host = (workerinput or {}).get(remote.HOST, "")
+        refused: list[str] = []  # said in the header: a FIFO named dump.json, ...
         if shared is None:
-            self.dump_files = [f.resolve() for p in options.dumps for f in find_dump_files(base / p)]
+            self.dump_files = [f.resolve() for p in options.dumps for f in find_dump_files(base / p, refused)]
             shared = remote.describe(self.dump_files, config.rootpath, with_items=False)
         else:
             self.dump_files = [Path(dump.path) for dump in shared]
         self.shared = {Path(dump.path): dump for dump in shared}
         self.remote = any(dump.items is not None for dump in shared)  # a worker on another host
         if not self.dump_files:
-            raise pytest.UsageError(f"--msprobe-dump: no dump.json under {', '.join(options.dumps)}")
-        self.device_notes = notes
+            raise pytest.UsageError(
+                f"--msprobe-dump: no dump.json under {', '.join(options.dumps)}" + "".join(f"; {r}" for r in refused)
+            )
+        code = [str(found) for p in options.dumps for found in code_beside(base / p)]
+        if code:  # pytest would import them to collect the dumps: a dump is data, never code
+            raise pytest.UsageError(
+                "--msprobe-dump: the dump's folders hold Python files pytest would import to collect it: "
+                f"{', '.join(code)}; move dump.json and dump_tensor_data elsewhere"
+            )
+        if options.max_elements < 1:
+            raise pytest.UsageError(f"--msprobe-max-elements must be at least 1, not {options.max_elements}")
+        self.device_notes = [*refused, *notes]
         self.frameworks = {peek_framework(path) for path in self.dump_files}
         if workers.remote_hosts(config):
             self.device_kind = options.device  # the controller's devices are not its workers': each host chooses
@@ -100,14 +112,15 @@ class MsprobeRun:
         run_options = RunOptions(
             self.device_kind, Tested.RECORDED if recorded else Tested.DEVICE, options.mode, options.seed
         )
-        self.checker = Checker(run_options, make_standard(options), options.error_data_dir(base))
+        self.checker = Checker(
+            run_options, make_standard(options), options.error_data_dir(base), max_elements=options.max_elements
+        )
         self.collected: dict[str, Dump] = {}  # by node id, as DumpFile collects them
         self.lost_hosts: dict[str, str] = {}  # host -> why no worker could start there (lost_hosts.py)
 
-    def describe(self, dump: str) -> dict[str, Any]:
-        """The manifest of the CSV pair of a dump (its part of the node id): the dump, the settings, the shard."""
-        path = (self.config.rootpath / dump).resolve()
-        collected = self.collected.get(dump)
+    def describe(self, path: Path) -> dict[str, Any]:
+        """The manifest of the CSV pair of a dump: the dump, the settings, the shard."""
+        collected = next((d for d in self.collected.values() if d.path.resolve() == path), None)
         try:
             names = [name.full for name in collected.api_names()] if collected else remote.item_names(path)
             api_calls: int | None = len({entry.prefix for entry in map(parse_entry_name, names) if entry})
@@ -163,7 +176,7 @@ class MsprobeRun:
         lines = []
         for path, dump in self.collected.items():
             counts = ", ".join(f"{n} {kind}" for kind, n in dump.counts().items() if n or kind != "unknown")
-            lines.append(f"msprobe: {path}: {dump.framework} {dump.task} dump, {counts} entries")
+            lines.append(printable(f"msprobe: {path}: {dump.framework} {dump.task} dump, {counts} entries"))
         return lines
 
     @pytest.hookimpl(wrapper=True)

@@ -91,11 +91,11 @@ def summary_lines(results: Sequence[EntryResult]) -> list[str]:
     return lines
 
 
-def failure_text(result: EntryResult, standard: str) -> str:
-    """The failure message of one item: every output that broke the rule, with its metrics."""
+def failure_text(result: EntryResult, standard: str) -> list[str]:
+    """The lines of one item's failure message: every output that broke the rule, with its metrics."""
     failed = [row for row in result.outputs if row.status == ERROR]
     if not failed:
-        return f"{result.entry}: {entry_message(result)}"
+        return [f"{result.entry}: {entry_message(result)}"]
     lines = [f"{result.entry}: {len(failed)} of {len(result.outputs)} outputs break the standard {standard}"]
     for row in failed:
         cosine = "n/a" if row.cosine is None else f"{row.cosine:.6g}"
@@ -105,7 +105,7 @@ def failure_text(result: EntryResult, standard: str) -> str:
         )
         lines.append(f"    {output_message(row)}")
     lines += [f"  note: {note}" for note in result.notes]
-    return "\n".join(lines)
+    return lines
 
 
 def metric_properties(result: EntryResult) -> list[tuple[str, str]]:

@@ -136,6 +136,7 @@ class Controller:
         self.down: dict[str, str] = {}  # worker -> why it went down, for its crashed entry
         self.shared: dict[bool, list[dict]] = {}  # the dumps as workers are told them, by remoteness
         self.lost = lost_hosts.LostHosts(config, run, self.say)
+        self.judged: set[str] = set()  # node ids whose call report (the verdict) arrived
 
     def device(self, device_id: int | None) -> str:
         kind = self.run.device_kind
@@ -195,9 +196,22 @@ class Controller:
                 self.down[worker] = f"{self.device(device_id)} of host {host}: its connection ended ({cause})"
                 self.lost.watch()
 
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call":
+            self.judged.add(report.nodeid)
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
+        if crashitem in self.judged:
+            # The worker died after the entry's verdict reached us (in its teardown, or before it
+            # said it was done): the verdict and its row stand, and the crash is no second outcome.
+            report.outcome, report.when, report.longrepr = "passed", "teardown", None
+            self.say(
+                f"msprobe: the xdist worker {worker} went down after {crashitem.partition('::')[2]} "
+                "was judged: its result stands"
+            )
+            return
         message = (
             f"the xdist worker {worker} crashed while checking this entry on "
             f"{self.down.get(worker, 'its device')} (a segfault, an abort or the OOM killer in the API)"
@@ -207,7 +221,7 @@ class Controller:
         result = crash_result(crashitem, message)
         if result is not None:
             setattr(report, REPORT_ATTRIBUTE, result.to_dict())  # the reporter writes its error row like any other
-            entry = crashitem.rsplit("::", 1)[-1]
+            entry = crashitem.partition("::")[2]
             report.longrepr = f"{entry}: {message}"
             report.location = (report.location[0], None, entry)
 

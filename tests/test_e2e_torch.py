@@ -119,6 +119,9 @@ def test_a_failure_names_each_output_rounding_floor_once(pytester, example):
     failure = result.stdout.str().split(" FAILURES ", 1)[1].split(" msprobe ", 1)[0]
     assert failure.count("within the bf16 rounding budget") == 2  # output.0 and output.1
     assert "note:" not in failure
+    # One line per output, as written: only newlines inside a line (the dump's) are escaped.
+    result.stdout.fnmatch_lines(["Torch.matmul.1.backward: 2 of 2 outputs break the standard basic*",
+                                 "  output.0 torch.bfloat16 [[]2, 32]: Cosine *", "    MaxAbsErr *"])
 
 
 def test_altered_recorded_outputs_fail_and_the_untouched_pass(pytester, copy_dump):

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from ..compare import ExtraRuns
+
 if TYPE_CHECKING:
     from ..dump import Dump, EntryName
 
@@ -69,6 +71,7 @@ class OutputPair:
     shape: list[int] | None = None
     skip: str = ""  # why this output cannot be compared
     note: str = ""  # what the pairing had to do (a gradient judged at another node of the graph)
+    extra: ExtraRuns = field(default_factory=ExtraRuns)  # more of the bench, for a standard that asks
 
 
 @dataclass
@@ -87,7 +90,6 @@ class Run:
 
     pairs: list[OutputPair]
     notes: list[str] = field(default_factory=list)
-    input_scale: float = 0.0
     tested_error: str = ""  # the exception of the device under test, if it raised
     kept: Kept | None = None
 

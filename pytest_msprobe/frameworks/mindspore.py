@@ -18,10 +18,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from .. import apis
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, is_tensor_spec, tree_map
 from . import OutputPair, Run, RunOptions, Unsupported, ms_mapping
 from . import torch_engine as engine
+from .magnitudes import with_magnitudes
 
 DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
@@ -175,6 +177,8 @@ def resolve_bench(name: EntryName) -> ms_mapping.Equivalent:
         raise Unsupported(f"{name.api_type} collective: it cannot be re-run alone, on one device")
     if engine.NONDETERMINISTIC.search(name.api.rsplit(".", 1)[-1]):
         raise Unsupported(f"non-deterministic API {name.api}: two runs never agree")
+    if name.api_type != "Primitive":  # the same SKIP whether the tested side runs or is recorded
+        apis.listed(apis.MINDSPORE, name.api_type, name.api)
     equivalent = ms_mapping.lookup(name.api_type, name.api)
     if equivalent is None and name.api_type == "Primitive":
         raise Unsupported(
@@ -194,10 +198,9 @@ def resolve_tested(name: EntryName, call: engine.Call) -> Callable:
     """The MindSpore callable of the entry (a primitive is built with its attributes)."""
     ms = mindspore()
     api_type, api = name.api_type, name.api
+    where = f"MindSpore {ms.__version__}"
     if api_type == "Primitive":
-        cls = getattr(ms.ops, ms_mapping.primitive_class(api), None)
-        if cls is None:
-            raise Unsupported(f"Primitive {api}: no class {ms_mapping.primitive_class(api)} in mindspore.ops")
+        cls = apis.resolve(ms.ops, apis.primitive(api, ms_mapping.PRIMITIVE), where)
         attributes = resolve_bench(name).primitive_args or (lambda *args: ())
         try:
             return cls(*attributes(*call.args))
@@ -212,12 +215,8 @@ def resolve_tested(name: EntryName, call: engine.Call) -> Callable:
         "Functional": lambda: ms.ops,
         "Tensor": lambda: ms.Tensor,
     }
-    target: Any = roots[api_type]()
-    for part in api.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            raise Unsupported(f"{api_type}.{api} does not exist in MindSpore {ms.__version__}")
-    return target
+    listed = apis.listed(apis.MINDSPORE, api_type, api)  # only msprobe's APIs, along the listed path
+    return apis.resolve(roots[api_type](), listed, where)
 
 
 # -- the call ------------------------------------------------------------------
@@ -338,7 +337,11 @@ class MindSpore:
         sides = (
             backward_sides(dump, call, options) if entry.direction == BACKWARD else forward_sides(dump, call, options)
         )
-        return engine.run_sides(call, sides, options.keep)
+        # The benchmark's PyTorch API says how its terms' magnitude is had (an adapter's says nothing).
+        torch_name = resolve_bench(entry).torch_name
+        return engine.run_sides(
+            call, with_magnitudes(sides, "" if " " in torch_name else torch_name, call), options.keep
+        )
 
 
 def forward_sides(dump: Dump, call: engine.Call, options: RunOptions) -> engine.Sides:

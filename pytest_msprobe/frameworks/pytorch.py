@@ -11,9 +11,11 @@ from typing import Any, Callable
 
 import torch
 
+from .. import apis, devices
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, Undescribed, is_tensor_spec, tree_map
 from . import OutputPair, Run, RunOptions, Unsupported
+from .magnitudes import with_magnitudes
 from .recorded_gradients import Attribution, attribute
 from .torch_engine import (
     CODEC,
@@ -76,7 +78,7 @@ class PyTorch:
         sides = (
             backward_sides(dump, call, options) if entry.direction == BACKWARD else forward_sides(dump, call, options)
         )
-        return run_sides(call, sides, options.keep)
+        return run_sides(call, with_magnitudes(sides, entry.api, call), options.keep)
 
 
 # -- resolving an entry --------------------------------------------------------
@@ -99,6 +101,7 @@ def resolve_npu(api: str, recorded: bool, device: str) -> tuple[Callable | None,
     """torch_npu's fused op on the NPU, its float64 CPU reference as the bench."""
     from . import npu_reference
 
+    listed = apis.listed(apis.PYTORCH, "NPU", api)  # before anything else: only msprobe's APIs
     reference = npu_reference.lookup(api)
     if reference is None:
         raise Unsupported(f"NPU op {api} has no CPU reference to benchmark it with")
@@ -112,7 +115,7 @@ def resolve_npu(api: str, recorded: bool, device: str) -> tuple[Callable | None,
         )
     import torch_npu
 
-    return getattr(torch_npu, api), bench
+    return apis.resolve(torch_npu, listed, f"torch_npu {torch_npu.__version__}"), bench
 
 
 def _skip_unmodelled(api: str, reference: Callable, unsupported: type[Exception]) -> Callable:
@@ -128,6 +131,7 @@ def _skip_unmodelled(api: str, reference: Callable, unsupported: type[Exception]
 
 
 def resolve_torch(api_type: str, api: str) -> Callable:
+    """Only what msprobe's list for the type names, and only along the listed path (apis.py)."""
     roots = {
         "Functional": lambda: torch.nn.functional,
         "Tensor": lambda: torch.Tensor,
@@ -135,17 +139,10 @@ def resolve_torch(api_type: str, api: str) -> Callable:
         "VF": lambda: torch._VF,
         "Aten": lambda: torch.ops.aten,
     }
+    listed = apis.listed(apis.PYTORCH, api_type, api)
     if api_type not in roots:
         raise Unsupported(f"unknown API type {api_type!r}")
-    target: Any = roots[api_type]()
-    for part in api.split("."):
-        try:
-            target = getattr(target, part)
-        except (AttributeError, RuntimeError):
-            raise Unsupported(f"{api_type}.{api} does not exist in torch {torch.__version__}") from None
-    if not callable(target):
-        raise Unsupported(f"{api_type}.{api} is not callable")
-    return target
+    return apis.resolve(roots[api_type](), listed, f"torch {torch.__version__}")
 
 
 # -- the call ------------------------------------------------------------------
@@ -213,7 +210,9 @@ def forward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
     else:
 
         def tested() -> list:
-            return forward(tested_side(options.device, call), call)
+            outputs = forward(tested_side(options.device, call), call)
+            devices.synchronize(options.device)  # a device kernel's error is this entry's
+            return outputs
 
     def pair(tested: list, bench: list) -> list[OutputPair]:
         return skip_uncompared(name, pairs_of(tested, bench))
@@ -260,8 +259,15 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
         def recorded() -> list:
             return recorded_values(CODEC, dump, name.full, grad_specs, "output")
 
+        attributed: list[Attribution] = []  # the last one, for the extra runs
+
         def attribution(tested: list, bench: list) -> Attribution:
-            return attribute(tested, grad_specs, bench, nodes, flat_outputs(grad_outputs))
+            attributed[:] = [attribute(tested, grad_specs, bench, nodes, flat_outputs(grad_outputs))]
+            return attributed[0]
+
+        def compared_bench_run(side: Any) -> list:
+            found = watched_bench(side)
+            return attributed[0].rebased(found, nodes) if attributed else found
 
         def compared(tested: list, bench: list) -> tuple[list, list]:
             return attribution(tested, bench).compared(bench)
@@ -270,10 +276,21 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
             found = attribution(tested, bench)
             return gradient_pairs(found.matched, bench, "; ".join(found.strays), found.elsewhere)
 
-        return Sides(watched_bench, recorded, recorded_pairs, notes, True, grad_outputs, compared)
+        return Sides(
+            watched_bench,
+            recorded,
+            recorded_pairs,
+            notes,
+            True,
+            grad_outputs,
+            compared,
+            compared_bench=compared_bench_run,
+        )
 
     def tested() -> list:
-        return gradients(tested_side(options.device, call), call, grad_outputs)
+        grads = gradients(tested_side(options.device, call), call, grad_outputs)
+        devices.synchronize(options.device)  # a device kernel's error is this entry's
+        return grads
 
     def pair(tested: list, bench: list) -> list[OutputPair]:
         # Only the gradients msprobe recorded: an input it recorded none for took none in the step.

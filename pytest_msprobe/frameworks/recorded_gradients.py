@@ -40,12 +40,22 @@ class Attribution:
     matched: dict[int, Any] = field(default_factory=dict)  # input index -> the recorded gradient
     # input index -> (the float64 gradient at the node it was recorded at, what to say)
     elsewhere: dict[int, tuple[torch.Tensor, str]] = field(default_factory=dict)
+    nodes: dict[int, NodeGradient] = field(default_factory=dict)  # input index -> that node
     strays: list[str] = field(default_factory=list)  # the recorded gradients that fit nothing, described
 
     def compared(self, bench: list) -> tuple[list, list]:
         """(recorded, float64) as they were compared, in the order of the inputs."""
         recorded = [self.matched.get(i) for i in range(len(bench))]
         return recorded, [self.elsewhere[i][0] if i in self.elsewhere else b for i, b in enumerate(bench)]
+
+    def rebased(self, gradients: list, nodes: list[NodeGradient]) -> list:
+        """Another run of the same graph (an extra run's) as it compares: its gradients, with the
+        values its own nodes pass on where this attribution judged at a node."""
+        found = list(gradients)
+        for index, node in self.nodes.items():
+            same = (n for n in nodes if (n.node, n.slot, n.value.shape) == (node.node, node.slot, node.value.shape))
+            found[index] = next((n.value for n in same), None)
+        return found
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,7 @@ def attribute(recorded: list, specs: list, bench: list, nodes: list[NodeGradient
         chosen = candidates[best]
         found.matched[chosen.index] = value
         if chosen.node is not None:
+            found.nodes[chosen.index] = chosen.node
             found.elsewhere[chosen.index] = (
                 chosen.value,
                 f"msprobe recorded this gradient at {chosen.node.describe()} inside the API, not at its input: "

@@ -9,16 +9,18 @@ Imported only when an entry is checked.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from .. import apis
+from ..compare import ExtraRuns
 from ..dump import Dump, EntryName
 from ..inputs import REAL, Codec, Device, Rebuilder, is_tensor_spec, tree_map
 from . import BenchmarkFailed, Kept, OutputPair, Run, Unsupported
@@ -29,16 +31,15 @@ NONDETERMINISTIC = re.compile(
     r"|cauchy_|log_normal_|^random_$|rrelu|^empty|new_empty"
 )
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+# By the names of apis.TORCH_DTYPES: a dtype named by a dump is looked up, never an attribute of torch.
+DTYPES = {name: vars(torch)[name] for name in apis.TORCH_DTYPES if isinstance(vars(torch).get(name), torch.dtype)}
 
 
 class TorchCodec:
     """Specs -> torch values (see inputs.Codec)."""
 
     def dtype(self, name: str) -> torch.dtype:
-        dtype = getattr(torch, str(name).replace("torch.", "", 1), None) if str(name).startswith("torch.") else None
-        if not isinstance(dtype, torch.dtype):
-            raise KeyError(name)
-        return dtype
+        return DTYPES[apis.torch_dtype_name(name)]
 
     def dtype_kind(self, name: str) -> str:
         dtype = self.dtype(name)
@@ -135,53 +136,46 @@ def recorded_values(codec: Codec, dump: Dump, entry: str, specs: list, key: str)
     return [None if spec is None else rebuilder.value(spec, f"{key}[{i}]") for i, spec in enumerate(specs)]
 
 
-def input_scale(call: Call) -> float:
-    """The largest finite |value| among the floating inputs."""
-    scale = 0.0
-    for t in floating(call.args, call.kwargs):
-        if t.numel():
-            finite = t[torch.isfinite(t)]
-            if finite.numel():
-                scale = max(scale, float(finite.abs().max()))
-    return scale
-
-
 # -- the two sides -------------------------------------------------------------
 
 
 @dataclass
 class Side:
-    """How one side places its tensors: tested (device, recorded dtype) or bench (CPU, float64)."""
+    """How one side places its tensors and which callable it runs: tested (the device, the
+    recorded dtypes) or bench (the CPU, the reference callable, every floating tensor in float64)."""
 
     device: str
-    floating: torch.dtype | None = None  # None keeps the recorded dtype
+    floating: torch.dtype | None = None  # every floating tensor in this dtype; None keeps the recorded one
+    # Floating inputs rounded to this dtype first, as autocast does: what the kernel really took.
     autocast: torch.dtype | None = None
-
-    @property
-    def is_bench(self) -> bool:
-        return self.floating is not None
+    reference: bool = False  # run the bench callable (for torch_npu ops, the CPU reference)
+    transform: Callable[[torch.Tensor], torch.Tensor] | None = None  # on every floating tensor placed (extra runs)
 
     def place(self, value: Any) -> Any:
         if isinstance(value, Device):
             return torch.device(self.device)
         if not isinstance(value, torch.Tensor):
             return value
-        dtype = self.floating if (value.is_floating_point() and self.floating is not None) else value.dtype
-        return value.detach().to(device=self.device, dtype=dtype, copy=True)
-
-    def context(self) -> contextlib.AbstractContextManager:
-        if self.autocast is None:
-            return contextlib.nullcontext()
-        return torch.autocast(torch.device(self.device).type, dtype=self.autocast)
+        if not value.is_floating_point():
+            return value.detach().to(device=self.device, copy=True)
+        if self.autocast is not None:
+            value = value.detach().to(self.autocast)
+        placed = value.detach().to(device=self.device, dtype=self.floating or value.dtype, copy=True)
+        return placed if self.transform is None else self.transform(placed)
 
 
 def tested_side(device: str, call: Call) -> Side:
     return Side(device, None, call.autocast)
 
 
-def bench_sides() -> Sequence[Side]:
+def bench_sides(call: Call) -> Sequence[Side]:
     """float64 first; float32 where the API has no float64 kernel."""
-    return Side("cpu", torch.float64), Side("cpu", torch.float32)
+    return Side("cpu", torch.float64, call.autocast, True), Side("cpu", torch.float32, call.autocast, True)
+
+
+def low_side(call: Call) -> Side:
+    """The reference on the CPU in the tested dtypes: what PyTorch's own kernel rounds there."""
+    return Side("cpu", None, call.autocast, True)
 
 
 def call_on(side: Side, call: Call, grad: bool = False) -> tuple[Any, list[torch.Tensor]]:
@@ -198,10 +192,10 @@ def call_on(side: Side, call: Call, grad: bool = False) -> tuple[Any, list[torch
     if grad and call.inplace:
         # An in-place op may not write into a leaf that requires grad.
         args, kwargs = tree_map(_clone_tensor, args), tree_map(_clone_tensor, kwargs)
-    fn = call.bench_fn if side.is_bench else call.fn
+    fn = call.bench_fn if side.reference else call.fn
     if fn is None:
         raise Unsupported(f"{call.name.full}: no tested callable on {side.device}")
-    with side.context(), torch.set_grad_enabled(grad):
+    with torch.set_grad_enabled(grad):
         return fn(*args, **kwargs), leaves
 
 
@@ -209,15 +203,19 @@ def _clone_tensor(value: Any) -> Any:
     return value.clone() if isinstance(value, torch.Tensor) else value
 
 
-def run_bench(compute: Callable[[Side], list]) -> tuple[list, str]:
-    """(outputs, note) of the first bench side that runs; the note says when it is not float64."""
+def run_bench(compute: Callable[[Side], list], call: Call) -> tuple[list, Side, str]:
+    """(outputs, side, note) of the first bench side that runs; the note says when it is not float64."""
     errors: list[str] = []
-    for side in bench_sides():
+    for side in bench_sides(call):
         try:
-            return compute(side), (
-                ""
-                if side.floating == torch.float64
-                else f"benchmark ran in {side.floating}: float64 raised {errors[0]}"
+            return (
+                compute(side),
+                side,
+                (
+                    ""
+                    if side.floating == torch.float64
+                    else f"benchmark ran in {side.floating}: float64 raised {errors[0]}"
+                ),
             )
         except Unsupported:
             raise
@@ -422,12 +420,23 @@ class Sides:
     grad_outputs: list | None = None  # backward: the gradients fed to the outputs
     # (tested, bench) as they were compared, tested in the order of the bench's, for the error data.
     compared: Callable[[list, list], tuple[list, list]] = _as_compared
+    # For the standard's extra runs: the magnitude of the terms of each output on a bench side (the
+    # bench on |inputs| for sums and products, the API's formula), and whether the spread of the
+    # bench under perturbed inputs says anything (not for sums and products: the magnitude does).
+    magnitude: Callable[[Side], list] | None = None
+    spread: bool = True
+    # The bench as the pairs compare it, for the extra runs: where a gradient was judged at a
+    # node of the graph, that node's value (by default the bench itself).
+    compared_bench: Callable[[Side], list] | None = None
+
+    def compared_run(self, side: Side) -> list:
+        return (self.compared_bench or self.bench)(side)
 
 
 def run_sides(call: Call, sides: Sides, keep: bool) -> Run:
     """The bench, then the tested side; an exception of the tested run is a finding."""
-    bench, note = run_bench(sides.bench)
-    run = Run([], [*sides.notes, *([note] if note else [])], input_scale(call))
+    bench, side, note = run_bench(sides.bench, call)
+    run = Run([], [*sides.notes, *([note] if note else [])])
     tested = None
     if sides.recorded:
         tested = sides.tested()
@@ -444,4 +453,101 @@ def run_sides(call: Call, sides: Sides, keep: bool) -> Run:
         run.kept = Kept({"args": call.args, "kwargs": call.kwargs}, kept_tested, kept_bench, grads)
     if tested is not None:
         run.pairs = sides.pair(tested, bench)
+        extra = ExtraBenchRuns(call, sides, side, bench)
+        for pair in run.pairs:
+            if not pair.skip:
+                pair.extra = extra.for_output(pair.index)
     return run
+
+
+def absolute(side: Side) -> Side:
+    """The side with every floating tensor (inputs and grad_outputs) made |x|: a sum's or a
+    product's benchmark then gives the magnitude of the terms it adds (|A||B|, sum |x|)."""
+    return replace(side, transform=torch.abs)
+
+
+def perturbed(side: Side, relative: float, seed: int) -> Side:
+    """The side with every floating tensor multiplied by 1 + relative x (+-1 at random)."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def transform(t: torch.Tensor) -> torch.Tensor:
+        signs = torch.randint(0, 2, t.shape, generator=generator).to(t.dtype) * 2 - 1
+        return t * (1 + relative * signs)
+
+    return replace(side, transform=transform)
+
+
+SPREAD_SEEDS = 3  # one seed needs 10x the constant to pass every correct output (kernel_bounds.md)
+LOW_THREADS = (1, 2, 4, 8)
+
+
+class ExtraBenchRuns:
+    """The extra benchmark runs of one entry, each run once, on the first output's ask.
+
+    On the side the benchmark ran on; a run that raises answers None (the standard then
+    judges without it)."""
+
+    def __init__(self, call: Call, sides: Sides, side: Side, bench: list):
+        self.call, self.sides, self.side, self.bench = call, sides, side, bench
+        self.runs: dict[tuple, list | None] = {}
+
+    def for_output(self, index: int) -> ExtraRuns:
+        return ExtraRuns(
+            magnitude=lambda: self.magnitude(index),
+            spread=lambda relative: self.spread(index, relative),
+            low=lambda: self.low(index),
+        )
+
+    def magnitude(self, index: int) -> np.ndarray | None:
+        if self.sides.magnitude is None:
+            return None
+        compute = self.sides.magnitude
+        return self.output(("magnitude",), lambda: compute(self.side), index)
+
+    def spread(self, index: int, relative: float) -> np.ndarray | None:
+        bench = self.output(("bench",), lambda: self.bench, index)
+        if not self.sides.spread or bench is None:
+            return None
+        widest: np.ndarray | None = None
+        for seed in range(SPREAD_SEEDS):
+            side = perturbed(self.side, relative, seed)
+            run = self.output(("spread", relative, seed), functools.partial(self.sides.compared_run, side), index)
+            if run is None or run.shape != bench.shape:
+                return None
+            gap = np.abs(run - bench)
+            widest = gap if widest is None else np.maximum(widest, gap)
+        return widest
+
+    def low(self, index: int) -> np.ndarray | None:
+        """The widest gap over the thread counts machines commonly run: PyTorch's low-precision CPU
+        kernels sum per-thread partials in that precision (layer_norm's weight gradient), so what
+        they round depends on the thread count of the machine that ran them."""
+        bench = self.output(("bench",), lambda: self.bench, index)
+        widest: np.ndarray | None = None
+        for threads in LOW_THREADS:
+            run = self.output(("low", threads), functools.partial(self.low_run, threads), index)
+            if run is None or bench is None or run.shape != bench.shape:
+                return None
+            gap = np.abs(run - bench)
+            widest = gap if widest is None else np.maximum(widest, gap)
+        return widest
+
+    def low_run(self, threads: int) -> list:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return self.sides.compared_run(low_side(self.call))
+        finally:
+            torch.set_num_threads(before)
+
+    def output(self, key: tuple, compute: Callable[[], list], index: int) -> np.ndarray | None:
+        if key not in self.runs:
+            try:
+                self.runs[key] = compute()
+            except Exception:  # noqa: BLE001 - a probe is an extra: the standard judges without it
+                self.runs[key] = None
+        outputs = self.runs[key]
+        if outputs is None or index >= len(outputs):
+            return None
+        found = to_array(outputs[index])
+        return None if found is None else np.asarray(found[0], dtype=np.float64)

@@ -1,8 +1,12 @@
-"""Per-API tolerances (ini key msprobe_tolerances): torch.testing.assert_close's rule for chosen outputs.
+"""Per-API tolerances (ini key msprobe_tolerances) of the dtype standard, first match wins.
 
-Lines like `Torch.matmul.*: rtol=1e-3, atol=1e-5`, first match wins; an output
-they match is judged element by element, |t - b| <= atol + rtol * |b|, instead
-of by its dtype's budget.
+`Torch.matmul.*: rtol=1e-3, atol=1e-5`: the outputs it matches are judged element by
+element by torch.testing.assert_close's rule, |t - b| <= atol + rtol * |b|, instead of by
+their dtype's budget. `Functional.conv2d.*: inputs=hf32` or `Torch.matmul.*: accumulate=fp16`:
+an allowance, what a team accepts of those kernels on purpose (HF32 operands, fp16 partial
+sums): their budget's accumulation unit is raised to that format's (an operand rounded to
+it errs by at most twice its unit times the magnitude of the terms, which the budget's
+32 x u_acc x magnitude holds).
 """
 
 from __future__ import annotations
@@ -19,22 +23,45 @@ import numpy as np
 from ..compare import Comparison, Metrics
 from ..results import ERROR, PASS
 from . import Verdict
+from .budget import FORMATS
+
+# Formats an allowance may name, by the names users write.
+ALLOWED = {
+    "tf32": FORMATS["tf32"],
+    "hf32": FORMATS["hf32"],
+    "fp16": FORMATS["float16"],
+    "bf16": FORMATS["bfloat16"],
+    "float16": FORMATS["float16"],
+    "bfloat16": FORMATS["bfloat16"],
+}
 
 
 @dataclass(frozen=True)
 class Tolerance:
-    """One per-API override: assert_close's |t - b| <= atol + rtol * |b|, element by element."""
+    """One per-API line: assert_close's rule (rtol, atol), or an allowance (inputs, accumulate)."""
 
     pattern: str
-    rtol: float
-    atol: float
+    rtol: float = 0.0
+    atol: float = 0.0
+    rule: bool = True  # rtol/atol given: assert_close's rule replaces the budget
+    inputs: str = ""  # the format the kernel's operands are rounded to, accepted ("hf32")
+    accumulate: str = ""  # the format it accumulates in, accepted ("fp16")
 
     def matches(self, output_name: str) -> bool:
         # "Torch.matmul" and "Torch.matmul.0.forward" name all their outputs too.
         return fnmatchcase(output_name, self.pattern) or fnmatchcase(output_name, self.pattern + ".*")
 
+    @property
+    def accumulation(self) -> float | None:
+        """The unit roundoff an allowance accepts, for the budget's accumulation term."""
+        units = [ALLOWED[name].unit_roundoff for name in (self.inputs, self.accumulate) if name]
+        return max(units) if units else None
+
     def describe(self) -> str:
-        return f"{self.pattern}: rtol={self.rtol:g}, atol={self.atol:g}"
+        if self.rule:
+            return f"{self.pattern}: rtol={self.rtol:g}, atol={self.atol:g}"
+        given = (("inputs", self.inputs), ("accumulate", self.accumulate))
+        return f"{self.pattern}: " + ", ".join(f"{key}={value}" for key, value in given if value)
 
     def judge(self, c: Comparison, m: Metrics) -> Verdict:
         t, b = finite_pairs(c)
@@ -98,18 +125,30 @@ def _parse_line(text: str, line: str) -> Tolerance:
     if not colon or not pattern:
         raise bad('expected "<API pattern>: rtol=<number>, atol=<number>"')
     values: dict[str, float] = {}
+    formats: dict[str, str] = {}
     for setting in filter(None, (s.strip() for s in settings.split(","))):
         found = _SETTING.match(setting)
         if not found:
             raise bad(f"{setting!r} is not key=value")
         key, value = found.groups()
-        if key not in ("rtol", "atol"):
-            raise bad(f"unknown key {key!r} (rtol, atol)")
-        if key in values:
+        if key in values or key in formats:
             raise bad(f"{key} given twice")
-        values[key] = _non_negative(value, key, bad)
+        if key in ("rtol", "atol"):
+            values[key] = _non_negative(value, key, bad)
+        elif key in ("inputs", "accumulate"):
+            if value not in ALLOWED:
+                raise bad(f"{key}={value}: not a format ({', '.join(ALLOWED)})")
+            formats[key] = value
+        else:
+            raise bad(f"unknown key {key!r} (rtol, atol; or inputs, accumulate)")
+    if values and formats:
+        raise bad("a line gives assert_close's rtol/atol or an allowance (inputs, accumulate), not both")
+    if formats:
+        return Tolerance(
+            pattern, rule=False, inputs=formats.get("inputs", ""), accumulate=formats.get("accumulate", "")
+        )
     if not values:
-        raise bad("give rtol, atol or both")
+        raise bad("give rtol, atol or both, or an allowance: inputs=hf32, accumulate=fp16")
     return Tolerance(pattern, values.get("rtol", 0.0), values.get("atol", 0.0))
 
 

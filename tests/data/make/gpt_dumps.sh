@@ -1,7 +1,8 @@
 #!/bin/sh
 # Write tests/data/gpt_<dtype> (seq 48, the whole step) and tests/data/gpt512_<dtype> (seq 512, the last
 # chunk's softmax) with msprobe 26.2.0 in its own venv:
-#   PYTHON=/work/venv-msprobe/bin/python sh tests/data/make/gpt_dumps.sh
+#   PYTHON=VENV/bin/python sh tests/data/make/gpt_dumps.sh
+# VENV: python -m venv VENV && VENV/bin/pip install torch==2.13.0 mindstudio-probe==26.2.0 "numpy<2" "pandas<3" "ml_dtypes<0.6"
 set -e
 PYTHON=${PYTHON:-python}
 MAKE=$(cd "$(dirname "$0")" && pwd)

@@ -1,0 +1,125 @@
+"""The magnitude of the terms an API's kernel rounds: what the dtype standard scales u_acc by.
+
+- Sums and products (every floating input enters linearly: linear, matmul, conv, sum, mean,
+  add, mul, cat, embedding, masked_fill): the benchmark itself on |inputs|, grad_outputs
+  included, gives it (|A||B|, sum |x|), forward and backward alike.
+- softmax, layer_norm, gelu: their formula subtracts, so the API on |inputs| means nothing;
+  the formula with every difference made a sum of magnitudes does (softmax's gradient
+  y (g - sum y g) -> y (|g| + sum y |g|)): `formula`.
+- Anything else has no magnitude model: the standard measures its conditioning instead (the
+  spread of the benchmark under perturbed inputs).
+
+The models and their constants: bench/studies/kernel_bounds.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Callable
+
+import torch
+
+from .torch_engine import Call, Sides, absolute, flat_outputs
+
+SUMS_AND_PRODUCTS = frozenset({
+    "linear", "matmul", "__matmul__", "mm", "bmm", "baddbmm", "addmm", "conv1d", "conv2d", "conv3d", "einsum",
+    "mean", "sum", "embedding", "add", "__add__", "__radd__", "add_", "mul", "__mul__", "__rmul__", "mul_", "cat",
+    "masked_fill", "masked_fill_",
+})  # fmt: skip
+
+# The parameters each formula reads, in positional order, with their defaults.
+PARAMETERS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "softmax": (("input", None), ("dim", -1)),
+    "layer_norm": (("input", None), ("normalized_shape", None), ("weight", None), ("bias", None), ("eps", 1e-5)),
+    "gelu": (("input", None), ("approximate", "none")),
+}
+
+
+def family(api: str) -> str:
+    """ "sum" (a sum or product), "formula" (softmax, layer_norm, gelu) or "" of an API's last name."""
+    name = api.rsplit(".", 1)[-1]
+    return "sum" if name in SUMS_AND_PRODUCTS else "formula" if name in PARAMETERS else ""
+
+
+def formula(api: str, args: Sequence[Any], kwargs: dict[str, Any], grad_outputs: list | None) -> list:
+    """The magnitude of each output (backward: of each floating input's gradient), in float64."""
+    name = api.rsplit(".", 1)[-1]
+    bound = _bind(name, args, kwargs)
+    g = next((_f64(t) for t in grad_outputs or () if isinstance(t, torch.Tensor)), None)
+    if grad_outputs is not None and g is None:
+        raise ValueError("no grad_output")
+    return FORMULAS[name](bound, g)
+
+
+def _bind(name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    bound = dict(PARAMETERS[name])
+    bound.update(zip(bound, args))
+    bound.update({key: value for key, value in kwargs.items() if key in bound})
+    return {key: _f64(value) for key, value in bound.items()}
+
+
+def _f64(value: Any) -> Any:
+    return value.detach().to(torch.float64) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+
+
+def _softmax(p: dict[str, Any], g: torch.Tensor | None) -> list:
+    dim = p["dim"] if p["dim"] is not None else -1
+    y = torch.softmax(p["input"], dim)
+    if g is None:
+        return [y]
+    ag = g.abs()
+    return [y * (ag + (y * ag).sum(dim, keepdim=True))]
+
+
+def _layer_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
+    shape = p["normalized_shape"]
+    n = int(math.prod(shape if isinstance(shape, (list, tuple, torch.Size)) else [shape]))
+    x = p["input"]
+    rows = x.reshape(-1, n)
+    mean = rows.mean(1, keepdim=True)
+    rstd = 1 / torch.sqrt(((rows - mean) ** 2).mean(1, keepdim=True) + p["eps"])
+    centred = (rows.abs() + mean.abs()) * rstd  # x - mean is rounded at the scale of |x| + |mean|
+    weight, bias = p["weight"], p["bias"]
+    w = weight.reshape(1, n).abs() if weight is not None else torch.ones(1, n, dtype=torch.float64)
+    if g is None:
+        b = bias.reshape(1, n).abs() if bias is not None else 0.0
+        return [(centred * w + b).reshape(x.shape)]
+    ag = g.reshape(-1, n).abs()
+    gw = ag * w
+    dx = rstd * (gw + gw.mean(1, keepdim=True) + centred * (gw * centred).mean(1, keepdim=True))
+    found = [dx.reshape(x.shape)]
+    if weight is not None:
+        found.append((ag * centred).sum(0).reshape(weight.shape))
+    if bias is not None:
+        found.append(ag.sum(0).reshape(bias.shape))
+    return found
+
+
+def _gelu(p: dict[str, Any], g: torch.Tensor | None) -> list:
+    x = p["input"]
+    if g is None:  # x/2 + x/2 erf(x/sqrt 2): the two halves cancel for x << 0
+        return [0.5 * x.abs() * (1 + torch.erf(x / math.sqrt(2)).abs())]
+    return [
+        g.abs()
+        * (0.5 * (1 + torch.erf(x / math.sqrt(2)).abs()) + x.abs() * torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
+    ]
+
+
+FORMULAS: dict[str, Callable[[dict[str, Any], torch.Tensor | None], list]] = {
+    "softmax": _softmax,
+    "layer_norm": _layer_norm,
+    "gelu": _gelu,
+}
+
+
+def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
+    """The entry's sides with what the dtype standard's extra runs need for this API."""
+    kind = family(api)
+    if kind == "sum":
+        return replace(sides, magnitude=lambda side: sides.compared_run(absolute(side)), spread=False)
+    if kind == "formula":
+        grad_outputs = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
+        return replace(sides, magnitude=lambda side: formula(api, call.args, call.kwargs, grad_outputs))
+    return sides

@@ -1,0 +1,992 @@
+"""Deficient kernels, and correct kernels that merely differ, computed from an entry's recorded inputs.
+
+A *deficit* is what a real kernel that loses precision computes: TF32/HF32 GEMM operands, accumulation
+in fp16/bf16, tanh GELU for erf GELU, a 12-bit rsqrt estimate in layer_norm, a one-pass E[x^2]-E[x]^2
+variance, a softmax denominator summed in the low dtype, a gradient missing a term. A *control* is a
+correct kernel that computes differently: another summation order, a 1-ULP math library, online
+softmax, Welford layer_norm. Every kind returns an entry's outputs laid out as msprobe records them
+(for a backward entry, its recorded gradients), in the entry's dtype.
+
+The arithmetic is simulated in float64 with explicit roundings: a value "in fp32" is a float64 that
+holds an fp32 number. A product of two fp32 (or narrower) numbers is exact in float64, so rounding
+`acc + a * b` to the accumulator is a fused multiply-add, as GEMM kernels do. A correct kernel keeps
+its intermediates in fp32 ("opmath", as PyTorch's CPU and CUDA kernels and Ascend's cube unit do for
+fp16/bf16) and rounds the result once to the output dtype.
+
+build_corpus() copies a dump and replaces the recorded outputs of chosen entries with a kind's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+F64 = torch.float64
+F32 = torch.float32
+LOW = frozenset({torch.bfloat16, torch.float16})
+FLOATS = frozenset({torch.bfloat16, torch.float16, torch.float32})
+BLOCK = 16  # a cube unit's K block, and online softmax's block
+FORWARD, BACKWARD = "forward", "backward"
+ERROR, PASS = "error", "pass"
+
+
+class NotApplicable(Exception):
+    """The kind does not change this entry (another family, dtype or direction), or the entry's
+    call is outside what is modelled (groups, label smoothing, an inner-node gradient)."""
+
+
+# -- rounding ------------------------------------------------------------------
+
+
+def rnd(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x rounded to dtype (to nearest, ties to even), held in float64."""
+    return x if dtype == F64 else x.to(dtype).to(F64)
+
+
+def round_mantissa(x: torch.Tensor, bits: int, ties: str = "even") -> torch.Tensor:
+    """x rounded to `bits` explicit mantissa bits (TF32/HF32: 10), exponent range unchanged."""
+    mantissa, exponent = torch.frexp(x)  # x = mantissa * 2**exponent, 0.5 <= |mantissa| < 1
+    scaled = mantissa * 2.0 ** (bits + 1)
+    if ties == "even":
+        cut = torch.round(scaled)
+    else:  # ties away from zero
+        cut = torch.sign(scaled) * torch.floor(scaled.abs() + 0.5)
+    out = torch.ldexp(cut / 2.0 ** (bits + 1), exponent)
+    return torch.where(torch.isfinite(x), out, x)
+
+
+def ulp(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The spacing of dtype's numbers at |x| (subnormal spacing below the normal range)."""
+    info = torch.finfo(dtype)
+    _, exponent = torch.frexp(x.abs().clamp(min=info.tiny))
+    return info.eps * torch.pow(2.0, (exponent - 1).to(F64))
+
+
+# -- kernels -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """How one kernel computes. The default is the textbook correct one: fp32 intermediates,
+    sums in order with fused multiply-adds, two-pass layer_norm, erf GELU."""
+
+    order: str = "sequential"  # sequential, reverse, pairwise, blocked (BLOCK terms, then the blocks)
+    accumulate: str = "fp32"  # GEMMs and reductions: fp32, low (each partial sum in the entry's dtype),
+    #                           low_blocked (fp32 within BLOCK terms, the running sum in the entry's dtype)
+    softmax_sum: str = "fp32"  # softmax's denominator (and backward dot): fp32 or low
+    softmax: str = "standard"  # standard or online (blocks of BLOCK, running max and rescaled sum)
+    gemm_inputs: str | None = None  # tf32 (ties to even) or hf32 (ties away): operands cut to 10 bits
+    gelu: str = "erf"  # erf or tanh
+    rsqrt_bits: int | None = None  # significant bits of layer_norm's rstd (an estimate), None: fp32
+    variance: str = "two_pass"  # two_pass, welford, one_pass (E[x^2] - E[x]^2 summed in the low dtype)
+    drop_term: bool = False  # backward: layer_norm without mean(g*w), softmax without the dot term
+    exact: bool = False  # float64 throughout: the benchmark
+    ulp_noise: bool = False  # the exact result rounded, then moved by -1, 0 or +1 ULP at random
+
+
+EXACT = Kernel(exact=True)
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    deficit: bool
+    families: frozenset
+    dtypes: frozenset
+    directions: frozenset
+    kernel: Kernel
+    what: str
+
+
+_BOTH = frozenset({FORWARD, BACKWARD})
+_GEMM = frozenset({"linear", "matmul", "conv"})
+_SUMS = _GEMM | {"layer_norm", "embedding", "cross_entropy", "reduction"}
+_ALL_SUMS = _SUMS | {"softmax"}
+_MATH = frozenset({"gelu", "softmax", "layer_norm", "cross_entropy"})
+
+
+def _kind(
+    name: str,
+    deficit: bool,
+    families: Iterable[str],
+    kernel: Kernel,
+    what: str,
+    dtypes: Iterable[torch.dtype] = FLOATS,
+    directions: Iterable[str] = _BOTH,
+) -> Kind:
+    return Kind(name, deficit, frozenset(families), frozenset(dtypes), frozenset(directions), kernel, what)
+
+
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        # deficits
+        _kind(
+            "tf32",
+            True,
+            _GEMM,
+            Kernel(gemm_inputs="tf32", order="blocked"),
+            "GEMM operands rounded to TF32 (10 mantissa bits, ties to even), fp32 accumulation",
+            dtypes=[F32],
+        ),
+        _kind(
+            "hf32",
+            True,
+            _GEMM,
+            Kernel(gemm_inputs="hf32", order="blocked"),
+            "GEMM operands rounded to HF32 (10 mantissa bits, ties away), fp32 accumulation",
+            dtypes=[F32],
+        ),
+        _kind(
+            "accumulate_low",
+            True,
+            _SUMS,
+            Kernel(accumulate="low"),
+            "every partial sum of GEMMs and reductions rounded to the entry's dtype, in order",
+            dtypes=LOW,
+        ),
+        _kind(
+            "accumulate_low_blocked",
+            True,
+            _GEMM,
+            Kernel(accumulate="low_blocked"),
+            "GEMM: fp32 within K blocks of 16, the running sum kept in the entry's dtype (split-K in a "
+            "low-precision workspace)",
+            dtypes=LOW,
+        ),
+        _kind("gelu_tanh", True, ["gelu"], Kernel(gelu="tanh"), "tanh-approximated GELU for erf GELU"),
+        _kind("rsqrt12", True, ["layer_norm"], Kernel(rsqrt_bits=12), "layer_norm's rstd from a 12-bit rsqrt estimate"),
+        _kind(
+            "one_pass_variance",
+            True,
+            ["layer_norm"],
+            Kernel(variance="one_pass"),
+            "layer_norm's variance as E[x^2] - E[x]^2, both sums and the difference in the entry's dtype",
+        ),
+        _kind(
+            "softmax_sum_low",
+            True,
+            ["softmax", "cross_entropy"],
+            Kernel(softmax_sum="low"),
+            "softmax's denominator (backward: its dot product) summed in the entry's dtype",
+            dtypes=LOW,
+        ),
+        _kind(
+            "missing_term",
+            True,
+            ["layer_norm", "softmax"],
+            Kernel(drop_term=True),
+            "input gradient without a term: layer_norm without mean(g*w), softmax without the dot term",
+            directions=[BACKWARD],
+        ),
+        # controls
+        _kind("sequential", False, _ALL_SUMS, Kernel(), "fp32 sums in order (two-pass layer_norm)"),
+        _kind("reverse", False, _ALL_SUMS, Kernel(order="reverse"), "fp32 sums in reverse order"),
+        _kind("pairwise", False, _ALL_SUMS, Kernel(order="pairwise"), "fp32 pairwise (tree) sums"),
+        _kind(
+            "blocked",
+            False,
+            _ALL_SUMS,
+            Kernel(order="blocked"),
+            "fp32 sums in K blocks of 16, then over the blocks, as a cube unit",
+        ),
+        _kind(
+            "ulp1",
+            False,
+            _MATH,
+            Kernel(ulp_noise=True),
+            "a 1-ULP math library: the exact result rounded, moved by -1, 0 or +1 ULP at random",
+        ),
+        _kind(
+            "online_softmax",
+            False,
+            ["softmax", "cross_entropy"],
+            Kernel(softmax="online"),
+            "online softmax: blocks of 16, running max, rescaled fp32 sum",
+            directions=[FORWARD],
+        ),
+        _kind("welford", False, ["layer_norm"], Kernel(variance="welford"), "Welford mean and variance in fp32"),
+    )
+}
+DEFICITS = [k for k in KINDS.values() if k.deficit]
+CONTROLS = [k for k in KINDS.values() if not k.deficit]
+
+
+class Arith:
+    """One kernel's arithmetic for one entry: where intermediates round and how sums go."""
+
+    def __init__(self, kernel: Kernel, dtype: torch.dtype):
+        self.kernel = kernel
+        self.out = dtype
+        wide = kernel.exact or kernel.ulp_noise or dtype == F64
+        self.mid = F64 if wide else F32  # intermediates
+
+    def r(self, x: torch.Tensor) -> torch.Tensor:
+        """An intermediate operation's rounding."""
+        return rnd(x, self.mid)
+
+    def result(self, x: torch.Tensor) -> torch.Tensor:
+        return rnd(x, self.out)
+
+    def acc_dtype(self, role: str) -> torch.dtype:
+        mode = self.kernel.softmax_sum if role == "softmax" else self.kernel.accumulate
+        return self.out if mode == "low" and self.mid == F32 else self.mid
+
+    def racc(self, x: torch.Tensor, role: str = "reduction") -> torch.Tensor:
+        return rnd(x, self.acc_dtype(role))
+
+    def sum(self, terms: torch.Tensor, dim: int, role: str = "reduction") -> torch.Tensor:
+        """Sum over dim as the kernel does; terms are exact float64 products or values."""
+        t = terms.movedim(dim, 0)
+        if self.mid == F64:
+            return t.sum(0)
+        acc = self.acc_dtype(role)
+        order = self.kernel.order
+        if role != "softmax" and self.kernel.accumulate == "low_blocked":
+            blocks = _sequential(_blocks(t), F32)  # (n_blocks, ...) block sums in fp32
+            return _sequential(blocks, self.out)
+        if order == "sequential":
+            return _sequential(t, acc)
+        if order == "reverse":
+            return _sequential(t.flip(0), acc)
+        if order == "pairwise":
+            t = rnd(t, acc)
+            while t.shape[0] > 1:
+                if t.shape[0] % 2:
+                    t = torch.cat([t, torch.zeros_like(t[:1])])
+                t = rnd(t[0::2] + t[1::2], acc)
+            return t[0] if t.shape[0] else torch.zeros_like(terms.sum(dim))
+        if order == "blocked":
+            return _sequential(_sequential(_blocks(t), acc), acc)
+        raise ValueError(f"unknown summation order {order!r}")
+
+    def gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """a (..., M, K) @ b (..., K, N), in the accumulator's precision (not yet rounded to the output)."""
+        if self.kernel.gemm_inputs:
+            ties = "even" if self.kernel.gemm_inputs == "tf32" else "away"
+            a, b = round_mantissa(a, 10, ties), round_mantissa(b, 10, ties)
+        if self.mid == F64:
+            return torch.matmul(a, b)
+        return self.sum(a.unsqueeze(-1) * b.unsqueeze(-3), dim=-2)
+
+
+def _sequential(t: torch.Tensor, acc: torch.dtype) -> torch.Tensor:
+    """Sum over dim 0 in order, each partial sum rounded to acc (a fused multiply-add for products)."""
+    total = torch.zeros_like(t[0]) if t.shape[0] else torch.zeros(t.shape[1:], dtype=F64)
+    for term in t:
+        total = rnd(total + term, acc)
+    return total
+
+
+def _blocks(t: torch.Tensor) -> torch.Tensor:
+    """(K, ...) -> (BLOCK, K/BLOCK, ...): iterating dim 0 walks each block in order, all blocks at once."""
+    pad = (-t.shape[0]) % BLOCK
+    if pad:
+        t = torch.cat([t, torch.zeros((pad, *tuple(t.shape[1:])), dtype=t.dtype)])
+    return t.reshape((t.shape[0] // BLOCK, BLOCK, *tuple(t.shape[1:]))).movedim(1, 0)
+
+
+# -- the APIs ------------------------------------------------------------------
+
+FAMILIES = {
+    "linear": "linear",
+    "matmul": "matmul",
+    "__matmul__": "matmul",
+    "mm": "matmul",
+    "bmm": "matmul",
+    "conv2d": "conv",
+    "softmax": "softmax",
+    "layer_norm": "layer_norm",
+    "gelu": "gelu",
+    "embedding": "embedding",
+    "cross_entropy": "cross_entropy",
+    "sum": "reduction",
+    "mean": "reduction",
+}
+PARAMS = {
+    "linear": ("input", "weight", "bias"),
+    "matmul": ("input", "other"),
+    "conv": ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
+    "softmax": ("input", "dim"),
+    "layer_norm": ("input", "normalized_shape", "weight", "bias", "eps"),
+    "gelu": ("input", "approximate"),
+    "embedding": ("input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"),
+    "cross_entropy": (
+        "input",
+        "target",
+        "weight",
+        "size_average",
+        "ignore_index",
+        "reduce",
+        "reduction",
+        "label_smoothing",
+    ),
+    "reduction": ("input", "dim", "keepdim"),
+}
+DEFAULTS = {
+    "stride": 1,
+    "padding": 0,
+    "dilation": 1,
+    "groups": 1,
+    "eps": 1e-5,
+    "approximate": "none",
+    "reduction": "mean",
+    "ignore_index": -100,
+    "label_smoothing": 0.0,
+    "keepdim": False,
+}
+
+
+def family_of(api: str) -> str | None:
+    return FAMILIES.get(api.rsplit(".", 1)[-1])
+
+
+def bind(family: str, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    names = PARAMS[family]
+    bound = dict(DEFAULTS)
+    bound.update({n: None for n in names if n not in DEFAULTS})
+    bound.update(zip(names, args))
+    bound.update({k: v for k, v in kwargs.items() if k in names})
+    if family == "matmul" and "other" not in kwargs and len(args) < 2 and "mat2" in kwargs:
+        bound["other"] = kwargs["mat2"]
+    return bound
+
+
+def _f64(x: Any) -> Any:
+    return x.detach().to(F64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+# forward: (arith, bound inputs as float64) -> outputs, float64
+
+
+def linear_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    y = ar.gemm(p["input"], p["weight"].transpose(-1, -2))
+    if p["bias"] is not None:
+        y = ar.racc(y + p["bias"])
+    return [ar.result(y)]
+
+
+def matmul_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    a, b = p["input"], p["other"]
+    if a.dim() < 2 or b.dim() < 2:
+        raise NotApplicable("matmul of a vector")
+    return [ar.result(ar.gemm(a, b))]
+
+
+def _conv_columns(p: dict) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
+    x, w = p["input"], p["weight"]
+    if p["groups"] != 1 or isinstance(p["padding"], str) or x.dim() != 4:
+        raise NotApplicable("conv2d with groups, string padding or a 3-D input is not modelled")
+    kernel_size = tuple(w.shape[-2:])
+    stride, padding, dilation = _pair(p["stride"]), _pair(p["padding"]), _pair(p["dilation"])
+    cols = F.unfold(x, kernel_size, dilation=dilation, padding=padding, stride=stride)  # (N, C*kh*kw, L)
+    h = (x.shape[2] + 2 * padding[0] - dilation[0] * (kernel_size[0] - 1) - 1) // stride[0] + 1
+    wd = (x.shape[3] + 2 * padding[1] - dilation[1] * (kernel_size[1] - 1) - 1) // stride[1] + 1
+    return cols, w.reshape(w.shape[0], -1), (h, wd)
+
+
+def conv_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    cols, w2, (h, wd) = _conv_columns(p)
+    y = ar.gemm(w2.unsqueeze(0), cols)  # (N, O, L)
+    if p["bias"] is not None:
+        y = ar.racc(y + p["bias"][:, None])
+    return [ar.result(y.reshape(y.shape[0], y.shape[1], h, wd))]
+
+
+def _last(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return x.movedim(dim, -1)
+
+
+def _softmax_parts(ar: Arith, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(exp(x - max) in fp32, their sum), rows on the last dim; online softmax rescales block by block."""
+    if ar.kernel.softmax == "online" and ar.mid != F64:
+        return _online(ar, x)
+    m = x.amax(-1, keepdim=True)
+    e = ar.r(torch.exp(ar.r(x - m)))
+    return e, ar.sum(e, -1, "softmax").unsqueeze(-1)
+
+
+def _online(ar: Arith, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    m = torch.full((*x.shape[:-1], 1), -math.inf, dtype=F64)
+    total = torch.zeros_like(m)
+    for start in range(0, x.shape[-1], BLOCK):
+        block = x[..., start : start + BLOCK]
+        new = torch.maximum(m, block.amax(-1, keepdim=True))
+        scale = torch.where(new == -math.inf, torch.ones_like(m), ar.r(torch.exp(ar.r(m - new))))
+        part = ar.r(torch.exp(ar.r(block - new)))
+        total = ar.r(total * scale)
+        total = ar.racc(total + ar.sum(part, -1, "softmax").unsqueeze(-1), "softmax")
+        m = new
+    return ar.r(torch.exp(ar.r(x - m))), total
+
+
+def softmax_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    dim = p["dim"] if p["dim"] is not None else -1
+    x = _last(p["input"], dim)
+    e, s = _softmax_parts(ar, x)
+    return [ar.result(ar.r(e / s)).movedim(-1, dim)]
+
+
+def _rows(p: dict) -> tuple[torch.Tensor, int]:
+    shape = p["normalized_shape"]
+    n = int(math.prod(shape if isinstance(shape, (list, tuple)) else [shape]))
+    x = p["input"]
+    return x.reshape(-1, n), n
+
+
+def _stats(ar: Arith, rows: torch.Tensor, n: int, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, rstd) per row, shaped (rows, 1)."""
+    k = ar.kernel
+    if ar.mid == F64:
+        mean = rows.mean(1, keepdim=True)
+        var = ((rows - mean) ** 2).mean(1, keepdim=True)
+    elif k.variance == "welford":
+        mean = torch.zeros(rows.shape[0], 1, dtype=F64)
+        m2 = torch.zeros_like(mean)
+        for i in range(n):
+            x = rows[:, i : i + 1]
+            delta = ar.r(x - mean)
+            mean = ar.r(mean + ar.r(delta / (i + 1)))
+            m2 = ar.r(m2 + delta * ar.r(x - mean))
+        var = ar.r(m2 / n)
+    elif k.variance == "one_pass":
+        low = ar.out if ar.mid == F32 else ar.mid
+        s1 = _sequential(rows.T, low)
+        s2 = _sequential(rnd(rows * rows, low).T, low)
+        mean = rnd(s1 / n, low).unsqueeze(1)
+        var = rnd(rnd(s2 / n, low).unsqueeze(1) - rnd(mean * mean, low), low).clamp(min=0)
+    else:
+        mean = ar.racc(ar.sum(rows, 1) / n).unsqueeze(1)
+        d = ar.r(rows - mean)
+        var = ar.racc(ar.sum(d * d, 1) / n).unsqueeze(1)
+    rstd = 1 / torch.sqrt(ar.r(var + eps))
+    rstd = round_mantissa(rstd, k.rsqrt_bits - 1) if k.rsqrt_bits and ar.mid != F64 else ar.r(rstd)
+    return mean, rstd
+
+
+def layer_norm_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    rows, n = _rows(p)
+    mean, rstd = _stats(ar, rows, n, p["eps"])
+    y = ar.r(ar.r(rows - mean) * rstd)
+    if p["weight"] is not None:
+        y = ar.r(y * p["weight"].reshape(1, n))
+    if p["bias"] is not None:
+        y = ar.r(y + p["bias"].reshape(1, n))
+    return [ar.result(y).reshape(p["input"].shape)]
+
+
+def _gelu(x: torch.Tensor, how: str) -> torch.Tensor:
+    if how == "tanh":
+        inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
+        return 0.5 * x * (1 + torch.tanh(inner))
+    return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+
+
+def _gelu_grad(x: torch.Tensor, how: str) -> torch.Tensor:
+    if how == "tanh":
+        c = math.sqrt(2 / math.pi)
+        t = torch.tanh(c * (x + 0.044715 * x**3))
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)
+    return 0.5 * (1 + torch.erf(x / math.sqrt(2))) + x * torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+
+
+def gelu_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    if p["approximate"] != "none":
+        raise NotApplicable("the recorded GELU is already the tanh approximation")
+    # Computed in float64 then rounded: a correctly rounded GELU (the approximation's error is the point).
+    return [ar.result(_gelu(p["input"], ar.kernel.gelu))]
+
+
+def cross_entropy_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    x, target = p["input"], p["target"]
+    if (
+        p["weight"] is not None
+        or p["label_smoothing"]
+        or p["reduction"] != "mean"
+        or x.dim() != 2
+        or bool((target == p["ignore_index"]).any())
+    ):
+        raise NotApplicable("cross_entropy with weights, label smoothing, ignored targets or not a mean")
+    m = x.amax(-1, keepdim=True)
+    _, s = _softmax_parts(ar, x)
+    lse = ar.r(m + ar.r(torch.log(s)))[:, 0]
+    losses = ar.r(lse - x.gather(1, target.long()[:, None])[:, 0])
+    return [ar.result(ar.racc(ar.sum(losses, 0) / x.shape[0]))]
+
+
+def reduction_forward(ar: Arith, p: dict, api: str) -> list[torch.Tensor]:
+    x, dim = p["input"], p["dim"]
+    dims = list(range(x.dim())) if dim is None else ([dim] if isinstance(dim, int) else list(dim))
+    dims = [d % x.dim() for d in dims]
+    rest = [d for d in range(x.dim()) if d not in dims]
+    flat = x.permute(dims + rest).reshape((-1, *tuple(x.shape[d] for d in rest)))
+    total = ar.sum(flat, 0)
+    if api.endswith("mean"):
+        total = ar.racc(total / flat.shape[0])
+    if p["keepdim"]:
+        for d in sorted(dims):
+            total = total.unsqueeze(d)
+    return [ar.result(total)]
+
+
+# backward: (arith, bound inputs as float64, grad_output, forward output) -> the gradients of the
+# floating inputs, in argument order (None where an input takes none)
+
+
+def linear_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
+    x, w = p["input"], p["weight"]
+    dx = ar.result(ar.gemm(g, w))
+    rows_x, rows_g = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
+    dw = ar.result(ar.gemm(rows_x.T, rows_g)).T  # as x^T g, the node msprobe records
+    db = ar.result(ar.sum(rows_g, 0)) if p["bias"] is not None else None
+    return [dx, dw, db]
+
+
+def matmul_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
+    a, b = p["input"], p["other"]
+    if a.dim() != 2 or b.dim() != 2:
+        raise NotApplicable("msprobe records a batched matmul's gradient at an inner node (its grad_output)")
+    return [ar.result(ar.gemm(g, b.T)), ar.result(ar.gemm(a.T, g))]
+
+
+def conv_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
+    cols, w2, _ = _conv_columns(p)
+    n, o = g.shape[:2]
+    g2 = g.reshape(n, o, -1)  # (N, O, L)
+    # dW: one GEMM over the batch and the positions, K = N * L
+    dw = ar.gemm(g2.permute(1, 0, 2).reshape(o, -1), cols.permute(0, 2, 1).reshape(-1, cols.shape[1]))
+    db = ar.sum(g2.permute(1, 0, 2).reshape(o, -1), 1) if p["bias"] is not None else None
+    x = p["input"]
+    dcols = ar.gemm(w2.T.unsqueeze(0), g2)  # (N, C*kh*kw, L); fold's overlap sums are exact here
+    dx = F.fold(
+        dcols,
+        tuple(x.shape[2:]),
+        tuple(p["weight"].shape[-2:]),
+        dilation=_pair(p["dilation"]),
+        padding=_pair(p["padding"]),
+        stride=_pair(p["stride"]),
+    )
+    return [ar.result(dx), ar.result(dw).reshape(p["weight"].shape), None if db is None else ar.result(db)]
+
+
+def softmax_backward(ar: Arith, p: dict, g: torch.Tensor, y: torch.Tensor | None) -> list[torch.Tensor | None]:
+    dim = p["dim"] if p["dim"] is not None else -1
+    if ar.mid == F64 or y is None:  # the benchmark recomputes y; a kernel uses the one the forward saved
+        y = softmax_forward(Arith(EXACT, F64) if ar.mid == F64 else ar, p)[0]
+    y, g = _last(y, dim), _last(g, dim)
+    if ar.kernel.drop_term:
+        dx = ar.r(y * g)
+    else:
+        dot = ar.sum(y * g, -1, "softmax").unsqueeze(-1)
+        dx = ar.r(y * ar.r(g - dot))
+    return [ar.result(dx).movedim(-1, dim)]
+
+
+def layer_norm_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
+    rows, n = _rows(p)
+    g = g.reshape(-1, n)
+    mean, rstd = _stats(ar, rows, n, p["eps"])
+    xhat = ar.r(ar.r(rows - mean) * rstd)
+    w = p["weight"]
+    gw = ar.r(g * w.reshape(1, n)) if w is not None else g
+    a = ar.racc(ar.sum(gw, 1) / n).unsqueeze(1)
+    c = ar.racc(ar.sum(gw * xhat, 1) / n).unsqueeze(1)
+    inner = ar.r(gw - ar.r(xhat * c)) if ar.kernel.drop_term else ar.r(ar.r(gw - a) - ar.r(xhat * c))
+    dx = ar.result(ar.r(rstd * inner)).reshape(p["input"].shape)
+    dw = ar.result(ar.sum(g * xhat, 0)).reshape(w.shape) if w is not None else None
+    db = ar.result(ar.sum(g, 0)).reshape(p["bias"].shape) if p["bias"] is not None else None
+    return [dx, dw, db]
+
+
+def gelu_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
+    if p["approximate"] != "none":
+        raise NotApplicable("the recorded GELU is already the tanh approximation")
+    return [ar.result(g * _gelu_grad(p["input"], ar.kernel.gelu))]
+
+
+def embedding_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
+    if p["padding_idx"] is not None or p["max_norm"] is not None or p["scale_grad_by_freq"]:
+        raise NotApplicable("embedding with padding_idx, max_norm or scale_grad_by_freq")
+    idx = p["input"].reshape(-1).long()
+    g = g.reshape(idx.shape[0], -1)
+    onehot = F.one_hot(idx, p["weight"].shape[0]).to(F64)  # (P, V): adding zeros changes no sum
+    return [ar.result(ar.sum(onehot[:, :, None] * g[:, None, :], 0))]
+
+
+FORWARD_FNS: dict[str, Callable] = {
+    "linear": linear_forward,
+    "matmul": matmul_forward,
+    "conv": conv_forward,
+    "softmax": softmax_forward,
+    "layer_norm": layer_norm_forward,
+    "gelu": gelu_forward,
+    "cross_entropy": cross_entropy_forward,
+}
+BACKWARD_FNS: dict[str, Callable] = {
+    "linear": linear_backward,
+    "matmul": matmul_backward,
+    "conv": conv_backward,
+    "softmax": softmax_backward,
+    "layer_norm": layer_norm_backward,
+    "gelu": gelu_backward,
+    "embedding": embedding_backward,
+}
+
+
+def recorded_layout(family: str | None, p: dict, grads: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
+    """Gradients of the floating inputs in argument order -> the order and nodes msprobe records.
+
+    linear on a 2-D input records addmm's gradients: bias, input, weight transposed (no bias: input,
+    weight transposed). Where msprobe records an inner node of the API's graph (linear or matmul on
+    more dimensions: the grad_output; cross_entropy: the gradient at log_softmax's output) there is
+    nothing to compare: NotApplicable.
+    """
+    if family == "linear":
+        if p["input"].dim() != 2:
+            raise NotApplicable("msprobe records a linear of a >2-D input at an inner node")
+        dx, dw, db = ([*list(grads), None, None])[:3]
+        wt = None if dw is None else dw.T
+        return [db, dx, wt] if p["bias"] is not None else [dx, wt]
+    if family == "matmul" and (p["input"].dim() != 2 or p["other"].dim() != 2):
+        raise NotApplicable("msprobe records a batched matmul's gradient at an inner node (its grad_output)")
+    if family == "cross_entropy":
+        raise NotApplicable("msprobe records cross_entropy's gradient at log_softmax's output")
+    return list(grads)
+
+
+# -- entries of a dump ---------------------------------------------------------
+
+
+@dataclass
+class Entry:
+    """One entry of a tensor dump with the values a kind needs."""
+
+    name: str  # Functional.linear.3.forward
+    api: str  # linear
+    family: str | None
+    direction: str
+    dtype: torch.dtype | None  # of the entry's first floating recorded output
+    args: list  # the forward's recorded inputs, recorded dtypes
+    kwargs: dict
+    grad_outputs: list  # backward: the recorded grad_outputs
+    forward_outputs: list  # the forward's recorded outputs
+    output_specs: list  # this entry's recorded outputs (flat spec dicts, None kept)
+    recorded: list = field(default_factory=list)  # this entry's recorded output values
+
+    @property
+    def prefix(self) -> str:
+        return self.name.rsplit(".", 1)[0]
+
+
+_DTYPES = {"torch.float64": F64, "torch.float32": F32, "torch.float16": torch.float16, "torch.bfloat16": torch.bfloat16}
+
+
+def flat(specs: Any) -> list:
+    if isinstance(specs, list):
+        return [leaf for item in specs for leaf in flat(item)]
+    return [specs]
+
+
+def _loader(folder: Path) -> Callable[[Any], Any]:
+    def load(spec: Any) -> Any:
+        if isinstance(spec, list):
+            return [load(s) for s in spec]
+        if isinstance(spec, dict) and "data_name" in spec:
+            return torch.load(folder / spec["data_name"], weights_only=True)
+        if isinstance(spec, dict) and spec.get("type") == "torch.dtype":
+            return getattr(torch, str(spec["value"]).replace("torch.", ""))
+        if isinstance(spec, dict):
+            value = spec.get("value")
+            return tuple(value) if spec.get("type") in ("tuple", "torch.Size") and value is not None else value
+        return spec
+
+    return load
+
+
+def load_entry(dump_dir: Path, name: str, data: dict | None = None) -> Entry:
+    """name: "Functional.linear.3.forward" or ".backward"; data: dump.json's "data", if already read."""
+    dump_dir = Path(dump_dir)
+    if data is None:
+        data = json.loads((dump_dir / "dump.json").read_text())["data"]
+    load = _loader(dump_dir / "dump_tensor_data")
+    prefix, direction = name.rsplit(".", 1)
+    forward = data[f"{prefix}.forward"]
+    body = data[name]
+    api = prefix.split(".", 1)[1].rsplit(".", 1)[0]
+    specs = flat(body.get("output", []))
+    dtype = next((_DTYPES[s["dtype"]] for s in specs if isinstance(s, dict) and s.get("dtype") in _DTYPES), None)
+    entry = Entry(
+        name,
+        api,
+        family_of(api),
+        direction,
+        dtype,
+        load(forward.get("input_args", [])),
+        {k: load(v) for k, v in (forward.get("input_kwargs") or {}).items()},
+        flat(load(body.get("input", []))) if direction == BACKWARD else [],
+        flat(load(forward.get("output", []))),
+        specs,
+    )
+    entry.recorded = [None if s is None else load(s) for s in specs]
+    return entry
+
+
+def compute(kind: str, entry: Entry, seed: int = 0) -> list[torch.Tensor | None]:
+    """The entry's outputs (backward: recorded gradients) as kind's kernel computes them, in the
+    recorded layout and dtypes; NotApplicable where the kind does not change this entry."""
+    spec = KINDS[kind]
+    if entry.family is None or entry.family not in spec.families:
+        raise NotApplicable(f"{kind} does not apply to {entry.api}")
+    if entry.direction not in spec.directions:
+        raise NotApplicable(f"{kind} has no {entry.direction}")
+    dtype = entry.dtype
+    if dtype is None or dtype not in spec.dtypes:
+        raise NotApplicable(f"{kind} does not apply to {dtype}")
+    values = run(spec.kernel, entry)
+    if spec.kernel.ulp_noise:
+        generator = torch.Generator().manual_seed(seed)
+        values = [None if v is None else _one_ulp(v, dtype, generator) for v in values]
+    return _in_recorded_dtypes(entry, values)
+
+
+def run(kernel: Kernel, entry: Entry) -> list[torch.Tensor | None]:
+    """kernel's outputs for the entry in the recorded layout, float64 (EXACT: the benchmark)."""
+    family = entry.family
+    if family is None:
+        raise NotApplicable(f"{entry.api} is not modelled")
+    dtype = F64 if kernel.exact else entry.dtype
+    if dtype is None:
+        raise NotApplicable("no floating output")
+    cast = _autocast(entry.dtype) if not kernel.exact else _f64
+    p = bind(family, [cast(a) for a in entry.args], {k: cast(v) for k, v in entry.kwargs.items()})
+    ar = Arith(kernel, dtype)
+    if entry.direction == FORWARD:
+        if family == "reduction":
+            return list(reduction_forward(ar, p, entry.api))
+        if family not in FORWARD_FNS:
+            raise NotApplicable(f"{entry.api} forward computes no sum or function a kind changes")
+        return list(FORWARD_FNS[family](ar, p))
+    if family not in BACKWARD_FNS:
+        raise NotApplicable(f"{entry.api} backward is not modelled")
+    grads_out = [g for g in entry.grad_outputs if isinstance(g, torch.Tensor)]
+    if not grads_out:
+        raise NotApplicable("no grad_output recorded")
+    y = (
+        _f64(entry.forward_outputs[0])
+        if entry.forward_outputs and isinstance(entry.forward_outputs[0], torch.Tensor)
+        else None
+    )
+    grads = BACKWARD_FNS[family](ar, p, _f64(grads_out[0]), y)
+    return recorded_layout(family, p, grads)
+
+
+def _autocast(dtype: torch.dtype | None) -> Callable[[Any], Any]:
+    """Inputs wider than a bf16/fp16 output (an autocast call) are rounded to it first, as the kernel does."""
+
+    def cast(x: Any) -> Any:
+        x = _f64(x) if not isinstance(x, list) else [cast(v) for v in x]
+        if dtype in LOW and isinstance(x, torch.Tensor) and x.dtype == F64:
+            return rnd(x, dtype)
+        return x
+
+    return cast
+
+
+def _one_ulp(exact: torch.Tensor, dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
+    rounded = rnd(exact, dtype)
+    step = torch.randint(-1, 2, exact.shape, generator=generator).to(F64)
+    return rnd(rounded + step * ulp(rounded, dtype), dtype)
+
+
+def _in_recorded_dtypes(entry: Entry, values: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
+    out: list[torch.Tensor | None] = []
+    for spec, value in zip(entry.output_specs, values):
+        if value is None or not isinstance(spec, dict) or "dtype" not in spec:
+            out.append(None)
+            continue
+        dtype = getattr(torch, spec["dtype"].replace("torch.", ""))
+        if list(value.shape) != list(spec["shape"]):
+            raise NotApplicable(
+                f"the kernel's output has shape {list(value.shape)}, msprobe recorded {spec['shape']}: another node"
+            )
+        out.append(value.to(dtype).contiguous())
+    return out
+
+
+def applicable(entry: Entry, kinds: Iterable[str] | None = None) -> list[str]:
+    """The kinds that change this entry."""
+    found = [
+        name
+        for name in (kinds or KINDS)
+        if entry.family in KINDS[name].families
+        and entry.direction in KINDS[name].directions
+        and entry.dtype in KINDS[name].dtypes
+    ]
+    if found:
+        try:
+            _in_recorded_dtypes(entry, run(EXACT, entry))
+        except NotApplicable:
+            return []
+    return found
+
+
+ONE_ULP_LIBRARY = 1.5  # a 1-ULP library's farthest from the exact result, in ULP of the rounded result
+SEPARABLE = 2.0  # a warning band's width: what lies within it of a correct kernel cannot be called an error
+
+
+def changed(kind: str, entry: Entry, values: Sequence[torch.Tensor | None]) -> list[int]:
+    """The outputs a deficit makes differ from the same kernel done right (layer_norm's missing term:
+    the input gradient alone; TF32: not the bias gradient); a control changes all."""
+    if not KINDS[kind].deficit:
+        return [i for i, v in enumerate(values) if v is not None]
+    reference = _in_recorded_dtypes(entry, run(Kernel(), entry))
+    return [
+        i for i, (v, r) in enumerate(zip(values, reference)) if v is not None and (r is None or not torch.equal(v, r))
+    ]
+
+
+def correct_outputs(entry: Entry) -> list[list[torch.Tensor | None]]:
+    """What correct kernels give for the entry: the recorded outputs and every control's."""
+    found = [list(entry.recorded)]
+    for spec in CONTROLS:
+        try:
+            found.append(compute(spec.name, entry))
+        except NotApplicable:
+            continue
+    return found
+
+
+def separation(value: torch.Tensor, exact: torch.Tensor, correct: Iterable[torch.Tensor | None]) -> float:
+    """How far beyond every correct kernel a deficit's output gets at its worst element:
+    max_i |t_i - b_i| / max(E_i, 1.5 ulp_i), with E_i the largest error of the correct outputs at i
+    (recorded and controls) and 1.5 ULP a 1-ULP library's reach."""
+    error = (value.to(F64) - exact).abs()
+    reference = ONE_ULP_LIBRARY * ulp(rnd(exact, value.dtype), value.dtype)
+    for other in correct:
+        if other is not None and other.shape == value.shape:
+            reference = torch.maximum(reference, (other.to(F64) - exact).abs())
+    ratio = torch.where(error > 0, error / reference, torch.zeros_like(error)).nan_to_num(nan=math.inf)
+    return float(ratio.max()) if ratio.numel() else 0.0
+
+
+def material(value: torch.Tensor, exact: torch.Tensor, correct: Iterable[torch.Tensor | None]) -> bool:
+    """Whether a deficit's output is, at some element, more than twice as far from the benchmark as every
+    correct kernel (and a 1-ULP library) is there. Below that no per-element rule that passes the
+    correct kernels with a 2x warning band can call it an error: it is immaterial."""
+    return separation(value, exact, correct) > SEPARABLE
+
+
+def expected_verdict(kind: str, entry: Entry, values: Sequence[torch.Tensor | None]) -> tuple[str, float]:
+    """(error or pass, separation): error for a deficit that is material at some output it changes."""
+    if not KINDS[kind].deficit:
+        return PASS, 0.0
+    bench = run(EXACT, entry)
+    correct = correct_outputs(entry)
+    worst = 0.0
+    for i in changed(kind, entry, values):
+        value, exact = values[i], bench[i]
+        if value is not None and exact is not None:
+            worst = max(worst, separation(value, exact, [c[i] for c in correct if i < len(c)]))
+    return (ERROR if worst > SEPARABLE else PASS), worst
+
+
+# -- a corpus ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planted:
+    entry: str  # Functional.linear.3.forward
+    kind: str
+    expected: str  # error or pass
+    outputs: tuple[int, ...]  # the recorded outputs replaced (positions in the entry's output list)
+    separation: float = 0.0  # a deficit's worst element over every correct kernel's error there (see separation)
+
+
+def plan_all(dump_dir: Path, kinds: Iterable[str] | None = None) -> list[tuple[str, str]]:
+    """Every (entry, kind) of a dump that the kinds change."""
+    data = json.loads((Path(dump_dir) / "dump.json").read_text())["data"]
+    plan = []
+    for name in data:
+        if not name.endswith((".forward", ".backward")) or f"{name.rsplit('.', 1)[0]}.forward" not in data:
+            continue
+        entry = load_entry(dump_dir, name, data)
+        plan += [(name, kind) for kind in applicable(entry, kinds)]
+    return plan
+
+
+def build_corpus(source: Path, target: Path, plan: Iterable[tuple[str, str]], seed: int = 0) -> list[Planted]:
+    """Copy the dump at source to target and replace, for each (entry, kind) of plan, the entry's
+    recorded outputs (backward: recorded gradients) with kind's; one kind per entry. Returns what was
+    planted and the verdict a standard should give it."""
+    source, target = Path(source), Path(target)
+    shutil.copytree(source, target)
+    for path in [target, *target.rglob("*")]:
+        path.chmod(0o644 if path.is_file() else 0o755)
+    dump = json.loads((target / "dump.json").read_text())
+    data = dump["data"]
+    planted, seen = [], set()
+    for name, kind in plan:
+        if name in seen:
+            raise ValueError(f"{name} is planted twice: one kind per entry")
+        seen.add(name)
+        entry = load_entry(source, name, data)
+        values = compute(kind, entry, seed)
+        replaced = changed(kind, entry, values)
+        for position in replaced:
+            spec, value = entry.output_specs[position], values[position]
+            assert value is not None
+            torch.save(value.clone(), target / "dump_tensor_data" / spec["data_name"])
+            _restat(spec, value)  # spec is the dict inside `data`: the json is updated in place
+        expected, margin = expected_verdict(kind, entry, values)
+        planted.append(Planted(name, kind, expected, tuple(replaced), margin))
+    (target / "dump.json").write_text(json.dumps(dump, indent=1))
+    return planted
+
+
+def _restat(spec: dict, value: torch.Tensor) -> None:
+    v = value.to(F64)
+    spec.update({"Max": float(v.max()), "Min": float(v.min()), "Mean": float(v.mean()), "Norm": float(v.norm())})
+
+
+def call_entry(
+    api: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any] | None = None,
+    *,
+    direction: str = FORWARD,
+    grad_output: torch.Tensor | None = None,
+    forward_output: torch.Tensor | None = None,
+) -> Entry:
+    """An entry for a call that no dump recorded ("Functional.linear"), its outputs in the dtype of its
+    first floating input, for tests and studies at other sizes."""
+    kwargs = kwargs or {}
+    dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point())
+    name = f"{api}.0.{direction}"
+    short = api.split(".", 1)[1]
+    entry = Entry(
+        name,
+        short,
+        family_of(short),
+        direction,
+        dtype,
+        list(args),
+        dict(kwargs),
+        [grad_output] if grad_output is not None else [],
+        [forward_output] if forward_output is not None else [],
+        [],
+    )
+    shapes = run(EXACT, entry)
+    entry.output_specs = [None if v is None else {"dtype": str(dtype), "shape": list(v.shape)} for v in shapes]
+    return entry

@@ -1,0 +1,676 @@
+"""A corpus of hostile dumps, written beside good ones: what an attacker (or a broken tool) can put
+in a dump.json and its folder, and what pytest-msprobe must make of each.
+
+`build(root, marks)` writes the corpus under root and returns what each bad thing must give.
+Anything that would run code writes (or asks a shell to write) a file in `marks`: after a run,
+`marks` must be empty. The good entries come from the shipped real dumps (pt_stats_L1,
+pt_tensor_L1, ms_stats_L1), so every one of them must get the row a clean run gives it.
+
+Folders under root:
+- stats/   pt_stats_L1 (statistics: random data) + the API, name, input and parse cases
+- tensor/  pt_tensor_L1 (tensor: real data, or recorded outputs) + the API, name and file cases
+- ms/      ms_stats_L1 (MindSpore statistics) + MindSpore's API cases
+- clean_stats/, clean_tensor/, clean_ms/: the same good dumps untouched, to compare rows with
+- file_*/  one whole-file case each (a FIFO, a header of the wrong type, a file that is no JSON)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from conftest import DUMPS
+
+MAX_ELEMENTS = 1_000_000  # --msprobe-max-elements of the corpus runs: above every good entry
+
+
+@dataclass
+class Case:
+    """One bad entry: what it tries, its name in the dump, its body, what its row must say."""
+
+    what: str
+    entry: str
+    body: Any  # an entry body, or RawJson
+    says: str  # a part of its row's Message: the entry or field, and why
+    row: str = ""  # the row's API Name when it is not the entry's prefix (names that are no API name)
+
+    @property
+    def api(self) -> str:
+        return self.row or self.entry.rsplit(".", 1)[0]
+
+
+@dataclass
+class RawJson:
+    """A body written as it is (JSON the json module would not write: depth, duplicates)."""
+
+    text: str
+
+
+@dataclass
+class FileCase:
+    """A whole dump.json that is bad: its folder, and what the run must say about it (and where)."""
+
+    what: str
+    folder: str
+    says: str
+    where: str = "result"  # "result": an item fails naming the file; "header": the run's header says it
+
+
+def spec(shape=(2, 3), dtype="torch.float32", low=-1.0, high=1.0, **extra) -> dict:
+    return {
+        "type": "torch.Tensor",
+        "dtype": dtype,
+        "shape": list(shape),
+        "Max": high,
+        "Min": low,
+        "Mean": 0.0,
+        "Norm": 1.0,
+        "requires_grad": False,
+        **extra,
+    }
+
+
+def scalar(kind: str, value: Any) -> dict:
+    return {"type": kind, "value": value}
+
+
+def call(args: list[Any], kwargs: dict | None = None, outputs: list | None = None) -> dict:
+    return {"input_args": args, "input_kwargs": kwargs or {}, "output": outputs if outputs is not None else [spec()]}
+
+
+def shell(marks: Path, name: str) -> dict:
+    return scalar("str", f"touch {marks / name}")
+
+
+def api_cases(marks: Path) -> list[Case]:
+    """Entry names that would reach code, files, memory or the interpreter if followed as attributes."""
+    out = [spec()]
+    return [
+        Case(
+            "a shell command through torch.os",
+            "Torch.os.system.0.forward",
+            call([shell(marks, "os_system")]),
+            "Torch.os.system: not one of the APIs msprobe records",
+        ),
+        Case(
+            "the same through torch.nn.functional.torch",
+            "Functional.torch.os.system.0.forward",
+            call([shell(marks, "functional_torch")]),
+            "not one of the APIs msprobe records",
+        ),
+        Case(
+            "subprocess through torch",
+            "Torch.subprocess.run.0.forward",
+            call([shell(marks, "subprocess")]),
+            "not one of the APIs msprobe records",
+        ),
+        Case(
+            "a pickle through torch.load",
+            "Torch.load.0.forward",
+            call([scalar("str", str(marks.parent / "evil.pickle"))], {"weights_only": scalar("bool", False)}),
+            "Torch.load: not one of the APIs msprobe records",
+        ),
+        Case(
+            "a file written by torch.save",
+            "Torch.save.0.forward",
+            call([spec(), scalar("str", str(marks / "saved.pt"))]),
+            "Torch.save: not one of the APIs",
+        ),
+        Case(
+            "memory read by ctypes",
+            "Torch.ctypes.string_at.0.forward",
+            call([scalar("int", 0)]),
+            "not one of the APIs msprobe records",
+        ),
+        Case("the process aborted", "Torch.os.abort.0.forward", call([]), "not one of the APIs msprobe records"),
+        Case(
+            "a file mapped by from_file",
+            "Torch.from_file.0.forward",
+            call([scalar("str", "/etc/passwd"), scalar("bool", True), scalar("int", 10)]),
+            "Torch.from_file: not one of the APIs",
+        ),
+        Case(
+            "code fetched by torch.hub",
+            "Torch.hub.load.0.forward",
+            call([scalar("str", "attacker/repo"), scalar("str", "model")]),
+            "not one of the APIs",
+        ),
+        Case(
+            "a global default changed",
+            "Torch.set_default_dtype.0.forward",
+            call([scalar("torch.dtype", "torch.float64")]),
+            "not one of the APIs",
+        ),
+        Case("the global seed changed", "Torch.manual_seed.0.forward", call([scalar("int", 0)]), "not one of the APIs"),
+        Case(
+            "a module attribute aten's own list names",
+            "Aten.__loader__.0.forward",
+            call([]),
+            "'__loader__' is a module's attribute",
+        ),
+        Case("a module's spec through aten", "Aten.__spec__.0.forward", call([]), "never called"),
+        Case(
+            "an overload walk to the class",
+            "Aten.add.__class__.0.forward",
+            call([spec(), spec()]),
+            "'__class__' is interpreter machinery",
+        ),
+        Case("an overload walk to globals", "Aten.add.__init__.0.forward", call([]), "interpreter machinery"),
+        Case(
+            "an index without bounds checks",
+            "Aten._unsafe_index.0.forward",
+            call([spec(), [spec(dtype="torch.int64")]]),
+            "'_unsafe_index' reads or shares raw memory",
+        ),
+        Case("a raw pointer", "Tensor.data_ptr.0.forward", call([spec()]), "Tensor.data_ptr: not one of the APIs"),
+        Case("a tensor's storage", "Tensor.untyped_storage.0.forward", call([spec()]), "reads or shares raw memory"),
+        Case("a storage swapped in", "Tensor.set_.0.forward", call([spec(), spec()]), "Tensor.set_"),
+        Case(
+            "pickling machinery",
+            "Tensor.__reduce_ex__.0.forward",
+            call([spec(), scalar("int", 2)]),
+            "Tensor.__reduce_ex__",
+        ),
+        Case(
+            "unpickling machinery",
+            "Tensor.__setstate__.0.forward",
+            call([spec(), scalar("str", "x")]),
+            "Tensor.__setstate__",
+        ),
+        Case(
+            "attribute access itself",
+            "Tensor.__getattribute__.0.forward",
+            call([spec(), scalar("str", "x")]),
+            "Tensor.__getattribute__",
+        ),
+        Case("uninitialised memory", "Torch.empty.0.forward", call([scalar("int", 4)]), "non-deterministic"),
+        Case("a compiler", "Torch.compile.0.forward", call([spec()]), "Torch.compile: not one of the APIs"),
+        Case("TorchScript", "Torch.jit.script.0.forward", call([spec()]), "Torch.jit.script: not one of the APIs"),
+        Case(
+            "a shell through the NPU type",
+            "NPU.os.system.0.forward",
+            call([shell(marks, "npu")]),
+            "NPU.os.system: not one of the APIs",
+        ),
+        Case(
+            "a data pointer changed on the NPU",
+            "NPU.npu_change_data_ptr.0.forward",
+            call([spec(), spec()]),
+            "reads or shares raw memory",
+        ),
+        Case("a shell through _VF", "VF.os.system.0.forward", call([shell(marks, "vf")]), "VF.os.system"),
+        Case(
+            "a shell through a collective",
+            "Distributed.os.system.0.forward",
+            call([shell(marks, "dist")]),
+            "collective",
+        ),
+        Case(
+            "an entry type msprobe has not",
+            "Os.system.0.forward",
+            call([shell(marks, "type")]),
+            "msprobe has no pytorch API type 'Os'",
+        ),
+        Case("the builtins of torch", "Torch.__builtins__.0.forward", call([]), "Torch.__builtins__"),
+        Case(
+            "the import statement",
+            "Functional.__import__.0.forward",
+            call([scalar("str", "os")]),
+            "Functional.__import__",
+        ),
+        Case("a submodule itself", "Torch.linalg.0.forward", call([spec()]), "Torch.linalg"),
+        Case(
+            "a listed path with more after it",
+            "Torch.linalg.norm.__globals__.0.forward",
+            call([spec()]),
+            "not one of the APIs",
+        ),
+        Case(
+            "a dtype named by torch's attributes",
+            "Functional.relu.900.forward",
+            call([spec(dtype="torch.os")], outputs=out),
+            "input_args[0].dtype: unknown dtype 'torch.os'",
+        ),
+        Case(
+            "a class where a dtype goes",
+            "Functional.relu.901.forward",
+            call([spec(dtype="torch.Tensor")]),
+            "input_args[0].dtype: unknown dtype 'torch.Tensor'",
+        ),
+        Case(
+            "a function where a dtype goes",
+            "Tensor.to.900.forward",
+            call([scalar("torch.dtype", "torch.load")]),
+            "input_args[0].value: cannot read 'torch.load'",
+        ),
+        Case(
+            "an argument type that is a function",
+            "Functional.relu.902.forward",
+            call([scalar("function", "os.system")]),
+            "input_args[0].type: unsupported argument type 'function'",
+        ),
+        Case(
+            "a device argument naming a shell",
+            "Tensor.to.901.forward",
+            call([spec(), scalar("torch.device", "$(touch x)")]),
+            "",
+        ),
+    ]
+
+
+def name_cases() -> list[Case]:
+    """Entry names that are no API name: each a SKIP whose row keeps the name, as text."""
+    skip = "not an API entry name"
+    return [
+        Case("a path in the name", "Torch.a/../../b.0.forward", call([]), skip, row="Torch.a/../../b.0.forward"),
+        Case(
+            "pytest's separator in the name",
+            "Functional.relu::x.0.forward",
+            call([]),
+            skip,
+            row="Functional.relu::x.0.forward",
+        ),
+        Case("an empty part", "Torch..relu.0.forward", call([]), skip, row="Torch..relu.0.forward"),
+        Case(
+            "terminal escapes in the name",
+            "Functional.relu\x1b[2J\x1b]0;pwned\x07.0.forward",
+            call([]),
+            skip,
+            row="Functional.relu\x1b[2J\x1b]0;pwned\x07.0.forward",
+        ),
+        Case("a NUL in the name", "Functional.relu\x00.0.forward", call([]), skip, row="Functional.relu\x00.0.forward"),
+        Case("a newline then a formula", "\n=1+2.0.forward", call([]), skip, row="\n=1+2.0.forward"),
+        Case("a formula", '=HYPERLINK("http://attacker/")', call([]), skip, row='=HYPERLINK("http://attacker/")'),
+        Case("a quoted formula", "'=cmd|' /C calc'!A0", call([]), skip, row="'=cmd|' /C calc'!A0"),
+        Case("a tab then a formula", "\t=1+1", call([]), skip, row="\t=1+1"),
+        Case(
+            "a right-to-left override",
+            "Functional.relu\u202e.0.forward",
+            call([]),
+            skip,
+            row="Functional.relu\u202e.0.forward",
+        ),
+        Case(
+            "a lone surrogate", "Functional.relu\ud800.0.forward", call([]), skip, row="Functional.relu\ud800.0.forward"
+        ),
+        Case("a fullwidth formula", "\uff1dSUM(A1)", call([]), skip, row="\uff1dSUM(A1)"),
+        Case(
+            "a name of 200,000 characters",
+            "Torch." + "a" * 200_000 + ".0.forward",
+            call([]),
+            skip,
+            row="Torch." + "a" * 200_000 + ".0.forward",
+        ),
+        Case(
+            "a digit that is no ASCII digit",
+            "Functional.relu.\u0663.forward",
+            call([]),
+            skip,
+            row="Functional.relu.\u0663.forward",
+        ),
+        Case(
+            "a direction with a space", "Functional.relu.0.forward ", call([]), skip, row="Functional.relu.0.forward "
+        ),
+        Case("a backslash", "Functional.re\\lu.0.forward", call([]), skip, row="Functional.re\\lu.0.forward"),
+    ]
+
+
+def input_cases() -> list[Case]:
+    """Bodies of real APIs whose arguments cannot be rebuilt (random data from statistics)."""
+    relu = "Functional.relu"
+    deep = [spec()]
+    for _ in range(150):
+        deep = [deep]
+    return [
+        Case(
+            "7 PiB asked",
+            f"{relu}.910.forward",
+            call([spec(shape=[2**53])]),
+            "input_args[0].shape: [9007199254740992] is 9,007,199,254,740,992 elements",
+        ),
+        Case(
+            "many tensors past the bound together",
+            "Torch.cat.910.forward",
+            call([[spec(shape=[1000, 100]) for _ in range(11)]]),
+            "more than --msprobe-max-elements 1,000,000",
+        ),
+        Case(
+            "more dimensions than any tensor",
+            f"{relu}.911.forward",
+            call([spec(shape=[1] * 100)]),
+            "input_args[0].shape: 100 dimensions",
+        ),
+        Case("a negative size", f"{relu}.912.forward", call([spec(shape=[2, -3])]), "input_args[0].shape: not a list"),
+        Case("a size that is a bool", f"{relu}.913.forward", call([spec(shape=[True, 2])]), "input_args[0].shape"),
+        Case("a shape that is a string", f"{relu}.914.forward", call([spec(shape="[2, 3]")]), "input_args[0].shape"),
+        Case(
+            "float16 Max 1e308",
+            f"{relu}.915.forward",
+            call([spec(dtype="torch.float16", high=1e308)]),
+            "input_args[0].Max: 1e+308 is beyond the largest float16",
+        ),
+        Case(
+            "float16 Min -1e308",
+            f"{relu}.916.forward",
+            call([spec(dtype="torch.float16", low=-1e308)]),
+            "input_args[0].Min: -1e+308 is beyond the largest float16",
+        ),
+        Case(
+            "int64 Max 1e300",
+            "Tensor.add.910.forward",
+            call([spec(dtype="torch.int64", low=0, high=1e300), scalar("int", 1)]),
+            "input_args[0].Max: 1e+300 is outside the range of int64",
+        ),
+        Case(
+            "int32 Max past int32",
+            "Tensor.add.911.forward",
+            call([spec(dtype="torch.int32", low=0, high=3e9), scalar("int", 1)]),
+            "outside the range of int32",
+        ),
+        Case(
+            "a Max that is an object",
+            f"{relu}.917.forward",
+            call([spec(high={"__class__": "os"})]),
+            "input_args[0].Max: not a number",
+        ),
+        Case("lists nested 150 deep", "Torch.cat.911.forward", call(deep), "nested deeper than 100 levels"),
+        Case("an entry that is no object", f"{relu}.918.forward", "os.system", "the entry is not an object"),
+        Case(
+            "input_args that is no list",
+            f"{relu}.919.forward",
+            {"input_args": {"0": spec()}},
+            "input_args: expected a list",
+        ),
+        Case(
+            "input_kwargs that is no object",
+            f"{relu}.920.forward",
+            {"input_args": [spec()], "input_kwargs": [1]},
+            "input_kwargs: expected an object",
+        ),
+        Case(
+            "a slice of five",
+            "Tensor.__getitem__.910.forward",
+            call([spec(), scalar("slice", [1, 2, 3, 4, 5])]),
+            "input_args[1].value: cannot read",
+        ),
+        Case("a scalar with no value", f"{relu}.921.forward", call([{"type": "int"}]), "input_args[0].value: missing"),
+        Case(
+            "a backward without its forward",
+            f"{relu}.922.backward",
+            {"input": [spec()], "output": [spec()]},
+            "no forward entry Functional.relu.922.forward",
+        ),
+        Case(
+            "a NUL in data_name (statistics)",
+            f"{relu}.923.forward",
+            call([spec(data_name="x\x00.pt")]),
+            "input_args[0].data_name: not a file name",
+        ),
+        Case(
+            "a lone surrogate in a str argument",
+            "Tensor.to.910.forward",
+            call([spec(), scalar("str", "\ud800")]),
+            "input_args[1].value: cannot read",
+        ),
+    ]
+
+
+def parse_cases() -> dict[str, str]:
+    """Bodies a JSON library writes no way to: {entry: raw body}, and what the row says."""
+    deep = "[" * 10_000 + "]" * 10_000
+    return {
+        "Functional.relu.930.forward": (
+            RawJson(f'{{"input_args": {deep}, "input_kwargs": {{}}, "output": []}}'),
+            "input_args: nested deeper than 500 levels",
+        ),
+        "Functional.gelu.930.forward": (
+            RawJson('{"input_args": [], "output": []}'),
+            "written more than once in dump.json",
+        ),
+    }
+
+
+def file_cases(marks: Path) -> list[Case]:
+    """Tensor files of a tensor dump: where they point, what they hold (real data, recorded outputs)."""
+    relu = "Functional.relu"
+    return [
+        Case(
+            "a NUL in data_name",
+            f"{relu}.940.forward",
+            call([spec(data_name="x\x00.pt")]),
+            "input_args[0].data_name: not a file name",
+        ),
+        Case(
+            "data_name climbing out",
+            f"{relu}.941.forward",
+            call([spec(data_name="../../../../etc/passwd")]),
+            "points outside",
+        ),
+        Case("an absolute data_name", f"{relu}.942.forward", call([spec(data_name="/etc/passwd")]), "points outside"),
+        Case(
+            "a data_name that is a list",
+            f"{relu}.943.forward",
+            call([spec(data_name=["a.pt"])]),
+            "input_args[0].data_name: not a file name",
+        ),
+        Case("a FIFO where a tensor file goes", f"{relu}.944.forward", call([spec(data_name="fifo.pt")]), "fifo.pt"),
+        Case("a symlink out of the dump", f"{relu}.945.forward", call([spec(data_name="passwd.pt")]), "points outside"),
+        Case(
+            "a pickle that runs code",
+            f"{relu}.946.forward",
+            call([spec(data_name="evil.pt")]),
+            "input_args[0].data_name: cannot load evil.pt",
+        ),
+        Case(
+            "a zip .pt whose pickle runs code",
+            f"{relu}.947.forward",
+            call([spec(data_name="evil_zip.pt")]),
+            "input_args[0].data_name: cannot load evil_zip.pt",
+        ),
+        Case(
+            "a file that is no tensor file",
+            f"{relu}.948.forward",
+            call([spec(data_name="garbage.pt")]),
+            "cannot load garbage.pt",
+        ),
+        Case(
+            "a .pt of another dtype",
+            f"{relu}.949.forward",
+            call(
+                [spec(shape=[2, 3], dtype="torch.float32", data_name="float64.pt")],
+                outputs=[spec(shape=[2, 3], data_name="float64.pt")],
+            ),
+            "float64.pt holds torch.float64, dump.json records torch.float32: cast to the recorded dtype",
+        ),
+        Case(
+            "a .pt of another shape",
+            f"{relu}.950.forward",
+            call([spec(shape=[5], data_name="float64.pt")]),
+            "input_args[0].shape: recorded [5] but float64.pt holds [2, 3]",
+        ),
+        Case(
+            "a .pt holding no tensor", f"{relu}.951.forward", call([spec(data_name="dict.pt")]), "cannot load dict.pt"
+        ),
+    ]
+
+
+class Evil:
+    """Unpickled, it writes a mark: what a .pt made with pickle can do to torch.load(weights_only=False)."""
+
+    def __init__(self, mark: Path):
+        self.mark = str(mark)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.mark}",))
+
+
+def write_tensor_files(folder: Path, marks: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "evil.pt").write_bytes(pickle.dumps(Evil(marks / "pickle_pt")))
+    torch.save({"x": Evil(marks / "pickle_zip")}, folder / "evil_zip.pt")
+    (folder / "garbage.pt").write_bytes(b"\x80\x04not a tensor at all")
+    torch.save(torch.arange(6, dtype=torch.float64).reshape(2, 3), folder / "float64.pt")
+    torch.save({"a": torch.zeros(2)}, folder / "dict.pt")
+    os.mkfifo(folder / "fifo.pt")
+    (folder / "passwd.pt").symlink_to("/etc/passwd")
+
+
+def ms_cases(marks: Path) -> list[Case]:
+    """MindSpore entry types: the same tricks, MindSpore's lists."""
+    x = {
+        "type": "mindspore.Tensor",
+        "dtype": "Float32",
+        "shape": [2, 3],
+        "Max": 1.0,
+        "Min": -1.0,
+        "Mean": 0.0,
+        "Norm": 1.0,
+    }
+    cmd = scalar("str", f"touch {marks / 'ms'}")
+    body = call([cmd], outputs=[x])
+    return [
+        Case("a shell through mint", "Mint.os.system.0.forward", body, "Mint.os.system: not one of the APIs"),
+        Case(
+            "a shell through mint.nn.functional",
+            "MintFunctional.torch.os.system.0.forward",
+            body,
+            "not one of the APIs msprobe records",
+        ),
+        Case("a submodule mint's list names", "Mint.nn.0.forward", call([x], outputs=[x]), "is a module"),
+        Case(
+            "a module attribute mint's list names",
+            "Mint.absolute_import.0.forward",
+            call([x], outputs=[x]),
+            "is a module's attribute",
+        ),
+        Case("the class of a tensor", "Tensor.__class__.0.forward", call([x], outputs=[x]), "Tensor.__class__"),
+        Case(
+            "a primitive that runs Python",
+            "Primitive.custom.Custom.0.forward",
+            call([x], outputs=[x]),
+            "Primitive.custom.Custom has no PyTorch equivalent",
+        ),
+        Case(
+            "a primitive that writes files",
+            "Primitive.dump.TensorDump.0.forward",
+            call([scalar("str", str(marks / "tensordump")), x], outputs=[]),
+            "has no PyTorch equivalent",
+        ),
+        Case(
+            "a path in a primitive's name",
+            "Primitive.a/../b.Dense.0.forward",
+            call([x, x], outputs=[x]),
+            "not an API entry name",
+            row="Primitive.a/../b.Dense.0.forward",
+        ),
+        Case("a shell through ops", "Functional.os.system.0.forward", body, "Functional.os.system"),
+        Case(
+            "a dtype that is no MindSpore dtype",
+            "Mint.abs.900.forward",
+            call([{**x, "dtype": "os"}], outputs=[x]),
+            "input_args[0].dtype: unknown dtype 'os'",
+        ),
+    ]
+
+
+def whole_file_cases(root: Path, marks: Path) -> list[FileCase]:
+    """One folder each, under root."""
+    stats = json.loads((DUMPS["pt_stats_L1"] / "dump.json").read_text())
+
+    def write(folder: str, text) -> None:
+        (root / folder).mkdir(parents=True)
+        path = root / folder / "dump.json"
+        path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"))
+
+    write("file_framework_object", json.dumps({**stats, "framework": {"__class__": "os"}}))
+    write("file_task_list", json.dumps({**stats, "task": ["tensor"]}))
+    write("file_framework_unknown", json.dumps({**stats, "framework": "evil"}))
+    write("file_not_json", '{"task": "statistics", "data": {"Torch.os.system.0.forward": ')
+    write("file_empty", b"")
+    write("file_list", "[1, 2, 3]")
+    write("file_data_list", json.dumps({"task": "statistics", "data": [1, 2]}))
+    write("file_bad_utf8", b'{"task": "statistics", "data": {"\xff\xfe": {}}}')
+    write("file_deep_header", '{"task": "statistics", "x": ' + "[" * 10_000 + "]" * 10_000 + ', "data": {}}')
+    (root / "file_fifo").mkdir()
+    os.mkfifo(root / "file_fifo" / "dump.json")
+    (root / "file_device").mkdir()
+    (root / "file_device" / "dump.json").symlink_to("/dev/zero")
+    # A folder named dump.json holding a test module: pytest would collect and run it if it were given.
+    evil = root / "file_folder" / "dump.json"
+    evil.mkdir(parents=True)
+    (evil / "test_evil.py").write_text(f"open({str(marks / 'collected')!r}, 'w')\n")
+    return [
+        FileCase("a framework that is an object", "file_framework_object", "framework: expected a string"),
+        FileCase("a task that is a list", "file_task_list", "task: expected a string"),
+        FileCase(
+            "a framework pytest-msprobe has no module for",
+            "file_framework_unknown",
+            "dumps of framework 'evil' are not supported",
+        ),
+        FileCase("a file cut short", "file_not_json", "not valid JSON"),
+        FileCase("an empty file", "file_empty", "not valid JSON"),
+        FileCase("a list at the top", "file_list", "not an msprobe dump"),
+        FileCase("data that is a list", "file_data_list", "not an msprobe dump"),
+        FileCase("bytes that are no UTF-8", "file_bad_utf8", "not valid JSON"),
+        FileCase("nesting outside the entries", "file_deep_header", "outside the entries of `data`"),
+        FileCase("a FIFO named dump.json", "file_fifo", "not a regular file", where="header"),
+        FileCase("a link to a device named dump.json", "file_device", "not a regular file", where="header"),
+        FileCase("a folder named dump.json", "file_folder", "not a regular file", where="header"),
+    ]
+
+
+@dataclass
+class Corpus:
+    root: Path
+    marks: Path
+    cases: dict[str, list[Case]]  # by dump folder
+    files: list[FileCase]
+
+    def count(self) -> int:
+        return sum(len(cases) for cases in self.cases.values()) + len(self.files)
+
+
+def write_dump(folder: Path, base: str, cases: list[Case], raw: dict[str, Any] = {}) -> None:  # noqa: B006
+    """The base dump's header and entries, then the cases' entries, in one data object."""
+    shutil.copytree(DUMPS[base], folder)
+    document = json.loads((folder / "dump.json").read_text())
+    header = {key: value for key, value in document.items() if key != "data"}
+    members = [f"{json.dumps(name)}: {json.dumps(body)}" for name, body in document["data"].items()]
+    for case in cases:
+        body = case.body.text if isinstance(case.body, RawJson) else json.dumps(case.body)
+        members.append(f"{json.dumps(case.entry)}: {body}")
+    text = json.dumps(header)[:-1] + ', "data": {' + ", ".join(members) + "}}"
+    (folder / "dump.json").write_bytes(text.encode("utf-8", "surrogatepass"))
+
+
+def build(root: Path, marks: Path) -> Corpus:
+    marks.mkdir(parents=True, exist_ok=True)
+    (root.parent / "evil.pickle").write_bytes(pickle.dumps(Evil(marks / "pickle_load")))
+    parsed = [Case("parse: " + body.text[:20], name, body, says) for name, (body, says) in parse_cases().items()]
+    # The duplicate: written once more before the raw one, so the file holds it twice.
+    twice = Case(
+        "an entry written twice", "Functional.gelu.930.forward", call([spec()]), "written more than once in dump.json"
+    )
+    cases = {
+        "stats": api_cases(marks) + name_cases() + input_cases() + [twice] + parsed,
+        "tensor": api_cases(marks) + name_cases() + file_cases(marks),
+        "ms": ms_cases(marks),
+    }
+    write_dump(root / "stats", "pt_stats_L1", cases["stats"])
+    write_dump(root / "tensor", "pt_tensor_L1", cases["tensor"])
+    write_tensor_files(root / "tensor" / "dump_tensor_data", marks)
+    write_dump(root / "ms", "ms_stats_L1", cases["ms"])
+    for base, folder in (("pt_stats_L1", "clean_stats"), ("pt_tensor_L1", "clean_tensor"), ("ms_stats_L1", "clean_ms")):
+        shutil.copytree(DUMPS[base], root / folder)
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(0o644)
+    cases["stats"] = [case for case in cases["stats"] if case is not twice]  # one row for both
+    return Corpus(root, marks, cases, whole_file_cases(root, marks))
