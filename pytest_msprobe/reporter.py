@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from . import summary
+from . import manifest, summary
 from .report import ApiBook, ApiRow, CsvWriter, ReportError, dump_folders, split_node_id, timestamp
 from .results import REPORT_ATTRIBUTE, EntryResult
 from .untrusted import cut, printable
@@ -104,13 +104,15 @@ class CsvReporter:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
         self.finishing = True
         leftovers = self.book.leftovers()
-        if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail:
-            # Cut short by Ctrl-C, -x or --maxfail: left out, so that --msprobe-resume runs them whole.
+        if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail or self.run.lost_hosts:
+            # Cut short by Ctrl-C, -x, --maxfail or a lost host: left out, so that --msprobe-resume runs them whole.
             self.unfinished, leftovers = leftovers, []
         for row in leftovers:
             self.write(row)
-        for writer in self.writers.values():
+        for path, writer in self.writers.items():
             writer.close()
+            if not manifest.path_for(writer.result_path).exists():  # a resumed pair keeps its own
+                manifest.write(writer.result_path, self.run.describe(path))
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.results and not self.writers:

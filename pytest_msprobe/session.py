@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from . import devices, workers
+from . import devices, manifest, remote, workers
 from .check import Checker
-from .dump import Dump, code_beside, find_dump_files, peek_framework, peek_task
+from .dump import Dump, DumpError, code_beside, find_dump_files, parse_entry_name, peek_framework, peek_task
 from .frameworks import RunOptions, Tested
 from .items import RUN_KEY, DumpFile
 from .options import RANDOM, Options
@@ -39,7 +39,8 @@ def start(config: pytest.Config, options: Options) -> None:
     workers.register(config, run)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(CsvReporter(config, run), "msprobe-reporter")
-    files = [str(p) for p in run.dump_files]
+    # A worker on another host collects a dump missing there by the controller's word (remote.py).
+    files = [str(p) for p in run.dump_files if not run.remote or p.is_file()]
     explicit = config.args_source == pytest.Config.ArgsSource.ARGS
     config.args = [*config.args, *files] if explicit else files
 
@@ -62,9 +63,19 @@ class MsprobeRun:
 
     def _build(self, config: pytest.Config, options: Options, notes: list[str]) -> None:
         base = config.invocation_params.dir
+        self.config = config
         self.options = options
+        workerinput = getattr(config, "workerinput", None)
+        shared = remote.shipped(workerinput)  # the controller's paths, read as they are on every host
+        self.host = (workerinput or {}).get(remote.HOST, "")
         refused: list[str] = []  # said in the header: a FIFO named dump.json, ...
-        self.dump_files = [f.resolve() for p in options.dumps for f in find_dump_files(base / p, refused)]
+        if shared is None:
+            self.dump_files = [f.resolve() for p in options.dumps for f in find_dump_files(base / p, refused)]
+            shared = remote.describe(self.dump_files, config.rootpath, with_items=False)
+        else:
+            self.dump_files = [Path(dump.path) for dump in shared]
+        self.shared = {Path(dump.path): dump for dump in shared}
+        self.remote = any(dump.items is not None for dump in shared)  # a worker on another host
         if not self.dump_files:
             raise pytest.UsageError(
                 f"--msprobe-dump: no dump.json under {', '.join(options.dumps)}" + "".join(f"; {r}" for r in refused)
@@ -79,10 +90,14 @@ class MsprobeRun:
             raise pytest.UsageError(f"--msprobe-max-elements must be at least 1, not {options.max_elements}")
         self.device_notes = [*refused, *notes]
         self.frameworks = {peek_framework(path) for path in self.dump_files}
-        self.device_kind = devices.choose(options.device, self.device_notes, self.frameworks)
+        if workers.remote_hosts(config):
+            self.device_kind = options.device  # the controller's devices are not its workers': each host chooses
+        else:
+            self.device_kind = devices.choose(options.device, self.device_notes, self.frameworks)
         self.check_recorded()
-        self.device_ids = devices.ids_for(options.devices, workers.planned_workers(config))
-        if not hasattr(config, "workerinput"):  # the controller checked them for its workers
+        self.device_ids = devices.ids_for(options.devices, workers.workers_per_host(config))
+        if not hasattr(config, "workerinput") and not workers.remote_hosts(config):
+            # The controller checked them for its workers on this host.
             devices.check_ids_exist(self.device_kind, self.device_ids, self.frameworks)
         self.out_dir = options.out_dir(base)
         if len(self.dump_files) > 1 and (options.resume or options.baseline):
@@ -109,6 +124,19 @@ class MsprobeRun:
             max_elements=options.max_elements,
         )
         self.collected: dict[str, Dump] = {}  # by node id, as DumpFile collects them
+        self.lost_hosts: dict[str, str] = {}  # host -> why no worker could start there (lost_hosts.py)
+
+    def describe(self, path: Path) -> dict[str, Any]:
+        """The manifest of the CSV pair of a dump: the dump, the settings, the shard."""
+        collected = next((d for d in self.collected.values() if d.path.resolve() == path), None)
+        try:
+            names = [name.full for name in collected.api_names()] if collected else remote.item_names(path)
+            api_calls: int | None = len({entry.prefix for entry in map(parse_entry_name, names) if entry})
+        except DumpError:
+            api_calls = None
+        splits = getattr(self.config.option, "splits", None)
+        shard = {"splits": splits, "group": self.config.option.group} if splits else None
+        return manifest.describe(path, self.options, self.device_kind, api_calls, shard)
 
     def check_recorded(self) -> None:
         if self.device_kind != devices.RECORDED:
@@ -134,10 +162,16 @@ class MsprobeRun:
         self.checker = replace(self.checker, run=replace(self.checker.run, device=device))
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-        if file_path.resolve() in self.dump_files:
-            dump_file: DumpFile = DumpFile.from_parent(parent, path=file_path)
+        shared = self.shared.get(file_path) or self.shared.get(file_path.resolve())
+        if shared is not None:
+            dump_file: DumpFile = remote.collector(parent, file_path, shared, self.host)
             return dump_file
         return None
+
+    @pytest.hookimpl(tryfirst=True)  # before -k, resume and the others deselect
+    def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
+        if self.remote:
+            remote.in_dump_order(session, items, list(self.shared.values()), self.host)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         run, standard = self.checker.run, self.checker.standard
