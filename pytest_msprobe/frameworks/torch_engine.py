@@ -466,22 +466,18 @@ def run_sides(call: Call, sides: Sides, options: RunOptions) -> Run:
             raise
         except Exception as exc:  # noqa: BLE001 - a device that raises is a finding
             run.tested_error = f"{type(exc).__name__}: {first_line(exc)}"
-    compared_tested, compared_bench, at_nodes = None, bench, frozenset[int]()
-    if (options.keep or options.probe) and tested is not None:
-        compared_tested, compared_bench = sides.compared(tested, bench)
-        # Gradients msprobe took inside the API's graph are judged against the float64 gradient at that
-        # node of the graph, not the input's: a rerun of the call (a script, the probe) has no such value.
-        at_nodes = frozenset(i for i, (k, b) in enumerate(zip(compared_bench, bench)) if k is not b)
+    compared_tested, compared_bench = (None, bench) if tested is None else sides.compared(tested, bench)
+    # Gradients msprobe took inside the API's graph are judged against the float64 gradient at
+    # that node of the graph, not the input's: a rerun of the call (a script, the probe) has no such value.
+    at_nodes = frozenset(i for i, (k, b) in enumerate(zip(compared_bench, bench)) if k is not b)
     if options.keep:
         grads = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
         inputs = {"args": call.args, "kwargs": call.kwargs}
         run.kept = Kept(inputs, compared_tested, compared_bench, grads, sides.recipe, at_nodes)
     if tested is not None:
         run.pairs = sides.pair(tested, bench)
-        # The extra runs measure against the bench as it was compared (a node's value where a
-        # gradient was judged at a node of the graph), made only when the standard asks.
-        outputs: list = tested  # for the closure: not None
-        extra = ExtraBenchRuns(call, sides, side, bench, lambda: sides.compared(outputs, bench)[1])
+        # The extra runs against the bench as it was compared (a node's value where judged at a node).
+        extra = ExtraBenchRuns(call, sides, side, compared_bench)
         for pair in run.pairs:
             if not pair.skip:
                 pair.extra = extra.for_output(pair.index)
@@ -560,10 +556,8 @@ class ExtraBenchRuns:
     On the side the benchmark ran on; a run that raises answers None (the standard then
     judges without it)."""
 
-    def __init__(self, call: Call, sides: Sides, side: Side, bench: list, compared: Callable[[], list] | None = None):
+    def __init__(self, call: Call, sides: Sides, side: Side, bench: list):
         self.call, self.sides, self.side, self.bench = call, sides, side, bench
-        # What the runs are measured against: the bench as the pairs compare it (by default the bench).
-        self.compared = compared or (lambda: bench)
         self.runs: dict[tuple, list | None] = {}
 
     def for_output(self, index: int) -> ExtraRuns:
@@ -580,7 +574,7 @@ class ExtraBenchRuns:
         return self.output(("magnitude",), lambda: compute(self.side), index)
 
     def spread(self, index: int, relative: float) -> np.ndarray | None:
-        bench = self.output(("bench",), self.compared, index)
+        bench = self.output(("bench",), lambda: self.bench, index)
         if not self.sides.spread or bench is None:
             return None
         widest: np.ndarray | None = None
@@ -597,7 +591,7 @@ class ExtraBenchRuns:
         """The widest gap over the thread counts machines commonly run: PyTorch's low-precision CPU
         kernels sum per-thread partials in that precision (layer_norm's weight gradient), so what
         they round depends on the thread count of the machine that ran them."""
-        bench = self.output(("bench",), self.compared, index)
+        bench = self.output(("bench",), lambda: self.bench, index)
         widest: np.ndarray | None = None
         for threads in LOW_THREADS:
             run = self.output(("low", threads), functools.partial(self.low_run, threads), index)

@@ -286,7 +286,7 @@ def run_tested(call: dict, device: str, fp32: bool) -> list:
     outputs = run_torch(Side(device, None, autocast_dtype(fp32)), call)
     kind = device.partition(":")[0]
     if kind in ("cuda", "npu"):  # a kernel's error is reported at the next synchronisation: here
-        getattr(torch, kind).synchronize()
+        accelerator(kind).synchronize()
     return outputs
 
 
@@ -297,7 +297,12 @@ def bind(device: str) -> None:
     if FRAMEWORK == "pytorch" and kind == "npu":
         import torch_npu  # noqa: F401 - only for an NPU
     if FRAMEWORK == "pytorch" and kind in ("cuda", "npu"):
-        getattr(torch, kind).set_device(int(index or 0))
+        accelerator(kind).set_device(int(index or 0))
+
+
+def accelerator(kind: str) -> Any:
+    """torch.cuda or torch.npu (which torch_npu adds when imported)."""
+    return torch.cuda if kind == "cuda" else torch.npu  # type: ignore[attr-defined]
 
 
 # -- the dtype standard's extra runs, as the run's (torch_engine.ExtraBenchRuns) ------
