@@ -32,11 +32,12 @@ class DumpFile(pytest.File):
             yield UnreadableDump.from_parent(self, name="dump", message=printable(str(exc)))
             return
         self.config.stash[RUN_KEY].collected[self.nodeid] = self.dump
-        for name in self.dump.entries:
+        for position, name in enumerate(self.dump.entries):
             if entry_kind(name) != "module":
                 # The test name is what terminals and reports show: the entry's, escaped (untrusted.py).
-                item = EntryItem.from_parent(self, name=escape(name))
+                item: EntryItem = EntryItem.from_parent(self, name=escape(name))
                 item.entry = name
+                item.position = position  # its place in the dump: the order msprobe recorded the calls
                 yield item
 
 
@@ -64,6 +65,7 @@ class EntryItem(pytest.Item):
 
     result: EntryResult | None = None
     entry: str = ""  # the entry's name in the dump (self.name is it escaped)
+    position: int | None = None
 
     def runtest(self) -> None:
         checker = self.config.stash[RUN_KEY].checker
@@ -80,7 +82,7 @@ class EntryItem(pytest.Item):
         else:
             assert isinstance(self.parent, DumpFile)
             try:
-                self.result = checker.check(self.parent.dump, entry)
+                self.result = checker.check(self.parent.dump, entry, self.position)
             except Exception as exc:
                 # A fault of the plugin: the item fails with its traceback, the CSV still gets a row.
                 self.result = EntryResult(

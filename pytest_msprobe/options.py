@@ -20,6 +20,7 @@ from .standards import STANDARDS
 AUTO, REAL, RANDOM = "auto", "real", "random"
 MODES = (AUTO, REAL, RANDOM)
 ERROR_DATA_FOLDER = "msprobe_error_data"  # under --msprobe-out
+PROBES = ("off", "fp32")  # --msprobe-probe
 # Random data is built from the recorded shapes: at most this many elements an entry (8 GiB as
 # float64, more than any one call of a real model's step); beyond it, the entry is a SKIP.
 DEFAULT_MAX_ELEMENTS = 2**30
@@ -48,10 +49,15 @@ class Options:
     resume: str = ""
     baseline: str = ""
     save_error_data: str | None = None  # None: off; "": the default folder under out; else a folder
+    repro: str = ""  # the folder of the reproducers; "": none written
+    probe: str = "off"
     max_elements: int = DEFAULT_MAX_ELEMENTS
 
     def out_dir(self, base: Path) -> Path:
         return base / self.out
+
+    def repro_dir(self, base: Path) -> Path | None:
+        return base / self.repro if self.repro else None
 
     def error_data_dir(self, base: Path) -> Path | None:
         if self.save_error_data is None:
@@ -117,6 +123,18 @@ OPTIONS = (
     Option("out", "folder for the result and details CSVs"),
     Option("resume", "result CSV of a killed run: run only its missing APIs, append to it"),
     Option("baseline", "result CSV of an earlier run: its errors are expected failures"),
+    Option(
+        "repro",
+        "folder for a standalone reproducer of every entry that is not pass: "
+        "<dump>/<entry>/ with repro.py, inputs.pt and verdict.json",
+        metavar="DIR",
+    ),
+    Option(
+        "probe",
+        "fp32: run each failing fp16/bf16 entry again with its fp16/bf16 inputs in fp32, "
+        "to tell autocast's rounding from a faulty kernel",
+        PROBES,
+    ),
     Option("max_elements", "random data: the most elements an entry's inputs may have (beyond: SKIP)", read=int),
 )
 

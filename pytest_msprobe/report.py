@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, NamedTuple
 
 from .dump import BACKWARD, FORWARD, parse_entry_name
-from .messages import api_message, output_message
+from .messages import api_message, details_message
 from .results import ERROR, EntryResult
 from .untrusted import cut, escape, unescape
 
@@ -190,7 +190,7 @@ class CsvWriter:
                         number_cell(row.max_abs_err),
                         number_cell(row.max_rel_err),
                         row.status.value,
-                        text_cell(output_message(row), MAX_CELL, " cut"),
+                        text_cell(details_message(result, row), MAX_CELL, " cut"),
                     ]
                 )
         # Details first, on disk before the result row is even buffered: a result row on disk

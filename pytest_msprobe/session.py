@@ -110,10 +110,18 @@ class MsprobeRun:
         self.selection = Selection.from_config(config, base, options.resume, options.baseline)
         recorded = self.device_kind == devices.RECORDED
         run_options = RunOptions(
-            self.device_kind, Tested.RECORDED if recorded else Tested.DEVICE, options.mode, options.seed
+            self.device_kind,
+            Tested.RECORDED if recorded else Tested.DEVICE,
+            options.mode,
+            options.seed,
+            probe=options.probe == "fp32",
         )
         self.checker = Checker(
-            run_options, make_standard(options), options.error_data_dir(base), max_elements=options.max_elements
+            run_options,
+            make_standard(options),
+            options.error_data_dir(base),
+            options.repro_dir(base),
+            max_elements=options.max_elements,
         )
         self.collected: dict[str, Dump] = {}  # by node id, as DumpFile collects them
         self.lost_hosts: dict[str, str] = {}  # host -> why no worker could start there (lost_hosts.py)
@@ -170,6 +178,11 @@ class MsprobeRun:
         lines = [f"msprobe: device {run.tested_on}, mode {run.mode}, seed {run.seed}, standard {standard.describe()}"]
         lines += [f"msprobe: {note}" for note in self.device_notes]
         lines += [f"msprobe: {line}" for line in standard.header_lines()]
+        if self.checker.repro is not None:
+            lines.append(f"msprobe: a reproducer of every entry that is not pass in {self.checker.repro}")
+        if run.probe:
+            where = " on the CPU (the tested side is recorded)" if run.recorded else ""
+            lines.append(f"msprobe: fp32 probe of every failing fp16/bf16 entry{where}")
         return lines
 
     def pytest_report_collectionfinish(self, config: pytest.Config) -> list[str]:

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from .dump import BACKWARD, FORWARD
-from .messages import entry_message, output_message
+from .messages import call_site_text, entry_findings, entry_message, output_message, probe_text
 from .results import ERROR, PASS, SKIP, WARNING, EntryResult
 
 STATUSES = (PASS, ERROR, WARNING, SKIP)
@@ -34,9 +34,32 @@ def failure_lines(results: Sequence[EntryResult], limit: int = 20) -> list[str]:
     failed = sorted((r for r in results if r.status == ERROR), key=severity)
     lines = []
     for result in failed[:limit]:
-        lines.append(f"{result.entry}: {entry_message(result)}"[:400])
+        lines.append(f"{result.entry}: {entry_findings(result)}"[:400])
+        lines += found_lines(result)
     if len(failed) > limit:
         lines.append(f"... and {len(failed) - limit} more in the result CSV")
+    return lines
+
+
+def found_lines(result: EntryResult) -> list[str]:
+    """Where the model called a failing entry and what the fp32 probe said, a line each."""
+    return [f"    {text}" for text in (call_site_text(result.call_site), probe_text(result.probe)) if text]
+
+
+def first_failure_lines(results: Sequence[EntryResult]) -> list[str]:
+    """The first failing entry in call order, per dump: where precision is first lost in the step."""
+    first: dict[str, tuple[int, EntryResult]] = {}
+    for result in results:
+        if result.status == ERROR and result.position is not None:
+            known = first.get(result.dump)
+            if known is None or result.position < known[0]:
+                first[result.dump] = (result.position, result)
+    lines = []
+    for dump in sorted(first):
+        position, result = first[dump]
+        of = f" of {dump}" if len(first) > 1 else ""
+        lines.append(f"first failure in call order{of}: {result.entry} (entry {position + 1} of the dump)")
+        lines += found_lines(result)
     return lines
 
 
@@ -85,6 +108,8 @@ def summary_lines(results: Sequence[EntryResult]) -> list[str]:
     failures = failure_lines(results)
     if failures:
         lines += ["", "failures, worst first:", *failures, *floor_line(results)]
+        first = first_failure_lines(results)
+        lines += ["", *first] if first else []
     skips = skip_lines(results)
     if skips:
         lines += ["", "SKIP reasons:", *skips]
@@ -97,6 +122,8 @@ def failure_text(result: EntryResult, standard: str) -> list[str]:
     if not failed:
         return [f"{result.entry}: {entry_message(result)}"]
     lines = [f"{result.entry}: {len(failed)} of {len(result.outputs)} outputs break the standard {standard}"]
+    if result.call_site is not None:
+        lines.append(f"  {call_site_text(result.call_site)}")
     for row in failed:
         cosine = "n/a" if row.cosine is None else f"{row.cosine:.6g}"
         lines.append(
@@ -104,6 +131,8 @@ def failure_text(result: EntryResult, standard: str) -> list[str]:
             f"MaxAbsErr {row.max_abs_err:.4g}, MaxRelativeErr {row.max_rel_err:.4g}"
         )
         lines.append(f"    {output_message(row)}")
+    if result.probe is not None:
+        lines.append(f"  fp32 probe: {probe_text(result.probe)}")
     lines += [f"  note: {note}" for note in result.notes]
     return lines
 

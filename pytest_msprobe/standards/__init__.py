@@ -32,6 +32,7 @@ class Verdict:
     status: Status
     reasons: list[str] = field(default_factory=list)  # the rules broken, or what the output stayed within
     floor: str = ""  # a failure within this dtype's rounding budget ("bf16"): see OutputResult.floor
+    ratio: float | None = None  # the worst element's error over its budget, where the standard has one
 
     @property
     def message(self) -> str:

@@ -78,7 +78,7 @@ class DtypeStandard:
         message = _message(reading, status)
         if tolerance is not None:
             message += f" (allowed: {tolerance.describe()})"
-        return Verdict(status, [message])
+        return Verdict(status, [message], ratio=reading.ratio)
 
     def within_budget(self, c: Comparison, m: Metrics) -> bool:
         """Whether the output passes this standard with no warning band: under the basic
