@@ -11,6 +11,7 @@ from pathlib import Path
 from . import error_data
 from .compare import Comparison, compare
 from .dump import Dump, EntryName
+from .fallbacks import explain_bench
 from .frameworks import BenchmarkFailed, OutputPair, Run, RunOptions, Unsupported, for_framework
 from .inputs import InputError, element_budget
 from .options import DEFAULT_MAX_ELEMENTS
@@ -55,6 +56,7 @@ class Checker:
             result.reason = f"the tested run on {self.run.tested_on} raised {run.tested_error}"
             return
         result.outputs = [self.output(name, pair, run) for pair in run.pairs]
+        explain_bench(result)
         result.status = worst_status(output.status for output in result.outputs)
         if not result.outputs:
             result.reason = "no output to compare"
@@ -82,4 +84,6 @@ class Checker:
             verdict.reasons,
             verdict.floor,
             pair.note,
+            severity=verdict.severity,
+            nonfinite=verdict.nonfinite,
         )
