@@ -11,7 +11,6 @@ from pytest_msprobe import resume
 from pytest_msprobe.journal import journal_path_for
 from pytest_msprobe.report import details_path_for
 
-
 # Kills the process that writes the CSVs (the xdist controller under -n) when the
 # KILL_AT-th test report arrives: a run killed at an arbitrary moment.
 KILLER = """
@@ -200,7 +199,7 @@ def test_a_partial_run_resumes_to_the_rows_of_a_whole_one(pytester, full_run, wo
     # complete are written again as they were, none lost.
     some = run_msprobe(pytester, dump, "--msprobe-resume", str(result_csv), "-k", "linear", *workers,
                        device="recorded")
-    some.stdout.fnmatch_lines([f"msprobe: resuming *: 8 APIs already finished and 29 entries of APIs without a row "
+    some.stdout.fnmatch_lines(["msprobe: resuming *: 8 APIs already finished and 29 entries of APIs without a row "
                                "(its journal) are not run again; 29 rows without a direction the dump has are "
                                "written again, whole"])
     assert Counter(row["API Name"] for row in read_csv(pytester.path / "out", "result")) == Counter(
