@@ -166,8 +166,8 @@ def resume(result_path: Path, dump_entries: set[tuple[str, str]] | None = None) 
     for row in rows:
         row = row + [""] * (4 - len(row))
         statuses[row[0]] = {d: s for d, s in ((FORWARD, row[1]), (BACKWARD, row[2])) if s}
-    for api in kept_apis:
-        held = statuses.get(api, {})
+    for api in (api for api in statuses if api in kept_apis):  # in file order
+        held = statuses[api]
         lacking = directions.get(api, set()) - set(held) if dump_entries is not None else set()
         if not lacking:
             state.complete.add(api)
