@@ -222,3 +222,24 @@ def test_the_frameworks_are_imported_before_the_first_entry(pytester, copy_dump)
     run_msprobe(pytester, copy_dump("pt_tensor_L1"), "-k", "relu", device="cpu", subprocess=True)
     # In a fresh process: this one imported torch long ago.
     assert (pytester.path / "imported").read_text() == "True"
+
+
+@pytest.mark.slow
+def test_a_run_that_names_no_dump_imports_nothing_heavy(pytester):
+    """Installed, the plugin loads in every pytest run: one that names no dump imports its option
+    table alone, no numpy, no framework (bench/timing/load_cost.py measures what that costs)."""
+    pytester.makeconftest(
+        "import sys\n"
+        "def pytest_sessionfinish(session):\n"
+        "    names = sorted(m for m in sys.modules if m.split('.')[0] in\n"
+        "                   ('pytest_msprobe', 'numpy', 'torch', 'mindspore', 'orjson'))\n"
+        "    open('modules', 'w').write(' '.join(names))\n"
+    )
+    pytester.makepyfile("def test_unrelated():\n    assert True\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK
+    modules = set((pytester.path / "modules").read_text().split())
+    assert "pytest_msprobe.plugin" in modules  # loaded, by its entry point
+    light = {"pytest_msprobe", "pytest_msprobe.plugin", "pytest_msprobe.options", "pytest_msprobe.devices",
+             "pytest_msprobe.standards", "pytest_msprobe.results"}
+    assert modules <= light, modules - light
