@@ -174,6 +174,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{statistics.median(import_ms):.1f} ms, min {min(import_ms):.1f} ms of {args.repeats}. It imports "
         f"{len(modules)} modules: {', '.join(modules)}; of numpy, torch, mindspore, torch_npu, orjson: "
         f"{', '.join(heavy) if heavy else 'none'}.",
+        "",
+        "The import is what the plugin adds for sure; the paired differences of whole runs scatter by more "
+        "than it (their quartiles) when other work shares the machine, so their median is the figure to "
+        "read, over many rounds, and the import's minimum the floor.",
     ]
     text = "\n".join(lines) + "\n"
     print(text)
