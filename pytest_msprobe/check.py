@@ -11,6 +11,7 @@ from pathlib import Path
 from . import error_data, repro
 from .compare import Comparison, compare
 from .dump import Dump, EntryName
+from .fallbacks import explain_bench
 from .frameworks import BenchmarkFailed, OutputPair, Probe, Run, RunOptions, Unsupported, for_framework
 from .inputs import InputError, element_budget
 from .options import DEFAULT_MAX_ELEMENTS
@@ -62,6 +63,7 @@ class Checker:
             result.reason = f"the tested run on {self.run.tested_on} raised {run.tested_error}"
             return
         result.outputs = [self.output(name, pair, run) for pair in run.pairs]
+        explain_bench(result)
         result.status = worst_status(output.status for output in result.outputs)
         if not result.outputs:
             result.reason = "no output to compare"
@@ -90,6 +92,8 @@ class Checker:
             verdict.floor,
             pair.note,
             verdict.ratio,
+            severity=verdict.severity,
+            nonfinite=verdict.nonfinite,
         )
 
     def probe(self, result: EntryResult, name: EntryName, run: Run, probe: Probe) -> ProbeResult:

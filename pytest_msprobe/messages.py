@@ -16,8 +16,9 @@ def floor_text(output: OutputResult) -> str:
 
 
 def output_message(output: OutputResult) -> str:
-    """The Message of a details row: the rules broken (or kept), the rounding floor, how it was paired."""
-    return join([*output.reasons, floor_text(output), output.note])
+    """The Message of a details row: the rules broken (or kept), the rounding floor, how it was
+    paired, why the bench is not float64."""
+    return join([*output.reasons, floor_text(output), output.note, output.bench_note])
 
 
 def output_findings(result: EntryResult) -> list[str]:

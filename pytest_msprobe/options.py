@@ -52,6 +52,7 @@ class Options:
     repro: str = ""  # the folder of the reproducers; "": none written
     probe: str = "off"
     max_elements: int = DEFAULT_MAX_ELEMENTS
+    strict: bool = False  # a warning fails its item, as an error does
 
     def out_dir(self, base: Path) -> Path:
         return base / self.out
@@ -79,6 +80,7 @@ class Option:
     choices: tuple[str, ...] = ()
     read: Callable[[str], Any] = str
     metavar: str | None = None
+    bare: bool = False  # a flag: given on the command line without a value (true), in the ini file true/false
 
     @property
     def flag(self) -> str:
@@ -98,8 +100,16 @@ class Option:
         try:
             return self.read(text)
         except ValueError:
-            kind = "an integer" if self.read is int else "a number"
-            raise OptionError(f"{self.flag} must be {kind}, not {text!r}") from None
+            kind = "an integer" if self.read is int else "true or false" if self.bare else "a number"
+            where = f"{self.flag} (ini {self.ini})" if self.bare else self.flag
+            raise OptionError(f"{where} must be {kind}, not {text!r}") from None
+
+
+def read_bool(text: str) -> bool:
+    word = text.strip().lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise ValueError(text)
 
 
 def _one_of(choices: tuple[str, ...]) -> str:
@@ -136,6 +146,7 @@ OPTIONS = (
         PROBES,
     ),
     Option("max_elements", "random data: the most elements an entry's inputs may have (beyond: SKIP)", read=int),
+    Option("strict", "a warning fails its item and the run, as an error does", read=read_bool, bare=True),
 )
 
 

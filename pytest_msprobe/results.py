@@ -27,6 +27,10 @@ class Status(str, enum.Enum):
 
 
 PASS, WARNING, ERROR, SKIP = Status.PASS, Status.WARNING, Status.ERROR, Status.SKIP
+# How the notes of a fallback end or start, where they are made (inputs.py, the frameworks) and
+# where they are counted (fallbacks.py).
+RANDOM_DATA = "random data used"  # `input_args[0]: tensor file x.pt missing, random data used`
+BENCH_FALLBACK = "benchmark ran in"  # `benchmark ran in torch.float32: float64 raised ...`
 # The attribute of a pytest report that carries an entry's result (to_dict) to the xdist controller.
 REPORT_ATTRIBUTE = "msprobe"
 _SEVERITY = {PASS: 0, WARNING: 1, ERROR: 2}
@@ -55,7 +59,14 @@ class OutputResult:
     # A failure within the rounding budget of this dtype ("bf16"): rounding alone, not a fault.
     floor: str = ""
     note: str = ""  # how it was paired (a gradient msprobe recorded inside the API's graph)
-    ratio: float | None = None  # the dtype standard's: the worst element's error over its budget
+    ratio: float | None = None  # the dtype standard's: the worst element's error over its budget (repro.py's)
+    # How many times its budget the output is off, from the standard (the dtype standard's ratio
+    # of its worst element; basic: the larger of MaxAbsErr and 1 - Cosine over their thresholds'):
+    # above 1 it broke the rule. inf for a fault no budget measures (a shape or an integer
+    # mismatch); None where nothing was judged (a SKIP).
+    severity: float | None = None
+    nonfinite: bool = False  # NaN or inf where the other side has none
+    bench_note: str = ""  # why the bench is not in float64, where it is not
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)

@@ -17,7 +17,8 @@ import pytest
 
 from . import devices, manifest, remote, workers
 from .check import Checker
-from .dump import Dump, DumpError, code_beside, find_dump_files, parse_entry_name, peek_framework, peek_task
+from .dump import Dump, DumpError, code_beside, find_dump_files, parse_entry_name, peek_framework, peek_task, read_dump
+from .dump_folder import passed_over_lines
 from .frameworks import RunOptions, Tested
 from .items import RUN_KEY, DumpFile
 from .options import RANDOM, Options
@@ -27,6 +28,7 @@ from .selection import Selection
 from .standards import make_standard
 from .summary import metric_properties
 from .untrusted import printable
+from .warmup import warm_up
 
 
 def start(config: pytest.Config, options: Options) -> None:
@@ -68,9 +70,13 @@ class MsprobeRun:
         workerinput = getattr(config, "workerinput", None)
         shared = remote.shipped(workerinput)  # the controller's paths, read as they are on every host
         self.host = (workerinput or {}).get(remote.HOST, "")
-        refused: list[str] = []  # said in the header: a FIFO named dump.json, ...
+        refused: list[str] = []  # said in the header: a FIFO named dump.json, other JSON files, ...
         if shared is None:
-            self.dump_files = [f.resolve() for p in options.dumps for f in find_dump_files(base / p, refused)]
+            self.dump_files = []
+            for given in options.dumps:
+                others: list[Path] = []
+                self.dump_files += [f.resolve() for f in find_dump_files(base / given, refused, others)]
+                refused += passed_over_lines(base / given, others, given)
             shared = remote.describe(self.dump_files, config.rootpath, with_items=False)
         else:
             self.dump_files = [Path(dump.path) for dump in shared]
@@ -107,7 +113,9 @@ class MsprobeRun:
                 f"{len(self.dump_files)} were given: run them one at a time (pytest --msprobe-dump "
                 "step0/rank0/dump.json --msprobe-resume out/rank0/accuracy_checking_result_....csv)"
             )
-        self.selection = Selection.from_config(config, base, options.resume, options.baseline)
+        self.selection = Selection.from_config(
+            config, base, options.resume, options.baseline, self.dump_files, options.strict
+        )
         recorded = self.device_kind == devices.RECORDED
         run_options = RunOptions(
             self.device_kind,
@@ -124,6 +132,8 @@ class MsprobeRun:
             max_elements=options.max_elements,
         )
         self.collected: dict[str, Dump] = {}  # by node id, as DumpFile collects them
+        self.dumps_told = False  # the xdist controller's header lines on the dumps
+
         self.lost_hosts: dict[str, str] = {}  # host -> why no worker could start there (lost_hosts.py)
 
     def describe(self, path: Path) -> dict[str, Any]:
@@ -155,11 +165,16 @@ class MsprobeRun:
                 )
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        if workers.distributing(session.config) or self.checker.run.tested is Tested.RECORDED:
+        if workers.distributing(session.config):
             return  # the controller runs no entry: it leaves the devices to its workers
-        with usage_errors():
-            device = devices.bind(self.device_kind, workers.device_id(session.config, self.device_ids), self.frameworks)
-        self.checker = replace(self.checker, run=replace(self.checker.run, device=device))
+        recorded = self.checker.run.tested is Tested.RECORDED
+        if not recorded:
+            with usage_errors():
+                device_id = workers.device_id(session.config, self.device_ids)
+                device = devices.bind(self.device_kind, device_id, self.frameworks)
+            self.checker = replace(self.checker, run=replace(self.checker.run, device=device))
+        if not session.config.option.collectonly:
+            warm_up(self.frameworks, recorded)  # not in the first entry's time
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
         shared = self.shared.get(file_path) or self.shared.get(file_path.resolve())
@@ -186,11 +201,25 @@ class MsprobeRun:
         return lines
 
     def pytest_report_collectionfinish(self, config: pytest.Config) -> list[str]:
-        lines = []
-        for path, dump in self.collected.items():
-            counts = ", ".join(f"{n} {kind}" for kind, n in dump.counts().items() if n or kind != "unknown")
-            lines.append(printable(f"msprobe: {path}: {dump.framework} {dump.task} dump, {counts} entries"))
-        return lines
+        return dump_lines(self.collected)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
+        """The controller collects nothing: it reads the dumps for the header lines a serial run
+        prints, once its first worker has collected them (the same files)."""
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if self.dumps_told or terminal is None or not workers.distributing(self.config):
+            return
+        self.dumps_told = True
+        dumps = {}  # not kept: the controller checks no entry
+        for path in self.dump_files:
+            try:
+                dumps[_node_path(self.config, path)] = read_dump(path)
+            except DumpError:
+                continue  # the workers' collection fails it, naming why
+        terminal.ensure_newline()
+        for line in dump_lines(dumps):
+            terminal.write_line(line)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Any:
@@ -204,3 +233,20 @@ class MsprobeRun:
                 # item's; without it they would only weigh on every report sent to xdist.
                 item.user_properties.extend(metric_properties(result))
         return report
+
+
+def dump_lines(dumps: dict[str, Dump]) -> list[str]:
+    """`msprobe: <dump>: pytorch tensor dump, 37 forward, 29 backward, 0 module entries`, a line a dump."""
+    lines = []
+    for path, dump in dumps.items():
+        counts = ", ".join(f"{n} {kind}" for kind, n in dump.counts().items() if n or kind != "unknown")
+        lines.append(printable(f"msprobe: {path}: {dump.framework} {dump.task} dump, {counts} entries"))
+    return lines
+
+
+def _node_path(config: pytest.Config, path: Path) -> str:
+    """The dump as its node id names it: relative to the rootdir where it is under it."""
+    try:
+        return path.relative_to(config.rootpath.resolve()).as_posix()
+    except ValueError:
+        return str(path)

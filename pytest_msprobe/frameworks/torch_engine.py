@@ -23,6 +23,7 @@ from .. import apis
 from ..compare import ExtraRuns
 from ..dump import Dump, EntryName
 from ..inputs import REAL, Codec, Device, Rebuilder, is_tensor_spec, tree_map
+from ..results import BENCH_FALLBACK
 from . import BenchmarkFailed, Kept, OutputPair, Probe, Recipe, Run, RunOptions, Unsupported
 
 # Random by design: two runs never agree, so there is nothing to check.
@@ -230,7 +231,7 @@ def run_bench(compute: Callable[[Side], list], call: Call) -> tuple[list, Side, 
                 (
                     ""
                     if side.floating == torch.float64
-                    else f"benchmark ran in {side.floating}: float64 raised {errors[0]}"
+                    else f"{BENCH_FALLBACK} {side.floating}: float64 raised {errors[0]}"
                 ),
             )
         except Unsupported:
