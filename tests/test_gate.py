@@ -35,6 +35,18 @@ def warned(copy_dump):
     return dump
 
 
+def listed(lines, title):
+    """The entries the summary lists under a title, in its order (a call site's line, indented,
+    may follow each)."""
+    found = []
+    for line in lines[lines.index(title) + 1 :]:
+        entry = re.match(r"(\S+\.(?:forward|backward)): ", line)
+        if entry is None and not line.startswith("    "):
+            break
+        found += [entry.group(1)] if entry else []
+    return found
+
+
 def section(result):
     """The lines of the msprobe summary section."""
     start = next(i for i, line in enumerate(result.outlines) if re.fullmatch(r"=+ msprobe =+", line))
@@ -46,8 +58,7 @@ def test_warnings_pass_by_name_and_strict_fails_them(pytester, warned):
     loose = run_msprobe(pytester, warned, *dtype, out="loose", device="recorded")
     assert loose.ret == pytest.ExitCode.OK and loose.parseoutcomes() == {"passed": 66}
     lines = section(loose)
-    at = lines.index("warnings (passed; --msprobe-strict fails them), worst first:")
-    named = [line.split(":")[0] for line in lines[at + 1 : at + 4]]
+    named = listed(lines, "warnings (passed; --msprobe-strict fails them), worst first:")
     assert sorted(named) == sorted(WARNED)  # by name, not only counted
     assert "forward  34 pass, 0 error, 3 warning, 0 SKIP" in lines
     statuses = {row["API Name"]: row["Forward Test Success"] for row in read_csv(pytester.path / "loose", "result")}
@@ -81,12 +92,7 @@ def test_a_strict_resume_fails_on_the_warnings_its_file_holds(pytester, warned):
                           "--msprobe-resume", str(result_csv), device="recorded")
     assert resumed.ret == pytest.ExitCode.TESTS_FAILED and resumed.parseoutcomes() == {"deselected": 66}
     lines = section(resumed)
-    at = lines.index("failures it held, worst first:")
-    assert sorted(line.split(":")[0] for line in lines[at + 1 : at + 4]) == sorted(WARNED)
-
-
-def entry_of(line):
-    return line.split(": ", 1)[0]
+    assert sorted(listed(lines, "failures it held, worst first:")) == sorted(WARNED)
 
 
 def test_failures_come_by_severity_nonfinite_first(pytester, copy_dump):
@@ -102,8 +108,7 @@ def test_failures_come_by_severity_nonfinite_first(pytester, copy_dump):
     torch.save(relu, tensors / "Functional.relu.0.forward.output.0.pt")
     result = run_msprobe(pytester, dump, device="recorded")
     lines = section(result)
-    at = lines.index("failures, worst first:")
-    ranked = [entry_of(line) for line in lines[at + 1 :] if line and not line[0].isdigit()][:8]
+    ranked = listed(lines, "failures, worst first:")
     assert ranked[:2] == ["Functional.gelu.0.forward", "Functional.relu.0.forward"]
     details = read_csv(pytester.path / "out", "details")
     worst = {}
