@@ -8,6 +8,7 @@ below only hand it to pytest.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -127,7 +128,11 @@ class MsprobeRun:
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
         if file_path.resolve() in self.dump_files:
-            dump_file: DumpFile = DumpFile.from_parent(parent, path=file_path)
+            # Named from the rootdir, also outside it ("../dumps/rank0/dump.json"): pytest would name
+            # such a file from the argument that gave it, "" for each dump given itself, and the
+            # rows of several dumps would then share one pair of CSV files.
+            node_id = Path(os.path.relpath(file_path, parent.config.rootpath)).as_posix()
+            dump_file: DumpFile = DumpFile.from_parent(parent, path=file_path, nodeid=node_id)
             return dump_file
         return None
 
