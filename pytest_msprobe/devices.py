@@ -141,6 +141,18 @@ def bind(kind: str, device_id: int, frameworks: Iterable[str] = ("pytorch",)) ->
     return device_name(kind, device_id)
 
 
+def synchronize(device: str) -> None:
+    """Wait for the kernels queued on `device` (`npu:3`, `cuda:0`; the CPU runs them at once).
+
+    An NPU, like a GPU, runs kernels asynchronously and reports a kernel's error at the next
+    synchronisation: the tested run of an entry ends with one, so that the error is that
+    entry's finding, not a fault when its outputs are read, or one in the next entry.
+    """
+    kind, _, index = device.partition(":")
+    if kind in (NPU, CUDA):
+        getattr(import_torch(), kind).synchronize(int(index) if index else None)
+
+
 def device_name(kind: str, device_id: int) -> str:
     """`npu:3`, `cuda:0`; `cpu` and `recorded` have no ids."""
     return f"{kind}:{device_id}" if kind in (NPU, CUDA) else kind

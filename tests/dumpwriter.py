@@ -70,7 +70,7 @@ class DumpWriter:
         name = f"{prefix}.backward"
         generator = torch.Generator().manual_seed(seed)
         diff = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
-        grads_out = [torch.randn(o.shape, generator=generator).to(o.dtype) for o in diff]
+        grads_out = [torch.randn(o.shape, generator=generator).to(device=o.device, dtype=o.dtype) for o in diff]
         grads_in = torch.autograd.grad(diff, leaves, grads_out, allow_unused=True)
         self.data[name] = {
             "input": [self.spec(g, f"{name}.input.{i}") for i, g in enumerate(grads_out)],

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from .. import apis
+from .. import apis, devices
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, Undescribed, is_tensor_spec, tree_map
 from . import OutputPair, Run, RunOptions, Unsupported
@@ -210,7 +210,9 @@ def forward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
     else:
 
         def tested() -> list:
-            return forward(tested_side(options.device, call), call)
+            outputs = forward(tested_side(options.device, call), call)
+            devices.synchronize(options.device)  # a device kernel's error is this entry's
+            return outputs
 
     def pair(tested: list, bench: list) -> list[OutputPair]:
         return skip_uncompared(name, pairs_of(tested, bench))
@@ -286,7 +288,9 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
         )
 
     def tested() -> list:
-        return gradients(tested_side(options.device, call), call, grad_outputs)
+        grads = gradients(tested_side(options.device, call), call, grad_outputs)
+        devices.synchronize(options.device)  # a device kernel's error is this entry's
+        return grads
 
     def pair(tested: list, bench: list) -> list[OutputPair]:
         # Only the gradients msprobe recorded: an input it recorded none for took none in the step.
