@@ -13,6 +13,7 @@ xdist run that stops on "different tests collected".
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +31,10 @@ HOST = "msprobe_host"  # workerinput: the host the worker runs on, as its gatewa
 
 
 def dump_nodeid(path: Path, rootpath: Path) -> str:
-    """The node id of a dump: relative to the rootdir (pytest's own), else its absolute path
-    (where pytest would name every dump outside the rootdir alike, `::<entry>`)."""
-    try:
-        return path.relative_to(rootpath).as_posix()
-    except ValueError:
-        return path.as_posix()
+    """The node id of a dump: relative to the rootdir, also outside it (`../dumps/rank0/dump.json`),
+    where pytest would name every dump alike, `::<entry>`, and their rows would share one CSV pair.
+    Relative, so that runners with their checkouts elsewhere (CI shards) name it alike."""
+    return Path(os.path.relpath(path, rootpath)).as_posix()
 
 
 def item_names(path: Path) -> list[str]:

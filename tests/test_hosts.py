@@ -4,6 +4,7 @@ read, a host lost mid-run. Skipped, saying why, where sshd cannot be had."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -270,8 +271,9 @@ def test_devices_apply_to_each_host(pytester, copy_dump):
 
 
 def test_dumps_outside_the_rootdir_are_named_by_their_path(pytester, tmp_path_factory):
-    """Every host names a dump as the controller does; outside the rootdir that is its absolute path
-    (pytest alone would name every such dump alike, `::<entry>`, and two ranks would share rows)."""
+    """Every host names a dump as the controller does; outside the rootdir that is its path from
+    the rootdir (pytest alone would name every such dump alike, `::<entry>`, and two ranks would
+    share rows)."""
     from conftest import DUMPS
 
     outside = tmp_path_factory.mktemp("elsewhere") / "step0"
@@ -279,7 +281,8 @@ def test_dumps_outside_the_rootdir_are_named_by_their_path(pytester, tmp_path_fa
         shutil.copytree(DUMPS["pt_tensor_L1"], outside / rank)
     args = ["-p", "no:cacheprovider", f"--msprobe-dump={outside}", "--msprobe-device=recorded", "--msprobe-out=out"]
     listed = pytester.runpytest(*args, "--co", "-q")
-    listed.stdout.fnmatch_lines([f"{outside}/rank0/dump.json::Functional.relu.0.forward",
-                                 f"{outside}/rank1/dump.json::Functional.relu.0.forward"])
+    named = Path(os.path.relpath(outside, pytester.path)).as_posix()
+    listed.stdout.fnmatch_lines([f"{named}/rank0/dump.json::Functional.relu.0.forward",
+                                 f"{named}/rank1/dump.json::Functional.relu.0.forward"])
     pytester.runpytest(*args)
     assert [len(read_csv(pytester.path / "out" / rank, "result")) for rank in ("rank0", "rank1")] == [37, 37]

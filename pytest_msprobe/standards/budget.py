@@ -58,7 +58,9 @@ class Format:
 
     def spacing(self, values: np.ndarray) -> np.ndarray:
         """The ULP at |values| once rounded to this format (the subnormal spacing below the normal range)."""
-        _, exponent = np.frexp(np.abs(self.rounded(values)))  # |v| = m 2^e, 0.5 <= m < 1
+        rounded = np.abs(self.rounded(values))
+        _, exponent = np.frexp(rounded)  # |v| = m 2^e, 0.5 <= m < 1; frexp(0) is (0, 0): 0 is below the normal range
+        exponent = np.where(rounded == 0, self.min_exponent, exponent)
         return np.ldexp(1.0, np.maximum(exponent - 1, self.min_exponent) - self.mantissa_bits)
 
     def rounded(self, values: np.ndarray) -> np.ndarray:
