@@ -16,10 +16,12 @@ import torch
 
 from conftest import DATA, read_csv, run_msprobe
 
-# Three fp32 outputs of examples/pt_tensor_L1 made 3e-6 too large: about 1.5 times what the dtype
-# standard allows a correct kernel of an elementwise op (32 x 2^-24 = 1.9e-6 of |b| for the fp32
-# accumulation, plus 1.5 ULP), so within its warning band (up to 2x): warnings, not errors.
-WARNED = ("Tensor.__add__.0.forward", "Functional.relu.0.forward", "Tensor.flatten.0.forward")
+# Three fp32 outputs of examples/pt_tensor_L1 made a little too large: 1.07 to 1.08 times what the
+# dtype standard allows a correct kernel at their worst element (1.5 ULP plus 32 x 2^-24 of |b|
+# for the fp32 accumulation, plus the conditioning's share for relu and flatten), so within its
+# warning band (up to 1.1x): warnings, not errors. (3e-6 of each is 1.2 to 1.5x: errors.)
+WARNED_BY = {"Tensor.__add__.0.forward": 2.1e-6, "Functional.relu.0.forward": 2.6e-6, "Tensor.flatten.0.forward": 2.6e-6}
+WARNED = tuple(WARNED_BY)
 
 
 def scale(dump_json, entry, factor):
@@ -30,8 +32,8 @@ def scale(dump_json, entry, factor):
 @pytest.fixture
 def warned(copy_dump):
     dump = copy_dump("pt_tensor_L1", "warned")
-    for entry in WARNED:
-        scale(dump, entry, 1 + 3e-6)
+    for entry, excess in WARNED_BY.items():
+        scale(dump, entry, 1 + excess)
     return dump
 
 
