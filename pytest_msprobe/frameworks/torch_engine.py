@@ -31,6 +31,7 @@ NONDETERMINISTIC = re.compile(
     r"|cauchy_|log_normal_|^random_$|rrelu|^empty|new_empty"
 )
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+DRAWN_IN_FLOAT32 = (torch.float32, *LOW_PRECISION)
 # By the names of apis.TORCH_DTYPES: a dtype named by a dump is looked up, never an attribute of torch.
 DTYPES = {name: vars(torch)[name] for name in apis.TORCH_DTYPES if isinstance(vars(torch).get(name), torch.dtype)}
 
@@ -60,6 +61,11 @@ class TorchCodec:
         if not array.flags.c_contiguous:
             array = array.copy()
         return torch.from_numpy(array).to(dtype)
+
+    def drawn_dtype(self, dtype: torch.dtype) -> type[np.floating]:
+        """float32 for float32, and for bfloat16 and float16, which torch rounds from float64 through
+        float32 anyway: random floats are rounded once, into memory the tensor then takes over."""
+        return np.float32 if dtype in DRAWN_IN_FLOAT32 else np.float64
 
     def shape_of(self, tensor: torch.Tensor) -> list[int]:
         return list(tensor.shape)
