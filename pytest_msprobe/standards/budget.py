@@ -85,6 +85,15 @@ class Format:
         exponent <<= 52
         return exponent.view(np.float64)
 
+    def rounded(self, values: np.ndarray) -> np.ndarray:
+        """float64 values rounded to this format, to nearest with ties to even, subnormals included."""
+        values = np.asarray(values, dtype=np.float64)
+        _, exponent = np.frexp(np.abs(values))
+        step = np.ldexp(1.0, np.maximum(exponent - 1, self.min_exponent) - self.mantissa_bits)
+        out = np.round(values / step) * step  # the quotient is exact; np.round rounds half to even
+        largest = (2 - math.ldexp(1.0, -self.mantissa_bits)) * math.ldexp(1.0, self.max_exponent)
+        return np.where(np.abs(out) > largest, np.copysign(np.inf, values), out)
+
 
 FORMATS = {
     "bfloat16": Format("bf16", 7, -126, 127),
