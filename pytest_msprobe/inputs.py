@@ -349,10 +349,13 @@ def random_array(spec: dict, kind: str, seed: int, floating: Any = np.float64) -
     lo, hi = _finite_bounds(spec, low, high)
     array = np.empty(shape, dtype=floating)
     flat = array.reshape(-1)
-    _fill_uniform(rng, lo, hi, flat)
-    if array.size:
-        flat[0] = low if low is not None else lo
-        flat[-1] = high if high is not None else hi
+    # A finite bound beyond float32's range (Min_except_inf_nan is not checked) rounds to inf,
+    # as torch's conversion did, without numpy's overflow warning.
+    with np.errstate(over="ignore"):
+        _fill_uniform(rng, lo, hi, flat)
+        if array.size:
+            flat[0] = low if low is not None else lo
+            flat[-1] = high if high is not None else hi
     return array
 
 
