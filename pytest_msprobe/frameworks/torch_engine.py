@@ -259,16 +259,30 @@ def gradients(side: Side, call: Call, grad_outputs: list, watch: Callable[[list,
     wanted = [leaf for leaf in leaves if leaf.requires_grad]
     if watch is not None:
         watch([o for o, _ in chosen], leaves)
-    # d/do of sum(o * g) is g exactly, so this is backward with grad_outputs g;
-    # autograd.grad(..., grad_outputs=) imports sympy on first use (0.25-1.3 s a process).
     if any(o.is_complex() for o, _ in chosen):  # a complex loss has no implicit grad
         found = iter(
             torch.autograd.grad([o for o, _ in chosen], wanted, [g.to(o.dtype) for o, g in chosen], allow_unused=True)
         )
     else:
-        loss = sum((o * g.to(o.dtype)).sum() for o, g in chosen)
+        loss = sum(_Fed.apply(o, g.to(o.dtype)) for o, g in chosen)
         found = iter(torch.autograd.grad(loss, wanted, allow_unused=True))
     return [next(found) if leaf.requires_grad else None for leaf in leaves]
+
+
+class _Fed(torch.autograd.Function):
+    """A zero whose backward hands `grad` to `output` as it is: a scalar to call backward on, as
+    if with grad_outputs. autograd.grad(..., grad_outputs=) imports sympy on first use (0.25-1.3 s
+    a process); sum(output * grad), whose gradient is grad too, costs a product and its backward
+    the size of the output."""
+
+    @staticmethod
+    def forward(ctx: Any, output: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(grad)
+        return output.new_zeros(())
+
+    @staticmethod
+    def backward(ctx: Any, _: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return ctx.saved_tensors[0], None
 
 
 @dataclass(frozen=True)
