@@ -3,7 +3,8 @@
 For each backward entry, in dump order: random float32 inputs, weight, bias and grad_output of the
 recorded shapes, drawn in place (uniform in the recorded [Min, Max]); the convolution forward and
 backward in float32; the same in float64 (the float32 tensors converted); one thread, torch's
-huge pages on, as the plugin runs it. Nothing else: no comparison, no report, no pytest.
+huge pages on, as the plugin runs it. Nothing else: no comparison, no report, no pytest. It prints
+one JSON line: the entries and the CPU seconds of each part of the work (inputs, float32, float64).
 
     python -m bench.timing.conv_bare DUMP                  # every conv2d backward entry
     python -m bench.timing.conv_bare DUMP --working-set    # the largest entry's float64 working set
@@ -28,6 +29,7 @@ import gc
 import json
 import math
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,12 +87,23 @@ def forward_backward(entry: Entry, tensors: dict[str, torch.Tensor], grad_output
     )
 
 
-def work(entry: Entry, generator: torch.Generator) -> None:
+def work(entry: Entry, generator: torch.Generator, spent: dict[str, float]) -> None:
+    """The entry's work; `spent` gathers its CPU seconds by part (the inputs, float32, float64)."""
+    clock = time.process_time()
     inputs = {key: uniform(spec, torch.float32, generator) for key, spec in entry.tensors.items()}
     grad_output = uniform(entry.grad_output, torch.float32, generator)
+    clock = lap(spent, "inputs", clock)
     forward_backward(entry, {key: t.detach() for key, t in inputs.items()}, grad_output)
+    clock = lap(spent, "float32", clock)
     wide = {key: t.detach().to(torch.float64) for key, t in inputs.items()}
     forward_backward(entry, wide, grad_output.to(torch.float64))
+    lap(spent, "float64", clock)
+
+
+def lap(spent: dict[str, float], part: str, since: float) -> float:
+    now = time.process_time()
+    spent[part] = spent.get(part, 0.0) + now - since
+    return now
 
 
 def status(field: str) -> int:
@@ -136,9 +149,10 @@ def main(argv: list[str]) -> int:
     if args.working_set:
         print(json.dumps(working_set(found, generator)))
         return 0
+    spent: dict[str, float] = {}
     for entry in found:
-        work(entry, generator)
-    print(f"{len(found)} entries")
+        work(entry, generator, spent)
+    print(json.dumps({"entries": len(found), "cpu": spent}))
     return 0
 
 

@@ -21,6 +21,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any, Callable
 
+EXTRA = "extra benchmark runs"
 _cpu: dict[str, float] = defaultdict(float)
 _wall: dict[str, float] = defaultdict(float)
 _stack: list[list[float]] = []  # per open call: [cpu, wall] of the wrapped calls inside it
@@ -51,7 +52,7 @@ def pytest_collection_finish(session) -> None:
 
     inputs.Rebuilder.rebuild = timed("inputs (rebuild)", inputs.Rebuilder.rebuild)
     torch_engine.run_bench = timed("benchmark (float64)", torch_engine.run_bench)
-    torch_engine.ExtraBenchRuns.output = timed("extra benchmark runs", torch_engine.ExtraBenchRuns.output)
+    torch_engine.ExtraBenchRuns.output = timed(EXTRA, torch_engine.ExtraBenchRuns.output)
     compare.metrics = timed("metrics", compare.metrics)
     check.compare = timed("standard and checks", check.compare)
     run_sides = pytorch.run_sides
