@@ -10,12 +10,13 @@ one gets a free id; results come back on the workers' test reports.
 from __future__ import annotations
 
 import gc
+import os
 import signal
 import subprocess
 
 import pytest
 
-from . import devices
+from . import allocator, devices
 from .report import crash_result
 from .results import REPORT_ATTRIBUTE
 
@@ -64,6 +65,7 @@ def setup_cpu(config: pytest.Config) -> str | None:
     devices.limit_threads(threads)
     devices.use_huge_pages()
     if workerinput is not None:
+        allocator.unload(os.environ)  # preloaded at its start, if at all; its children get the user's environment
         config.pluginmanager.register(Worker(), "msprobe-worker")
     return devices.threads_text(threads)
 
@@ -95,6 +97,7 @@ class Controller:
         self.threads = devices.cpu_threads()
         self.down: dict[str, str] = {}  # worker -> why it went down, for its crashed entry
         self.judged: set[str] = set()  # node ids whose call report (the verdict) arrived
+        self.allocator = allocator.choose(os.environ)
 
     def device(self, device_id: int | None) -> str:
         kind = self.run.device_kind
@@ -107,8 +110,16 @@ class Controller:
         ids = ",".join(map(str, self.run.device_ids))
         return [
             f"msprobe: {planned_workers(config)} xdist workers, one device each from ids {ids}, "
-            f"{devices.threads_text(self.threads)} each"
+            f"{devices.threads_text(self.threads)} each",
+            f"msprobe: the workers' allocator: {self.allocator.text}",
         ]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_setupnodes(self) -> None:
+        allocator.preload(self.allocator, os.environ)  # the workers start with the controller's environment
+
+    def pytest_unconfigure(self) -> None:
+        allocator.unload(os.environ)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
