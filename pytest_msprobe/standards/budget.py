@@ -172,7 +172,9 @@ def read(
     t, b = flat(tested), flat(bench)
     shape = np.shape(bench)
     budget = _Budget(fmt, constants, max(fmt.accumulation, accumulation or 0.0))
-    worst = budget.worst(t, b)
+    # While an extra run may still be asked, a look stops at the first element over its budget: it
+    # is asked then whatever the rest holds. The last look reads the whole output.
+    worst = budget.worst(t, b, stop_over=True)
     asked: list[str] = []
     asks: list[tuple[str, Callable[[], np.ndarray | None]]] = [
         ("magnitude", extra.magnitude),
@@ -188,6 +190,8 @@ def read(
         if answer is None:
             continue
         budget.answers[name] = flat(np.broadcast_to(np.asarray(answer, dtype=np.float64), shape))
+        worst = budget.worst(t, b, stop_over=True)
+    if worst.partial:
         worst = budget.worst(t, b)
     index = tuple(int(i) for i in np.unravel_index(worst.index, shape)) if shape else ()
     at = slice(worst.index, worst.index + 1)
@@ -214,6 +218,7 @@ class _Worst:
     index: int  # flat
     ratio: float  # error over budget there (np.argmax's choice: the first NaN, else the first largest)
     over: int  # elements over their budget
+    partial: bool = False  # the look stopped at `index`, the first element over its budget
 
 
 @dataclass
@@ -251,7 +256,8 @@ class _Budget:
         values[~np.isfinite(values)] = 0.0
         return values
 
-    def worst(self, t: np.ndarray, b: np.ndarray) -> _Worst:
+    def worst(self, t: np.ndarray, b: np.ndarray, stop_over: bool = False) -> _Worst:
+        """The worst element; with stop_over, only whether one is over its budget where one is."""
         best: tuple[int, float] | None = None
         over = 0
         for start, (t_block, b_block) in blocks(t, b):
@@ -261,6 +267,8 @@ class _Budget:
                 ratio = error / total
             ratio[~(error > 0)] = 0.0
             i = int(np.argmax(ratio))
+            if stop_over and not ratio[i] <= 1:
+                return _Worst(start + i, float(ratio[i]), 0, partial=True)
             best = first_max(best, start + i, float(ratio[i]))
             over += int(np.count_nonzero(error > total))
         index, ratio = best or (0, 0.0)
