@@ -12,9 +12,9 @@ under each allocator, set by the environment the process starts with:
 
 - glibc as started:          LD_PRELOAD= GLIBC_TUNABLES= (set and empty: the plugin neither preloads
                              tcmalloc in the workers nor tunes glibc; the yardstick, the plugin before)
-- glibc, plugin's mallopt:   LD_PRELOAD= (what a serial run does by default: blocks up to 32 MiB kept
+- glibc + mallopt:           LD_PRELOAD= (what a serial run does by default: blocks up to 32 MiB kept
                              in glibc's heap, allocator.keep_freed_blocks)
-- glibc, nothing given back: LD_PRELOAD= MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2^40 (every block
+- glibc keeping all:         LD_PRELOAD= MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2^40 (every block
                              from the heap, nothing given back to the kernel)
 - tcmalloc:                  LD_PRELOAD=libtcmalloc_minimal.so.4 (Debian's libtcmalloc-minimal4; what
                              -n 2 does by default where it is installed)
@@ -51,8 +51,8 @@ from bench.timing.xdist import result_rows
 
 KINDS: dict[str, dict[str, str]] = {
     "glibc as started": {"LD_PRELOAD": "", "GLIBC_TUNABLES": ""},
-    "glibc, plugin's mallopt": {"LD_PRELOAD": ""},
-    "glibc, nothing given back": {"LD_PRELOAD": "", "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)},
+    "glibc + mallopt": {"LD_PRELOAD": ""},
+    "glibc keeping all": {"LD_PRELOAD": "", "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)},
     "tcmalloc": {"LD_PRELOAD": "tcmalloc_minimal", "TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": str(1 << 62)},
     "jemalloc": {"LD_PRELOAD": "jemalloc"},
 }
