@@ -16,17 +16,12 @@ allocator it was started with; the README says how to preload one.
 
 from __future__ import annotations
 
-import ctypes
 import ctypes.util
 import sys
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 
 PRELOAD = "LD_PRELOAD"
-# glibc's own settings, which the user may have chosen: then the plugin tunes nothing.
-GLIBC_SETTINGS = ("GLIBC_TUNABLES", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
-KEPT = 32 << 20  # glibc's largest mmap threshold on 64-bit: blocks below it come from the heap
 PRELOADED = "MSPROBE_PRELOADED"  # what the controller added to the workers' environment, to take out again
 LIBRARY = "tcmalloc_minimal"  # gperftools' tcmalloc without the profiler (Debian: libtcmalloc-minimal4)
 # tcmalloc reports every allocation of 1 GiB and more on stderr, which a large entry's float64
@@ -72,21 +67,3 @@ def unload(environ: MutableMapping[str, str]) -> None:
         for name, value in QUIET.items():
             if environ.get(name) == value:
                 del environ[name]
-
-
-def keep_freed_blocks(environ: MutableMapping[str, str], platform: str = sys.platform) -> bool:
-    """In a process that checks entries: glibc keeps freed blocks of up to 32 MiB in its heap for
-    the next allocation, and 64 MiB of free memory at its top, rather than giving them back to the
-    kernel. The reductions over an output (reductions.py, the dtype standard's budget) take a few
-    temporaries of 512 KiB a block; glibc unmapped or trimmed them at their free, block after block,
-    and the page faults cost 5x the arithmetic (bench/timing/results_allocator.md). Buffers above
-    32 MiB (torch's float64 tensors) are mapped and unmapped as before. Nothing where the user set
-    glibc's malloc settings (`GLIBC_TUNABLES=` keeps glibc as it starts) or preloaded an allocator.
-    Returns whether glibc was tuned."""
-    if not platform.startswith("linux") or environ.get(PRELOAD) or any(name in environ for name in GLIBC_SETTINGS):
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
-        return False
-    return bool(mallopt(M_MMAP_THRESHOLD, KEPT)) and bool(mallopt(M_TRIM_THRESHOLD, 2 * KEPT))

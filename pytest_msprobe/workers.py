@@ -64,7 +64,6 @@ def setup_cpu(config: pytest.Config) -> str | None:
     threads = workerinput[THREADS] if workerinput and THREADS in workerinput else devices.cpu_threads()
     devices.limit_threads(threads)
     devices.use_huge_pages()
-    allocator.keep_freed_blocks(os.environ)
     if workerinput is not None:
         allocator.unload(os.environ)  # preloaded at its start, if at all; its children get the user's environment
         config.pluginmanager.register(Worker(), "msprobe-worker")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
@@ -39,7 +38,6 @@ def test_nothing_is_added_without_a_library_and_a_users_preload_is_never_taken_o
 
 RECORD_ALLOCATOR = """
 import os
-import sys
 
 
 def pytest_sessionfinish(session):
@@ -66,16 +64,3 @@ def test_workers_run_on_tcmalloc_unless_the_user_says(pytester, copy_dump, monke
     values = [path.read_text() for path in pytester.path.glob("alloc_*")]
     assert len(values) == 2 and set(values) == {seen}  # in effect, and out of what the entries would start
     assert os.environ.get("LD_PRELOAD") == user  # the controller's environment as it was
-
-
-@pytest.mark.parametrize(
-    "environ",
-    [{"GLIBC_TUNABLES": ""}, {"MALLOC_TRIM_THRESHOLD_": "1"}, {"MALLOC_MMAP_THRESHOLD_": "1"}, {"LD_PRELOAD": "x.so"}],
-)
-def test_glibc_is_left_as_the_user_set_it(environ):
-    assert allocator.keep_freed_blocks(environ) is False
-
-
-def test_glibc_is_tuned_on_linux_only():
-    assert allocator.keep_freed_blocks({}, platform="darwin") is False
-    assert allocator.keep_freed_blocks({"LD_PRELOAD": ""}) is sys.platform.startswith("linux")  # empty: no preload

@@ -10,10 +10,11 @@ interleaved, --repeats rounds:
 
 under each allocator, set by the environment the process starts with:
 
-- glibc as started:          LD_PRELOAD= GLIBC_TUNABLES= (set and empty: the plugin neither preloads
-                             tcmalloc in the workers nor tunes glibc; the yardstick, the plugin before)
-- glibc + mallopt:           LD_PRELOAD= (what a serial run does by default: blocks up to 32 MiB kept
-                             in glibc's heap, allocator.keep_freed_blocks)
+- glibc as started:          LD_PRELOAD= (set and empty: -n 2's workers are not given tcmalloc either;
+                             the yardstick)
+- glibc + mallopt:           LD_PRELOAD= MALLOC_MMAP_THRESHOLD_=32 MiB MALLOC_TRIM_THRESHOLD_=64 MiB
+                             (blocks up to 32 MiB, the block reductions' temporaries among them, kept
+                             in glibc's heap; torch's larger buffers mapped as before)
 - glibc keeping all:         LD_PRELOAD= MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2^40 (every block
                              from the heap, nothing given back to the kernel)
 - tcmalloc:                  LD_PRELOAD=libtcmalloc_minimal.so.4 (Debian's libtcmalloc-minimal4; what
@@ -50,8 +51,12 @@ from bench.timing.workdir import work_dir
 from bench.timing.xdist import result_rows
 
 KINDS: dict[str, dict[str, str]] = {
-    "glibc as started": {"LD_PRELOAD": "", "GLIBC_TUNABLES": ""},
-    "glibc + mallopt": {"LD_PRELOAD": ""},
+    "glibc as started": {"LD_PRELOAD": ""},
+    "glibc + mallopt": {
+        "LD_PRELOAD": "",
+        "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+        "MALLOC_TRIM_THRESHOLD_": str(64 << 20),
+    },
     "glibc keeping all": {"LD_PRELOAD": "", "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)},
     "tcmalloc": {"LD_PRELOAD": "tcmalloc_minimal", "TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": str(1 << 62)},
     "jemalloc": {"LD_PRELOAD": "jemalloc"},
