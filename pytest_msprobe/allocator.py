@@ -2,9 +2,10 @@
 
 A real model's entries allocate and free float64 buffers of hundreds of MB each. glibc's malloc
 gives such a buffer back to the kernel at its free (mmap above its threshold), so the next entry
-takes page faults on fresh memory again: system time that on a ResNet step was a quarter of the
-CPU. tcmalloc keeps freed pages for the next buffer (bench/timing/results_allocator.md: the
-figures, and what it costs in peak memory). The rows never depend on the allocator.
+takes page faults on fresh memory again. tcmalloc keeps freed pages for the next buffer: on the
+ResNet step's conv entries, a third of the system time and 0.87x the CPU serially, 0.95x the CPU
+under -n 2, for 1.17x and 1.35x the peak memory of a process (bench/timing/results_allocator.md;
+jemalloc and glibc's own thresholds saved no CPU there). The rows never depend on the allocator.
 
 An allocator is chosen when a process starts (LD_PRELOAD), so the plugin can choose one only for
 the processes it starts: the xdist workers, which pytest-xdist starts with the controller's
