@@ -6,7 +6,7 @@ the forward failed before is a new failure. No pytest.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 from .report import read_entry_statuses
@@ -19,9 +19,11 @@ class Baseline:
         self.failed: set[tuple[str, str]] = {(api, direction) for api, direction in failed}
 
     @classmethod
-    def read(cls, path: Path) -> Baseline:
-        """Raises report.ReportError naming the file when it is missing or not a result CSV."""
-        return cls(path, [(api, direction) for api, direction, status in read_entry_statuses(path) if status == ERROR])
+    def read(cls, path: Path, failing: Collection[str] = (ERROR,)) -> Baseline:
+        """The entries whose status fails an item (error; and warning, strict). Raises
+        report.ReportError naming the file when it is missing or not a result CSV."""
+        statuses = read_entry_statuses(path)
+        return cls(path, [(api, direction) for api, direction, status in statuses if status in failing])
 
     def failed_before(self, api: str, direction: str) -> bool:
         return (api, direction) in self.failed

@@ -5,17 +5,21 @@ The one place that ties the frameworks to the standards; it knows no pytest.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import error_data
+from . import error_data, repro
 from .compare import Comparison, compare
 from .dump import Dump, EntryName
-from .frameworks import BenchmarkFailed, OutputPair, Run, RunOptions, Unsupported, for_framework
+from .fallbacks import explain_bench
+from .frameworks import BenchmarkFailed, OutputPair, Probe, Run, RunOptions, Unsupported, for_framework
 from .inputs import InputError, element_budget
 from .options import DEFAULT_MAX_ELEMENTS
-from .results import ERROR, PASS, SKIP, EntryResult, OutputResult, worst_status
+from .results import ERROR, PASS, SKIP, EntryResult, OutputResult, ProbeResult, worst_status
+from .stack import CallSites
 from .standards import Standard
+
+LOW_PRECISION = ("torch.float16", "torch.bfloat16")  # what the fp32 probe is for
 
 
 @dataclass(frozen=True)
@@ -25,15 +29,18 @@ class Checker:
     run: RunOptions
     standard: Standard
     error_data: Path | None = None  # where the values of entries that are not pass are saved
+    repro: Path | None = None  # where the reproducers of entries that are not pass are written
     max_elements: int = DEFAULT_MAX_ELEMENTS  # random elements one entry may build
+    # Where the model called each entry; each dump's stack.json read once per process, on first need.
+    call_sites: CallSites = field(default_factory=CallSites, compare=False)
 
-    def check(self, dump: Dump, name: EntryName) -> EntryResult:
-        result = EntryResult(name.prefix, name.direction, SKIP, dump=str(dump.path))
+    def check(self, dump: Dump, name: EntryName, position: int | None = None) -> EntryResult:
+        result = EntryResult(name.prefix, name.direction, SKIP, dump=str(dump.path), position=position)
         result.reason = dump.fault(name) or ""  # nested too deep, written twice: never read further
         if result.reason:
             return result
         # Only asked for when saving: the default path holds no values past the comparison.
-        options = replace(self.run, keep=self.error_data is not None)
+        options = replace(self.run, keep=self.error_data is not None or self.repro is not None)
         try:
             with element_budget(self.max_elements):
                 run = for_framework(dump.framework).run(dump, name, options)
@@ -41,11 +48,12 @@ class Checker:
             result.reason = str(exc)
             return result
         self.judge(result, name, run)
-        if run.kept is not None and self.error_data is not None and result.status != PASS:
-            try:
-                result.notes.append(f"error data in {error_data.save(self.error_data, dump, result, run.kept, self)}")
-            except Exception as exc:  # noqa: BLE001 - saving is an extra: the verdict stands without it
-                result.notes.append(f"error data not saved: {type(exc).__name__}: {exc}")
+        if result.status in (PASS, SKIP):
+            return result
+        result.call_site = self.call_sites.of(dump.path, name)
+        if run.probe is not None and low_precision_failure(result, run):
+            result.probe = self.probe(result, name, run, run.probe)
+        self.save(dump, result, run)
         return result
 
     def judge(self, result: EntryResult, name: EntryName, run: Run) -> None:
@@ -55,6 +63,7 @@ class Checker:
             result.reason = f"the tested run on {self.run.tested_on} raised {run.tested_error}"
             return
         result.outputs = [self.output(name, pair, run) for pair in run.pairs]
+        explain_bench(result)
         result.status = worst_status(output.status for output in result.outputs)
         if not result.outputs:
             result.reason = "no output to compare"
@@ -82,4 +91,51 @@ class Checker:
             verdict.reasons,
             verdict.floor,
             pair.note,
+            verdict.ratio,
+            severity=verdict.severity,
+            nonfinite=verdict.nonfinite,
         )
+
+    def probe(self, result: EntryResult, name: EntryName, run: Run, probe: Probe) -> ProbeResult:
+        """The fp32 probe of a failing entry, judged by the run's standard."""
+        found = ProbeResult(f"{name.api_type}.{name.api}", probe.device, self.run.recorded)
+        at_nodes = sorted(o.index for o in result.outputs if o.status == ERROR and o.index in probe.unprobed)
+        if at_nodes:
+            found.error = (
+                f"output {', '.join(map(str, at_nodes))} was judged at a node of the API's graph (where msprobe "
+                "recorded it), and a run of the call in fp32 gives the inputs' gradients only"
+            )
+            return found
+        try:
+            pairs = probe.pairs()
+        except Exception as exc:  # noqa: BLE001 - the probe is an extra: the verdict stands without it
+            lines = str(exc).strip().splitlines()
+            found.error = f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+            return found
+        found.outputs = [self.output(name, pair, run) for pair in pairs]
+        found.status = worst_status(output.status for output in found.outputs)
+        return found
+
+    def save(self, dump: Dump, result: EntryResult, run: Run) -> None:
+        """The error data and the repro of an entry that is not pass (nor SKIP): extras, the verdict
+        stands without them."""
+        if run.kept is None:
+            return
+        for folder, writer, what in (
+            (self.error_data, error_data.save, "error data"),
+            (self.repro, repro.save, "repro"),
+        ):
+            if folder is None:
+                continue
+            try:
+                result.notes.append(f"{what} in {writer(folder, dump, result, run.kept, self)}")
+            except Exception as exc:  # noqa: BLE001 - saving is an extra: the verdict stands without it
+                result.notes.append(f"{what} not saved: {type(exc).__name__}: {exc}")
+
+
+def low_precision_failure(result: EntryResult, run: Run) -> bool:
+    """A failing entry computed in fp16/bf16 (a failing output in those dtypes, low-precision
+    inputs, or autocast): what the fp32 probe tells apart."""
+    if result.status != ERROR:
+        return False
+    return run.low_precision or any(o.status == ERROR and o.tested_dtype in LOW_PRECISION for o in result.outputs)

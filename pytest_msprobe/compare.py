@@ -8,6 +8,7 @@ left once the outputs are comparable element by element.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -138,12 +139,12 @@ def compare(c: Comparison, standard: Standard) -> tuple[Metrics, Verdict]:
 
     fault = incomparable(c)
     if fault:
-        return Metrics(None, float("nan"), float("nan")), Verdict(ERROR, [fault])
+        return Metrics(None, float("nan"), float("nan")), Verdict(ERROR, [fault], severity=math.inf)
     m = metrics(c.tested, c.bench)
     if _kind(c.tested) != "f":
         wrong = exact_mismatch(c)
-        return m, Verdict(ERROR if wrong else PASS, wrong)
+        return m, Verdict(ERROR if wrong else PASS, wrong, severity=math.inf if wrong else 0.0)
     faults = nonfinite_mismatch(c.tested, c.bench)
     if faults:
-        return m, Verdict(ERROR, faults)
+        return m, Verdict(ERROR, faults, severity=math.inf, nonfinite=True)
     return m, standard.judge(c, m)

@@ -202,26 +202,36 @@ class DevicePool:
     """The device ids of a distributed run, each held by at most one worker at a time.
 
     A worker keeps its id until it goes down; a worker that replaces a crashed one
-    gets a free id (the one just released), never one another worker holds.
+    gets a free id, never one another worker holds: the one released last. xdist starts
+    the replacement right after its predecessor's node-down, so that is the crashed
+    worker's id, even where another worker finished (freeing its own) just before.
     """
 
     def __init__(self, ids: list[int]):
         self.ids = list(ids)
         self.holders: dict[str, int] = {}
+        self.released: list[int] = []  # freed ids, last released last
 
     def allocate(self, worker: str) -> int:
         if worker in self.holders:
             return self.holders[worker]
-        busy = set(self.holders.values())
-        free = [i for i in self.ids if i not in busy]
-        if not free:
-            held = ", ".join(f"{w}: {i}" for w, i in self.holders.items())
-            raise DeviceError(f"no free device id for worker {worker}: every id is held ({held})")
-        self.holders[worker] = free[0]
-        return free[0]
+        if self.released:
+            device_id = self.released.pop()
+        else:
+            busy = set(self.holders.values())
+            never_held = [i for i in self.ids if i not in busy]
+            if not never_held:
+                held = ", ".join(f"{w}: {i}" for w, i in self.holders.items())
+                raise DeviceError(f"no free device id for worker {worker}: every id is held ({held})")
+            device_id = never_held[0]
+        self.holders[worker] = device_id
+        return device_id
 
     def release(self, worker: str) -> int | None:
-        return self.holders.pop(worker, None)
+        device_id = self.holders.pop(worker, None)
+        if device_id is not None:
+            self.released.append(device_id)
+        return device_id
 
 
 def cpu_cores() -> int:

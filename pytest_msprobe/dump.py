@@ -127,15 +127,26 @@ class Dump:
         return counts
 
 
-def find_dump_files(path: os.PathLike | str, refused: list[str] | None = None) -> list[Path]:
+def find_dump_files(
+    path: os.PathLike | str, refused: list[str] | None = None, passed_over: list[Path] | None = None
+) -> list[Path]:
     """A dump.json itself, or every dump.json under a folder (step*/rank*/...).
 
     Regular files only: pytest cannot collect a FIFO or a device (and reading one could
     wait forever), and a folder named dump.json it would collect as a folder of tests.
-    What is left out is said in `refused`.
+    What is left out is said in `refused`; the other JSON files of a folder are put in
+    `passed_over` (dump_folder.py says which of them are dumps).
     """
     path = Path(path)
-    found = sorted(path.rglob(DUMP_FILE_NAME)) if path.is_dir() else [path]
+    if path.is_dir():
+        found = []
+        for candidate in sorted(path.rglob("*.json")):
+            if candidate.name == DUMP_FILE_NAME:
+                found.append(candidate)
+            elif passed_over is not None:
+                passed_over.append(candidate)
+    else:
+        found = [path]
     kept = []
     for candidate in found:
         why = (

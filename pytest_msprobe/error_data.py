@@ -1,10 +1,10 @@
-"""Error data: the values of every entry that is not pass, saved so its numbers can be reproduced.
+"""Error data: the values of every entry that is not pass (nor SKIP), saved so its numbers can be reproduced.
 
 One folder per entry, `<folder>/<dump folder>/<entry>/`, holding the rebuilt
 inputs, the tested outputs, the bench outputs (and, for a backward, the
 gradients fed to the outputs), and manifest.json saying what is where. PyTorch
 values are saved with torch.save (imported only then), others with numpy. No
-pytest.
+pytest. repro.py writes its folders with the same helpers (entry_folder, save_torch).
 """
 
 from __future__ import annotations
@@ -40,15 +40,14 @@ NUMPY_LOAD = "numpy.load(path): one array per value, keyed by where it sits (arg
 
 def save(folder: Path, dump: Dump, result: EntryResult, kept: Kept, checker: Checker) -> Path:
     """Write the entry's values and manifest; returns the entry's folder."""
-    target = folder / dump_label(Path(dump.path)) / f"{result.api}.{result.direction}"
-    target.mkdir(parents=True, exist_ok=True)
+    target = entry_folder(folder, dump, result)
     torch_values = dump.framework in ("pytorch", "mindtorch")
     files, values = {}, {}
     for part, value in zip(PARTS, (kept.inputs, kept.tested, kept.bench, kept.grad_outputs)):
         if value is None:
             continue
-        value = tree_map(_portable, value)
-        files[part] = _save_torch(target, part, value) if torch_values else _save_numpy(target, part, value)
+        value = tree_map(portable, value)
+        files[part] = save_torch(target, part, value) if torch_values else _save_numpy(target, part, value)
         values[part] = [
             {"at": at, "dtype": _dtype(leaf), "shape": _shape(leaf)}
             for at, leaf in leaves(value)
@@ -90,13 +89,20 @@ def output_row(result: EntryResult, output: OutputResult) -> dict[str, Any]:
     }
 
 
+def entry_folder(folder: Path, dump: Dump, result: EntryResult) -> Path:
+    """`<folder>/<dump folder>/<entry>/`, made."""
+    target = folder / dump_label(Path(dump.path)) / result.entry
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
 def dump_label(dump_path: Path) -> str:
     """The dump's folder relative to the working folder (step0/rank0 stay apart), else its name."""
     relative = os.path.relpath(dump_path.resolve().parent, Path.cwd())
     return dump_path.resolve().parent.name if relative.startswith("..") else relative
 
 
-def _portable(value: Any) -> Any:
+def portable(value: Any) -> Any:
     """Values a plain loader reads back: tensors detached on CPU, device markers as 'cpu'."""
     if isinstance(value, Device):
         return "cpu"
@@ -105,7 +111,7 @@ def _portable(value: Any) -> Any:
     return value
 
 
-def _save_torch(target: Path, part: str, value: Any) -> str:
+def save_torch(target: Path, part: str, value: Any) -> str:
     import torch
 
     name = f"{part}.pt"

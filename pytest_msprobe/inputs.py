@@ -19,6 +19,7 @@ import numpy as np
 
 from .dump import MAX_NESTING
 from .options import DEFAULT_MAX_ELEMENTS, RANDOM, REAL
+from .results import RANDOM_DATA
 from .untrusted import printable
 
 TENSOR_TYPE_SUFFIXES = ("Tensor", "Parameter", "StubTensor")
@@ -234,7 +235,7 @@ class Rebuilder:
         if not path.is_file():
             if self.mode == REAL:
                 raise self.error(f"{field_path}.data_name", f"tensor file {path} does not exist")
-            self.notes.append(f"{field_path}: tensor file {data_name} missing, random data used")
+            self.notes.append(f"{field_path}: tensor file {data_name} missing, {RANDOM_DATA}")
             return None
         return path
 

@@ -8,8 +8,8 @@ import pytest
 
 from .dump import Dump, DumpError, entry_kind, parse_entry_name, read_dump
 from .messages import entry_message
-from .results import ERROR, SKIP, EntryResult
-from .summary import failure_text
+from .results import SKIP, EntryResult
+from .summary import failing, failure_text
 from .untrusted import cut, escape, printable
 
 if TYPE_CHECKING:
@@ -32,11 +32,12 @@ class DumpFile(pytest.File):
             yield UnreadableDump.from_parent(self, name="dump", message=printable(str(exc)))
             return
         self.config.stash[RUN_KEY].collected[self.nodeid] = self.dump
-        for name in self.dump.entries:
+        for position, name in enumerate(self.dump.entries):
             if entry_kind(name) != "module":
                 # The test name is what terminals and reports show: the entry's, escaped (untrusted.py).
-                item = EntryItem.from_parent(self, name=escape(name))
+                item: EntryItem = EntryItem.from_parent(self, name=escape(name))
                 item.entry = name
+                item.position = position  # its place in the dump: the order msprobe recorded the calls
                 yield item
 
 
@@ -64,9 +65,11 @@ class EntryItem(pytest.Item):
 
     result: EntryResult | None = None
     entry: str = ""  # the entry's name in the dump (self.name is it escaped)
+    position: int | None = None
 
     def runtest(self) -> None:
-        checker = self.config.stash[RUN_KEY].checker
+        run = self.config.stash[RUN_KEY]
+        checker = run.checker
         entry = parse_entry_name(self.entry)
         if entry is None:
             # Its row goes under the test's name: the entry's, escaped, and so safe to send and write.
@@ -80,7 +83,7 @@ class EntryItem(pytest.Item):
         else:
             assert isinstance(self.parent, DumpFile)
             try:
-                self.result = checker.check(self.parent.dump, entry)
+                self.result = checker.check(self.parent.dump, entry, self.position)
             except Exception as exc:
                 # A fault of the plugin: the item fails with its traceback, the CSV still gets a row.
                 self.result = EntryResult(
@@ -94,9 +97,9 @@ class EntryItem(pytest.Item):
         # What the terminal shows: escaped, and cut (the CSV and the details rows hold the rest).
         if self.result.status == SKIP:
             pytest.skip(cut(printable(entry_message(self.result) or "nothing to compare"), MAX_TERMINAL))
-        if self.result.status == ERROR:
+        if self.result.status in failing(run.options.strict):
             # Each line escaped on its own: a newline inside one is the dump's, between them ours.
-            lines = failure_text(self.result, checker.standard.describe())
+            lines = failure_text(self.result, checker.standard.name, run.options.strict)
             raise PrecisionError(cut("\n".join(printable(line) for line in lines), MAX_TERMINAL))
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:

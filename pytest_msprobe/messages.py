@@ -6,7 +6,7 @@ joined into text; everything before it keeps them apart (results.py).
 
 from __future__ import annotations
 
-from .results import PASS, SKIP, EntryResult, OutputResult
+from .results import ERROR, PASS, SKIP, CallSite, EntryResult, OutputResult, ProbeResult
 
 SEPARATOR = "; "
 
@@ -16,8 +16,9 @@ def floor_text(output: OutputResult) -> str:
 
 
 def output_message(output: OutputResult) -> str:
-    """The Message of a details row: the rules broken (or kept), the rounding floor, how it was paired."""
-    return join([*output.reasons, floor_text(output), output.note])
+    """The Message of a details row: the rules broken (or kept), the rounding floor, how it was
+    paired, why the bench is not float64."""
+    return join([*output.reasons, floor_text(output), output.note, output.bench_note])
 
 
 def output_findings(result: EntryResult) -> list[str]:
@@ -29,8 +30,52 @@ def output_findings(result: EntryResult) -> list[str]:
 
 
 def entry_message(result: EntryResult) -> str:
-    """What an entry has to say in one line: its reason, its failing outputs, its notes."""
+    """What an entry has to say in one line: its reason, its failing outputs, the fp32 probe,
+    where the model called it, its notes."""
+    return join(
+        [
+            result.reason,
+            *output_findings(result),
+            probe_text(result.probe),
+            call_site_text(result.call_site),
+            *result.notes,
+        ]
+    )
+
+
+def entry_findings(result: EntryResult) -> str:
+    """entry_message without the probe and the call site, which the terminal gives lines of their own."""
     return join([result.reason, *output_findings(result), *result.notes])
+
+
+def details_message(result: EntryResult, output: OutputResult) -> str:
+    """The Message of a details row: the output's own, and where the model called a failing one."""
+    failing = output.status not in (PASS, SKIP)
+    return join([output_message(output), call_site_text(result.call_site) if failing else ""])
+
+
+def call_site_text(site: CallSite | None) -> str:
+    """`at train/model.py:74 in forward: loss = F.cross_entropy(...)`."""
+    if site is None:
+        return ""
+    return f"at {site.path}:{site.line} in {site.function}" + (f": {site.code}" if site.code else "")
+
+
+def probe_text(probe: ProbeResult | None) -> str:
+    """What the fp32 probe found: autocast's doing, or the kernel's."""
+    if probe is None:
+        return ""
+    where = " (on the CPU: the tested side was recorded, there is no device to re-run)" if probe.recorded else ""
+    if probe.status is None:
+        return f"fp32 probe{where} could not run: {probe.error}"
+    if probe.status != ERROR:
+        return f"passes when run in fp32{where}: keep {probe.api} out of autocast or cast it to fp32"
+    if probe.floor:
+        return (
+            f"fails in fp32 too{where}, within the {probe.floor} rounding budget: rounding to {probe.floor} "
+            "alone (--msprobe-standard dtype passes it)"
+        )
+    return f"fails in fp32 too{where}: the kernel itself"
 
 
 def api_message(forward: EntryResult | None, backward: EntryResult | None) -> str:

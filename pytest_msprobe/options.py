@@ -20,6 +20,7 @@ from .standards import STANDARDS
 AUTO, REAL, RANDOM = "auto", "real", "random"
 MODES = (AUTO, REAL, RANDOM)
 ERROR_DATA_FOLDER = "msprobe_error_data"  # under --msprobe-out
+PROBES = ("off", "fp32")  # --msprobe-probe
 # Random data is built from the recorded shapes: at most this many elements an entry (8 GiB as
 # float64, more than any one call of a real model's step); beyond it, the entry is a SKIP.
 DEFAULT_MAX_ELEMENTS = 2**30
@@ -48,10 +49,16 @@ class Options:
     resume: str = ""
     baseline: str = ""
     save_error_data: str | None = None  # None: off; "": the default folder under out; else a folder
+    repro: str = ""  # the folder of the reproducers; "": none written
+    probe: str = "off"
     max_elements: int = DEFAULT_MAX_ELEMENTS
+    strict: bool = False  # a warning fails its item, as an error does
 
     def out_dir(self, base: Path) -> Path:
         return base / self.out
+
+    def repro_dir(self, base: Path) -> Path | None:
+        return base / self.repro if self.repro else None
 
     def error_data_dir(self, base: Path) -> Path | None:
         if self.save_error_data is None:
@@ -73,6 +80,7 @@ class Option:
     choices: tuple[str, ...] = ()
     read: Callable[[str], Any] = str
     metavar: str | None = None
+    bare: bool = False  # a flag: given on the command line without a value (true), in the ini file true/false
 
     @property
     def flag(self) -> str:
@@ -92,8 +100,16 @@ class Option:
         try:
             return self.read(text)
         except ValueError:
-            kind = "an integer" if self.read is int else "a number"
-            raise OptionError(f"{self.flag} must be {kind}, not {text!r}") from None
+            kind = "an integer" if self.read is int else "true or false" if self.bare else "a number"
+            where = f"{self.flag} (ini {self.ini})" if self.bare else self.flag
+            raise OptionError(f"{where} must be {kind}, not {text!r}") from None
+
+
+def read_bool(text: str) -> bool:
+    word = text.strip().lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise ValueError(text)
 
 
 def _one_of(choices: tuple[str, ...]) -> str:
@@ -117,7 +133,20 @@ OPTIONS = (
     Option("out", "folder for the result and details CSVs"),
     Option("resume", "result CSV of a killed run: run only its missing APIs, append to it"),
     Option("baseline", "result CSV of an earlier run: its errors are expected failures"),
+    Option(
+        "repro",
+        "folder for a standalone reproducer of every entry that is not pass: "
+        "<dump>/<entry>/ with repro.py, inputs.pt and verdict.json",
+        metavar="DIR",
+    ),
+    Option(
+        "probe",
+        "fp32: run each failing fp16/bf16 entry again with its fp16/bf16 inputs in fp32, "
+        "to tell autocast's rounding from a faulty kernel",
+        PROBES,
+    ),
     Option("max_elements", "random data: the most elements an entry's inputs may have (beyond: SKIP)", read=int),
+    Option("strict", "a warning fails its item and the run, as an error does", read=read_bool, bare=True),
 )
 
 

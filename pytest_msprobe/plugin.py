@@ -25,7 +25,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini("msprobe_dump", "dump.json files or folders to check", type="paths", default=[])
     for option in OPTIONS:
-        group.addoption(option.flag, dest=option.ini, default=None, metavar=option.metavar, help=option.describe())
+        # A bare flag says "true"; Option.parse reads it as it reads the ini file's word.
+        takes = {"action": "store_const", "const": "true"} if option.bare else {"metavar": option.metavar}
+        group.addoption(option.flag, dest=option.ini, default=None, help=option.describe(), **takes)
         parser.addini(option.ini, option.help, default="")
     group.addoption(
         "--msprobe-save-error-data",

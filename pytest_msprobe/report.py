@@ -16,10 +16,10 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, NamedTuple
+from typing import IO, Callable, NamedTuple
 
 from .dump import BACKWARD, FORWARD, parse_entry_name
-from .messages import api_message, output_message
+from .messages import api_message, details_message
 from .results import ERROR, EntryResult
 from .untrusted import cut, escape, unescape
 
@@ -190,7 +190,7 @@ class CsvWriter:
                         number_cell(row.max_abs_err),
                         number_cell(row.max_rel_err),
                         row.status.value,
-                        text_cell(output_message(row), MAX_CELL, " cut"),
+                        text_cell(details_message(result, row), MAX_CELL, " cut"),
                     ]
                 )
         # Details first, on disk before the result row is even buffered: a result row on disk
@@ -263,18 +263,25 @@ class ApiBook:
     by dump too: the ranks of one step call the same APIs.
     """
 
-    def __init__(self, skip: Iterable[str] = ()):
+    def __init__(self, skip: Iterable[str] = (), dump_of: Callable[[str], str] = str):
         self.expected: dict[tuple[str, str], set[str]] = {}
         self.results: dict[tuple[str, str], dict[str, EntryResult]] = {}
         self.written: set[tuple[str, str]] = set()
-        self.skip = set(skip)  # APIs a resumed file already holds
+        self.skip = set(skip)  # APIs a resumed file already holds whole
+        self.dump_of = dump_of  # a node id's dump part -> the dump as `add` names it
 
     def expect(self, node_ids: Iterable[str]) -> None:
         for node_id in node_ids:
             dump, entry = split_node_id(node_id)
             name = parse_entry_name(entry)
             if name is not None:
-                self.expected.setdefault((dump, name.prefix), set()).add(name.direction)
+                self.expected.setdefault((self.dump_of(dump), name.prefix), set()).add(name.direction)
+
+    def preload(self, dump: str, results: dict[str, dict[str, EntryResult]]) -> None:
+        """Results an earlier run of this dump finished (a resumed journal), by API and direction:
+        an API's row takes them beside the ones this run adds, or alone at the end."""
+        for api, by_direction in results.items():
+            self.results.setdefault((dump, api), {}).update(by_direction)
 
     def add(self, dump: str, result: EntryResult) -> ApiRow | None:
         """The API's row once this result completes it, else None."""

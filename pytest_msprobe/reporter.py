@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from . import summary
+from . import manifest, summary
+from .journal import Journal, journal_path_for
 from .report import ApiBook, ApiRow, CsvWriter, ReportError, dump_folders, split_node_id, timestamp
 from .results import REPORT_ATTRIBUTE, EntryResult
 from .untrusted import cut, printable
@@ -24,10 +25,15 @@ class CsvReporter:
     def __init__(self, config: pytest.Config, run):
         self.config = config
         self.run = run
-        self.book = ApiBook(skip=run.selection.finished)
+        self.dumps: dict[str, str] = {}  # a node id's dump part -> the dump's resolved path
+        resumed = run.selection.state
+        self.book = ApiBook(skip=resumed.complete if resumed else (), dump_of=self.dump_key)
+        if resumed is not None:  # one dump: the entries its journal holds of APIs without a row
+            self.book.preload(str(run.dump_files[0]), resumed.waiting)
         self.folders = dump_folders(run.dump_files)
         self.stamp = timestamp()  # one for the run, whatever the number of dumps
         self.writers: dict[Path, CsvWriter] = {}  # by the dump's resolved path
+        self.journals: dict[Path, Journal] = {}  # beside each pair: every entry as it arrives
         self.results: list[EntryResult] = []
         self.unfinished: list[ApiRow] = []
         self.session: pytest.Session | None = None
@@ -53,15 +59,36 @@ class CsvReporter:
         if data is None:
             return
         result = EntryResult.from_dict(data)
+        result.dump = self.dump_key(split_node_id(report.nodeid)[0])  # one name a dump, for the summary
         self.results.append(result)
-        row = self.book.add(split_node_id(report.nodeid)[0], result)
+        self.journal(result)
+        row = self.book.add(result.dump, result)
         if row is not None:
             self.write(row)
+
+    def dump_key(self, dump: str) -> str:
+        """The dump of a node id's dump part, as the book and the summary name it: its resolved path."""
+        if dump not in self.dumps:
+            self.dumps[dump] = str(self.dump_path(dump))
+        return self.dumps[dump]
+
+    def journal(self, result: EntryResult) -> None:
+        """The entry's result in its pair's journal, before any row: a kill from now on loses nothing of it."""
+        if self.stopped:
+            return
+        writer = self.open(Path(result.dump))
+        try:
+            self.journals[writer.result_path].add(result)
+        except OSError as exc:
+            self.stop(
+                f"msprobe: cannot write {self.journals[writer.result_path].path} ({exc.strerror or exc}): stopped; "
+                f"the rows written are whole, --msprobe-resume {writer.result_path} runs the rest"
+            )
 
     def write(self, row: ApiRow) -> None:
         if self.stopped:
             return
-        writer = self.open(self.dump_path(row.dump))
+        writer = self.open(Path(row.dump))  # resolved (dump_key)
         try:
             writer.write_api(row.api, row.forward, row.backward)
         except OSError as exc:
@@ -92,36 +119,45 @@ class CsvReporter:
             resumed = self.run.selection.resumed
             folder = self.run.out_dir / self.folders.get(path, Path())
             try:
-                self.writers[path] = CsvWriter(resumed) if resumed else CsvWriter.in_folder(folder, self.stamp)
+                writer = CsvWriter(resumed) if resumed else CsvWriter.in_folder(folder, self.stamp)
             except ReportError as exc:
                 raise pytest.UsageError(f"--msprobe-out: {exc}") from None
             except OSError as exc:
                 raise pytest.UsageError(
                     f"--msprobe-resume: {resumed}: cannot append to it: {exc.strerror or exc}"
                 ) from None
+            try:
+                self.journals[writer.result_path] = Journal(journal_path_for(writer.result_path))
+            except OSError as exc:
+                writer.close()
+                raise pytest.UsageError(f"--msprobe-out: cannot write the journal: {exc}") from None
+            self.writers[path] = writer
         return self.writers[path]
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
         self.finishing = True
         leftovers = self.book.leftovers()
-        if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail:
-            # Cut short by Ctrl-C, -x or --maxfail: left out, so that --msprobe-resume runs them whole.
+        if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail or self.run.lost_hosts:
+            # Cut short by Ctrl-C, -x, --maxfail or a lost host: left out, so that --msprobe-resume runs them whole.
             self.unfinished, leftovers = leftovers, []
         for row in leftovers:
             self.write(row)
-        for writer in self.writers.values():
+        for path, writer in self.writers.items():
             writer.close()
+            if not manifest.path_for(writer.result_path).exists():  # a resumed pair keeps its own
+                manifest.write(writer.result_path, self.run.describe(path))
+        for journal in self.journals.values():
+            journal.close()
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.results and not self.writers:
             return
         terminalreporter.section("msprobe")
-        lines = summary.summary_lines(self.results)
         selection = self.run.selection
+        lines = summary.summary_lines(self.results, selection.strict)
         if selection.earlier:
-            earlier = [EntryResult(api, direction, status) for api, direction, status in selection.earlier]
             lines += ["", f"resumed {selection.resumed}: the entries it held before this run:"]
-            lines += summary.count_lines(earlier)
+            lines += summary.inherited_lines(selection.earlier, selection.strict)
         if selection.baseline is not None:
             lines += selection.baseline.summary_lines(self.results)
         if self.stopped_late:

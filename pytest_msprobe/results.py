@@ -27,6 +27,10 @@ class Status(str, enum.Enum):
 
 
 PASS, WARNING, ERROR, SKIP = Status.PASS, Status.WARNING, Status.ERROR, Status.SKIP
+# How the notes of a fallback end or start, where they are made (inputs.py, the frameworks) and
+# where they are counted (fallbacks.py).
+RANDOM_DATA = "random data used"  # `input_args[0]: tensor file x.pt missing, random data used`
+BENCH_FALLBACK = "benchmark ran in"  # `benchmark ran in torch.float32: float64 raised ...`
 # The attribute of a pytest report that carries an entry's result (to_dict) to the xdist controller.
 REPORT_ATTRIBUTE = "msprobe"
 _SEVERITY = {PASS: 0, WARNING: 1, ERROR: 2}
@@ -55,9 +59,51 @@ class OutputResult:
     # A failure within the rounding budget of this dtype ("bf16"): rounding alone, not a fault.
     floor: str = ""
     note: str = ""  # how it was paired (a gradient msprobe recorded inside the API's graph)
+    ratio: float | None = None  # the dtype standard's: the worst element's error over its budget (repro.py's)
+    # How many times its budget the output is off, from the standard (the dtype standard's ratio
+    # of its worst element; basic: the larger of MaxAbsErr and 1 - Cosine over their thresholds'):
+    # above 1 it broke the rule. inf for a fault no budget measures (a shape or an integer
+    # mismatch); None where nothing was judged (a SKIP).
+    severity: float | None = None
+    nonfinite: bool = False  # NaN or inf where the other side has none
+    bench_note: str = ""  # why the bench is not in float64, where it is not
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """Where the model called an entry: the innermost frame of the user's code in msprobe's stack.json."""
+
+    path: str
+    line: int
+    function: str
+    code: str = ""
+
+
+@dataclass
+class ProbeResult:
+    """The fp32 probe of a failing fp16/bf16 entry: its tested side run again with the fp16/bf16
+    inputs in fp32, the outputs rounded back to the recorded dtypes and judged by the run's standard."""
+
+    api: str  # "Functional.linear": what to keep out of autocast
+    device: str  # where it ran: the device under test, or "cpu" for a recorded tested side
+    recorded: bool = False  # the tested side was recorded: the probe ran on the CPU instead
+    status: Status | None = None  # the worst of its outputs; None when it could not run
+    outputs: list[OutputResult] = field(default_factory=list)
+    error: str = ""  # why it could not run
+
+    def __post_init__(self) -> None:
+        if self.status is not None:
+            self.status = Status(self.status)
+
+    @property
+    def floor(self) -> str:
+        """The dtype whose rounding budget holds every failing output ("bf16"), else ""."""
+        failed = [o for o in self.outputs if o.status == ERROR]
+        floors = {o.floor for o in failed}
+        return floors.pop() if failed and len(floors) == 1 and "" not in floors else ""
 
 
 @dataclass
@@ -74,6 +120,9 @@ class EntryResult:
     # What the check had to do or tell: fallbacks, autocast, where error data went.
     notes: list[str] = field(default_factory=list)
     dump: str = ""  # the dump's part of the node id
+    position: int | None = None  # the entry's place in the dump, the order msprobe recorded the calls
+    call_site: CallSite | None = None  # where the model called it (entries that are not pass)
+    probe: ProbeResult | None = None  # --msprobe-probe fp32, for a failing fp16/bf16 entry
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
@@ -87,13 +136,28 @@ class EntryResult:
         return f"{self.entry}.output.{output.index}"
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain data (statuses as their words), which execnet can send."""
         data = asdict(self)
-        data["status"] = self.status.value
-        for row in data["outputs"]:
-            row["status"] = row["status"].value
+        _words(data)
+        if data["probe"] is not None:
+            _words(data["probe"])
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EntryResult:
         outputs = [OutputResult(**row) for row in data.get("outputs", [])]
-        return cls(**{**data, "outputs": outputs})
+        site = data.get("call_site")
+        probe = data.get("probe")
+        if probe is not None:
+            probe = ProbeResult(**{**probe, "outputs": [OutputResult(**row) for row in probe.get("outputs", [])]})
+        return cls(
+            **{**data, "outputs": outputs, "call_site": None if site is None else CallSite(**site), "probe": probe}
+        )
+
+
+def _words(data: dict[str, Any]) -> None:
+    """The statuses of a result's dict (and of its outputs') as their words."""
+    if data["status"] is not None:
+        data["status"] = data["status"].value
+    for row in data["outputs"]:
+        row["status"] = row["status"].value

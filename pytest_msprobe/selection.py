@@ -8,17 +8,18 @@ keeps appending rows to the resumed file.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
 
-from . import resume
+from . import provenance, resume
 from .baseline import Baseline
-from .dump import parse_entry_name
+from .dump import FORWARD, parse_entry_name
 from .items import EntryItem
-from .report import ReportError, read_entry_statuses, read_finished_apis
-from .results import ERROR
+from .report import ReportError, read_finished_apis
+from .results import EntryResult
+from .summary import failing
 
 FINISHED_KEY = "msprobe_finished"
 BASELINE_KEY = "msprobe_baseline_failed"
@@ -27,36 +28,64 @@ BASELINE_KEY = "msprobe_baseline_failed"
 class Selection:
     def __init__(
         self,
-        resumed: Path | None = None,
-        finished: Iterable[str] = (),
+        resumed: resume.Resumed | None = None,
+        finished: Iterable[tuple[str, str]] = (),
         baseline: Baseline | None = None,
-        earlier: Iterable[tuple[str, str, str]] = (),
+        strict: bool = False,
+        notes: Sequence[str] = (),
     ):
-        self.resumed = resumed  # the result CSV new rows are appended to
-        self.finished = set(finished)
+        self.state = resumed  # the controller's (or a serial run's): what the resumed files held
+        self.resumed = resumed.result_path if resumed else None  # the result CSV new rows are appended to
+        self.finished = {(api, direction) for api, direction in finished}  # entries not run again
         self.baseline = baseline
-        # (api, direction, status) of the rows the resumed file held: the controller's, for the verdict
-        self.earlier = list(earlier)
+        self.strict = strict
+        self.notes = list(notes)  # for the header: a CSV with APIs the dump lacks
         self.deselected = 0
 
+    @property
+    def earlier(self) -> list[EntryResult]:
+        """The results of the entries the resumed files held before this run."""
+        return self.state.earlier if self.state else []
+
     @classmethod
-    def from_config(cls, config: pytest.Config, base: Path, resume_arg: str, baseline_arg: str) -> Selection:
+    def from_config(
+        cls,
+        config: pytest.Config,
+        base: Path,
+        resume_arg: str,
+        baseline_arg: str,
+        dumps: Sequence[Path] = (),
+        strict: bool = False,
+    ) -> Selection:
         worker = getattr(config, "workerinput", None)
-        resumed = base / resume_arg if resume_arg else None
+        resumed_path = base / resume_arg if resume_arg else None
+        # The dump's entries: a CSV of another dump is refused, and a row a partial run left
+        # without a direction is completed. Read by the process that writes, as the files are.
+        read = worker is None and len(dumps) == 1 and bool(resume_arg or baseline_arg)
+        entries = provenance.dump_entries(dumps[0]) if read else None
+        notes: list[str] = []
+        state, finished = None, set()
+        if resumed_path is not None:
+            try:
+                if worker is None:
+                    _check("--msprobe-resume", resumed_path, dumps, entries, notes)
+                    state = resume.resume(resumed_path, entries)
+                    finished = state.finished
+                else:
+                    finished = _finished(resumed_path, worker)
+            except ReportError as exc:
+                raise pytest.UsageError(f"--msprobe-resume: {exc}") from None
         try:
-            finished = _finished(resumed, worker) if resumed else set()
-            earlier = read_entry_statuses(resumed) if resumed and worker is None else []
-        except ReportError as exc:
-            raise pytest.UsageError(f"--msprobe-resume: {exc}") from None
-        try:
-            baseline = _baseline(base / baseline_arg, worker) if baseline_arg else None
+            baseline = _baseline(base / baseline_arg, worker, strict) if baseline_arg else None
+            if baseline is not None and worker is None:
+                _check("--msprobe-baseline", baseline.path, dumps, entries, notes)
         except ReportError as exc:
             raise pytest.UsageError(f"--msprobe-baseline: {exc}") from None
-        return cls(resumed, finished, baseline, earlier)
+        return cls(state, finished, baseline, strict, notes)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
-        node.workerinput[FINISHED_KEY] = sorted(self.finished)
+        node.workerinput[FINISHED_KEY] = sorted(list(entry) for entry in self.finished)
         if self.baseline is not None:
             node.workerinput[BASELINE_KEY] = sorted(list(pair) for pair in self.baseline.failed)
 
@@ -65,7 +94,8 @@ class Selection:
         for item in items:
             entry = parse_entry_name(item.entry) if isinstance(item, EntryItem) else None
             # A name that is no API name has its row under the test's name (items.py).
-            if isinstance(item, EntryItem) and (entry.prefix if entry else item.name) in self.finished:
+            key = (entry.prefix, entry.direction) if entry else (item.name, FORWARD)
+            if isinstance(item, EntryItem) and key in self.finished:
                 done.append(item)
                 continue
             if entry is not None and self.baseline and self.baseline.failed_before(entry.prefix, entry.direction):
@@ -78,11 +108,12 @@ class Selection:
         self.deselected = len(done)
 
     def earlier_errors(self) -> list[tuple[str, str]]:
-        """Entries the resumed file holds as error that no baseline expects."""
+        """Entries the resumed files hold as error (and warning, strict) that no baseline expects."""
         return [
-            (api, direction)
-            for api, direction, status in self.earlier
-            if status == ERROR and not (self.baseline and self.baseline.failed_before(api, direction))
+            (result.api, result.direction)
+            for result in self.earlier
+            if result.status in failing(self.strict)
+            and not (self.baseline and self.baseline.failed_before(result.api, result.direction))
         ]
 
     @pytest.hookimpl(tryfirst=True)
@@ -99,22 +130,41 @@ class Selection:
 
     def pytest_report_header(self, config: pytest.Config):
         lines = []
-        if self.resumed is not None:
-            lines.append(
-                f"msprobe: resuming {self.resumed}: {len(self.finished)} APIs already finished are not run again"
-            )
+        if self.state is not None:
+            lines.append(f"msprobe: resuming {self.resumed}: {resume.describe(self.state)}")
         if self.baseline is not None:
             lines.append(f"msprobe: {self.baseline.describe()}")
+        lines += [f"msprobe: {note}" for note in self.notes]
         return lines
 
 
-def _finished(resumed: Path, worker: dict | None) -> set[str]:
-    if worker is None:
-        return resume.prepare(resumed)  # the one process that writes: it also cuts a torn tail
-    return set(worker[FINISHED_KEY]) if FINISHED_KEY in worker else read_finished_apis(resumed)
+def _finished(resumed: Path, worker: dict) -> set[tuple[str, str]]:
+    """A worker's: its controller's word, which the controller's appending does not change."""
+    if FINISHED_KEY in worker:
+        return {(api, direction) for api, direction in worker[FINISHED_KEY]}
+    return resume.finished_entries(resumed)
 
 
-def _baseline(path: Path, worker: dict | None) -> Baseline:
+def _baseline(path: Path, worker: dict | None, strict: bool) -> Baseline:
     if worker is not None and BASELINE_KEY in worker:
         return Baseline(path, worker[BASELINE_KEY])
-    return Baseline.read(path)
+    return Baseline.read(path, failing(strict))
+
+
+def _check(
+    option: str,
+    csv: Path,
+    dumps: Sequence[Path],
+    entries: set[tuple[str, str]] | None,
+    notes: list[str],
+) -> None:
+    """A CSV of another dump is a usage error; one with some APIs the dump lacks, a header note."""
+    if entries is None or not csv.is_file():
+        return  # the dump's collection, or reading the CSV, says what is wrong
+    apis = read_finished_apis(csv)  # a ReportError: the caller names the option
+    try:
+        note = provenance.check_csv_of_dump(option, csv, apis, dumps[0], entries)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if note:
+        notes.append(note)

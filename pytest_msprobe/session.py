@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from . import devices, workers
+from . import devices, manifest, remote, workers
 from .check import Checker
-from .dump import Dump, code_beside, find_dump_files, peek_framework, peek_task
+from .dump import Dump, DumpError, code_beside, find_dump_files, parse_entry_name, peek_framework, peek_task, read_dump
+from .dump_folder import passed_over_lines
 from .frameworks import RunOptions, Tested
 from .items import RUN_KEY, DumpFile
 from .options import RANDOM, Options
@@ -27,6 +28,7 @@ from .selection import Selection
 from .standards import make_standard
 from .summary import metric_properties
 from .untrusted import printable
+from .warmup import warm_up
 
 
 def start(config: pytest.Config, options: Options) -> None:
@@ -39,7 +41,8 @@ def start(config: pytest.Config, options: Options) -> None:
     workers.register(config, run)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(CsvReporter(config, run), "msprobe-reporter")
-    files = [str(p) for p in run.dump_files]
+    # A worker on another host collects a dump missing there by the controller's word (remote.py).
+    files = [str(p) for p in run.dump_files if not run.remote or p.is_file()]
     explicit = config.args_source == pytest.Config.ArgsSource.ARGS
     config.args = [*config.args, *files] if explicit else files
 
@@ -62,9 +65,23 @@ class MsprobeRun:
 
     def _build(self, config: pytest.Config, options: Options, notes: list[str]) -> None:
         base = config.invocation_params.dir
+        self.config = config
         self.options = options
-        refused: list[str] = []  # said in the header: a FIFO named dump.json, ...
-        self.dump_files = [f.resolve() for p in options.dumps for f in find_dump_files(base / p, refused)]
+        workerinput = getattr(config, "workerinput", None)
+        shared = remote.shipped(workerinput)  # the controller's paths, read as they are on every host
+        self.host = (workerinput or {}).get(remote.HOST, "")
+        refused: list[str] = []  # said in the header: a FIFO named dump.json, other JSON files, ...
+        if shared is None:
+            self.dump_files = []
+            for given in options.dumps:
+                others: list[Path] = []
+                self.dump_files += [f.resolve() for f in find_dump_files(base / given, refused, others)]
+                refused += passed_over_lines(base / given, others, given)
+            shared = remote.describe(self.dump_files, config.rootpath, with_items=False)
+        else:
+            self.dump_files = [Path(dump.path) for dump in shared]
+        self.shared = {Path(dump.path): dump for dump in shared}
+        self.remote = any(dump.items is not None for dump in shared)  # a worker on another host
         if not self.dump_files:
             raise pytest.UsageError(
                 f"--msprobe-dump: no dump.json under {', '.join(options.dumps)}" + "".join(f"; {r}" for r in refused)
@@ -79,10 +96,14 @@ class MsprobeRun:
             raise pytest.UsageError(f"--msprobe-max-elements must be at least 1, not {options.max_elements}")
         self.device_notes = [*refused, *notes]
         self.frameworks = {peek_framework(path) for path in self.dump_files}
-        self.device_kind = devices.choose(options.device, self.device_notes, self.frameworks)
+        if workers.remote_hosts(config):
+            self.device_kind = options.device  # the controller's devices are not its workers': each host chooses
+        else:
+            self.device_kind = devices.choose(options.device, self.device_notes, self.frameworks)
         self.check_recorded()
-        self.device_ids = devices.ids_for(options.devices, workers.planned_workers(config))
-        if not hasattr(config, "workerinput"):  # the controller checked them for its workers
+        self.device_ids = devices.ids_for(options.devices, workers.workers_per_host(config))
+        if not hasattr(config, "workerinput") and not workers.remote_hosts(config):
+            # The controller checked them for its workers on this host.
             devices.check_ids_exist(self.device_kind, self.device_ids, self.frameworks)
         self.out_dir = options.out_dir(base)
         if len(self.dump_files) > 1 and (options.resume or options.baseline):
@@ -92,15 +113,40 @@ class MsprobeRun:
                 f"{len(self.dump_files)} were given: run them one at a time (pytest --msprobe-dump "
                 "step0/rank0/dump.json --msprobe-resume out/rank0/accuracy_checking_result_....csv)"
             )
-        self.selection = Selection.from_config(config, base, options.resume, options.baseline)
+        self.selection = Selection.from_config(
+            config, base, options.resume, options.baseline, self.dump_files, options.strict
+        )
         recorded = self.device_kind == devices.RECORDED
         run_options = RunOptions(
-            self.device_kind, Tested.RECORDED if recorded else Tested.DEVICE, options.mode, options.seed
+            self.device_kind,
+            Tested.RECORDED if recorded else Tested.DEVICE,
+            options.mode,
+            options.seed,
+            probe=options.probe == "fp32",
         )
         self.checker = Checker(
-            run_options, make_standard(options), options.error_data_dir(base), max_elements=options.max_elements
+            run_options,
+            make_standard(options),
+            options.error_data_dir(base),
+            options.repro_dir(base),
+            max_elements=options.max_elements,
         )
         self.collected: dict[str, Dump] = {}  # by node id, as DumpFile collects them
+        self.dumps_told = False  # the xdist controller's header lines on the dumps
+
+        self.lost_hosts: dict[str, str] = {}  # host -> why no worker could start there (lost_hosts.py)
+
+    def describe(self, path: Path) -> dict[str, Any]:
+        """The manifest of the CSV pair of a dump: the dump, the settings, the shard."""
+        collected = next((d for d in self.collected.values() if d.path.resolve() == path), None)
+        try:
+            names = [name.full for name in collected.api_names()] if collected else remote.item_names(path)
+            api_calls: int | None = len({entry.prefix for entry in map(parse_entry_name, names) if entry})
+        except DumpError:
+            api_calls = None
+        splits = getattr(self.config.option, "splits", None)
+        shard = {"splits": splits, "group": self.config.option.group} if splits else None
+        return manifest.describe(path, self.options, self.device_kind, api_calls, shard)
 
     def check_recorded(self) -> None:
         if self.device_kind != devices.RECORDED:
@@ -119,31 +165,61 @@ class MsprobeRun:
                 )
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        if workers.distributing(session.config) or self.checker.run.tested is Tested.RECORDED:
+        if workers.distributing(session.config):
             return  # the controller runs no entry: it leaves the devices to its workers
-        with usage_errors():
-            device = devices.bind(self.device_kind, workers.device_id(session.config, self.device_ids), self.frameworks)
-        self.checker = replace(self.checker, run=replace(self.checker.run, device=device))
+        recorded = self.checker.run.tested is Tested.RECORDED
+        if not recorded:
+            with usage_errors():
+                device_id = workers.device_id(session.config, self.device_ids)
+                device = devices.bind(self.device_kind, device_id, self.frameworks)
+            self.checker = replace(self.checker, run=replace(self.checker.run, device=device))
+        if not session.config.option.collectonly:
+            warm_up(self.frameworks, recorded)  # not in the first entry's time
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-        if file_path.resolve() in self.dump_files:
-            dump_file: DumpFile = DumpFile.from_parent(parent, path=file_path)
+        shared = self.shared.get(file_path) or self.shared.get(file_path.resolve())
+        if shared is not None:
+            dump_file: DumpFile = remote.collector(parent, file_path, shared, self.host)
             return dump_file
         return None
+
+    @pytest.hookimpl(tryfirst=True)  # before -k, resume and the others deselect
+    def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
+        if self.remote:
+            remote.in_dump_order(session, items, list(self.shared.values()), self.host)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         run, standard = self.checker.run, self.checker.standard
         lines = [f"msprobe: device {run.tested_on}, mode {run.mode}, seed {run.seed}, standard {standard.describe()}"]
         lines += [f"msprobe: {note}" for note in self.device_notes]
         lines += [f"msprobe: {line}" for line in standard.header_lines()]
+        if self.checker.repro is not None:
+            lines.append(f"msprobe: a reproducer of every entry that is not pass in {self.checker.repro}")
+        if run.probe:
+            where = " on the CPU (the tested side is recorded)" if run.recorded else ""
+            lines.append(f"msprobe: fp32 probe of every failing fp16/bf16 entry{where}")
         return lines
 
     def pytest_report_collectionfinish(self, config: pytest.Config) -> list[str]:
-        lines = []
-        for path, dump in self.collected.items():
-            counts = ", ".join(f"{n} {kind}" for kind, n in dump.counts().items() if n or kind != "unknown")
-            lines.append(printable(f"msprobe: {path}: {dump.framework} {dump.task} dump, {counts} entries"))
-        return lines
+        return dump_lines(self.collected)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
+        """The controller collects nothing: it reads the dumps for the header lines a serial run
+        prints, once its first worker has collected them (the same files)."""
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if self.dumps_told or terminal is None or not workers.distributing(self.config):
+            return
+        self.dumps_told = True
+        dumps = {}  # not kept: the controller checks no entry
+        for path in self.dump_files:
+            try:
+                dumps[_node_path(self.config, path)] = read_dump(path)
+            except DumpError:
+                continue  # the workers' collection fails it, naming why
+        terminal.ensure_newline()
+        for line in dump_lines(dumps):
+            terminal.write_line(line)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Any:
@@ -157,3 +233,20 @@ class MsprobeRun:
                 # item's; without it they would only weigh on every report sent to xdist.
                 item.user_properties.extend(metric_properties(result))
         return report
+
+
+def dump_lines(dumps: dict[str, Dump]) -> list[str]:
+    """`msprobe: <dump>: pytorch tensor dump, 37 forward, 29 backward, 0 module entries`, a line a dump."""
+    lines = []
+    for path, dump in dumps.items():
+        counts = ", ".join(f"{n} {kind}" for kind, n in dump.counts().items() if n or kind != "unknown")
+        lines.append(printable(f"msprobe: {path}: {dump.framework} {dump.task} dump, {counts} entries"))
+    return lines
+
+
+def _node_path(config: pytest.Config, path: Path) -> str:
+    """The dump as its node id names it: relative to the rootdir where it is under it."""
+    try:
+        return path.relative_to(config.rootpath.resolve()).as_posix()
+    except ValueError:
+        return str(path)

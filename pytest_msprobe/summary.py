@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from .dump import BACKWARD, FORWARD
-from .messages import entry_message, output_message
-from .results import ERROR, PASS, SKIP, WARNING, EntryResult
+from .dump import BACKWARD, DUMP_FILE_NAME, FORWARD
+from .fallbacks import fallback_lines
+from .messages import call_site_text, entry_findings, entry_message, output_message, probe_text
+from .results import ERROR, PASS, SKIP, WARNING, EntryResult, Status
 
 STATUSES = (PASS, ERROR, WARNING, SKIP)
 
@@ -22,26 +25,75 @@ def count_lines(results: Sequence[EntryResult]) -> list[str]:
     return lines
 
 
-def severity(result: EntryResult) -> tuple[float, float]:
-    """Sort key, worst first: lowest cosine, then largest MaxAbsErr."""
-    judged = [row for row in result.outputs if row.status == ERROR]
-    cosines = [row.cosine for row in judged if row.cosine is not None]
-    errors = [row.max_abs_err for row in judged if row.max_abs_err is not None and row.max_abs_err == row.max_abs_err]
-    return (min(cosines) if cosines else 1.0, -(max(errors) if errors else 0.0))
+def failing(strict: bool = False) -> tuple[Status, ...]:
+    """The statuses that fail an item: error, and warning under --msprobe-strict."""
+    return (ERROR, WARNING) if strict else (ERROR,)
 
 
-def failure_lines(results: Sequence[EntryResult], limit: int = 20) -> list[str]:
-    failed = sorted((r for r in results if r.status == ERROR), key=severity)
+def severity(result: EntryResult) -> tuple[int, float]:
+    """Sort key, worst first: NaN or inf where the other side has none, then how many times its
+    budget the worst output is off (the standard's severity). An entry that failed with no
+    output judged (its tested run raised, its worker crashed) counts as beyond any budget."""
+    flagged = [row for row in result.outputs if row.status in (ERROR, WARNING)]
+    measured = [row.severity for row in flagged if row.severity is not None]
+    if measured:
+        worst = max(measured)
+    else:
+        worst = math.inf if result.status == ERROR and result.reason and not flagged else 0.0
+    return (0 if any(row.nonfinite for row in flagged) else 1, -worst)
+
+
+def dump_labels(results: Sequence[EntryResult]) -> dict[str, str]:
+    """`rank1: ` for each dump of a run over several (its path past what they share), else nothing."""
+    dumps = sorted({result.dump for result in results if result.dump})
+    if len(dumps) < 2:
+        return {}
+    common = os.path.commonpath([os.path.dirname(dump) or "." for dump in dumps])
+    labels = {}
+    for dump in dumps:
+        relative = os.path.relpath(dump, common) if common else dump
+        folder, name = os.path.split(relative)
+        labels[dump] = f"{folder if name == DUMP_FILE_NAME and folder else relative}: "
+    return labels
+
+
+def failure_lines(results: Sequence[EntryResult], limit: int = 20, statuses: Sequence[Status] = (ERROR,)) -> list[str]:
+    failed = sorted((r for r in results if r.status in statuses), key=severity)
+    labels = dump_labels(results)
     lines = []
     for result in failed[:limit]:
-        lines.append(f"{result.entry}: {entry_message(result)}"[:400])
+        lines.append(f"{labels.get(result.dump, '')}{result.entry}: {entry_findings(result)}"[:400])
+        lines += found_lines(result)
     if len(failed) > limit:
         lines.append(f"... and {len(failed) - limit} more in the result CSV")
     return lines
 
 
+def found_lines(result: EntryResult) -> list[str]:
+    """Where the model called a failing entry and what the fp32 probe said, a line each."""
+    return [f"    {text}" for text in (call_site_text(result.call_site), probe_text(result.probe)) if text]
+
+
+def first_failure_lines(results: Sequence[EntryResult]) -> list[str]:
+    """The first failing entry in call order, per dump: where precision is first lost in the step."""
+    first: dict[str, tuple[int, EntryResult]] = {}
+    for result in results:
+        if result.status == ERROR and result.position is not None:
+            known = first.get(result.dump)
+            if known is None or result.position < known[0]:
+                first[result.dump] = (result.position, result)
+    lines = []
+    for dump in sorted(first):
+        position, result = first[dump]
+        of = f" of {dump}" if len(first) > 1 else ""
+        lines.append(f"first failure in call order{of}: {result.entry} (entry {position + 1} of the dump)")
+        lines += found_lines(result)
+    return lines
+
+
 def _reason_class(message: str) -> str:
-    """A skip reason with the entry-specific parts (names, shapes, numbers) folded."""
+    """A skip reason with the entry-specific parts (names, shapes, numbers) folded; a path
+    keeps the digits of its folders (`step0/rank1/`), its file name (an entry's) folds."""
     reason = message.split("; ")[0]
     reason = re.sub(r"^[\w.]+\.(forward|backward): ", "", reason)
     while True:  # innermost brackets first: shapes nest, `[[16, 64], [16, 32]]`
@@ -51,7 +103,12 @@ def _reason_class(message: str) -> str:
         reason = folded
     reason = reason.replace("\0", "[...]")
     reason = re.sub(r"\b(API|op) [\w.]+", r"\1 ...", reason)
-    return re.sub(r"\d+", "N", reason)
+    return re.sub(r"\S+", _fold_numbers, reason)
+
+
+def _fold_numbers(word: re.Match) -> str:
+    folders, slash, name = word.group().rpartition("/")
+    return folders + slash + re.sub(r"\d+", "N", name)
 
 
 def skip_lines(results: Sequence[EntryResult], examples: int = 3) -> list[str]:
@@ -80,30 +137,58 @@ def floor_line(results: Sequence[EntryResult]) -> list[str]:
     ]
 
 
-def summary_lines(results: Sequence[EntryResult]) -> list[str]:
+def summary_lines(results: Sequence[EntryResult], strict: bool = False) -> list[str]:
     lines = count_lines(results)
-    failures = failure_lines(results)
+    failures = failure_lines(results, statuses=failing(strict))
     if failures:
-        lines += ["", "failures, worst first:", *failures, *floor_line(results)]
+        title = "failures (warnings fail: --msprobe-strict)" if strict else "failures"
+        lines += ["", f"{title}, worst first:", *failures, *floor_line(results)]
+        first = first_failure_lines(results)
+        lines += ["", *first] if first else []
+    warnings = [] if strict else failure_lines(results, statuses=(WARNING,))
+    if warnings:
+        lines += ["", "warnings (passed; --msprobe-strict fails them), worst first:", *warnings]
+    fallbacks = fallback_lines(results)
+    if fallbacks:
+        lines += ["", "fallbacks:", *fallbacks]
     skips = skip_lines(results)
     if skips:
         lines += ["", "SKIP reasons:", *skips]
     return lines
 
 
-def failure_text(result: EntryResult, standard: str) -> list[str]:
-    """The lines of one item's failure message: every output that broke the rule, with its metrics."""
-    failed = [row for row in result.outputs if row.status == ERROR]
+def inherited_lines(earlier: Sequence[EntryResult], strict: bool = False) -> list[str]:
+    """What a resumed file held before this run: its counts, and its failures by name (its
+    errors fail this run as new ones do)."""
+    lines = count_lines(earlier)
+    failures = failure_lines(earlier, statuses=failing(strict))
+    if failures:
+        lines += ["failures it held, worst first:", *failures]
+    warnings = [] if strict else failure_lines(earlier, statuses=(WARNING,))
+    if warnings:
+        lines += ["warnings it held (passed; --msprobe-strict fails them):", *warnings]
+    return lines
+
+
+def failure_text(result: EntryResult, standard: str, strict: bool = False) -> list[str]:
+    """The lines of one item's failure message: every output that broke the rule, with its metrics.
+    `standard` is its name: the report header describes it, once."""
+    failed = [row for row in result.outputs if row.status in failing(strict)]
     if not failed:
         return [f"{result.entry}: {entry_message(result)}"]
-    lines = [f"{result.entry}: {len(failed)} of {len(result.outputs)} outputs break the standard {standard}"]
+    breaks = "break" if len(failed) > 1 else "breaks"
+    lines = [f"{result.entry}: {len(failed)} of {len(result.outputs)} outputs {breaks} the {standard} standard"]
+    if result.call_site is not None:
+        lines.append(f"  {call_site_text(result.call_site)}")
     for row in failed:
         cosine = "n/a" if row.cosine is None else f"{row.cosine:.6g}"
         lines.append(
-            f"  output.{row.index} {row.tested_dtype} {row.shape}: Cosine {cosine}, "
+            f"  output.{row.index} {row.tested_dtype} {row.shape}: {row.status}, Cosine {cosine}, "
             f"MaxAbsErr {row.max_abs_err:.4g}, MaxRelativeErr {row.max_rel_err:.4g}"
         )
         lines.append(f"    {output_message(row)}")
+    if result.probe is not None:
+        lines.append(f"  fp32 probe: {probe_text(result.probe)}")
     lines += [f"  note: {note}" for note in result.notes]
     return lines
 

@@ -13,15 +13,17 @@ import gc
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from . import allocator, devices
+from . import allocator, devices, hosts, lost_hosts, remote
 from .report import crash_result
 from .results import REPORT_ATTRIBUTE
 
 DEVICE_ID = "msprobe_device_id"
 THREADS = "msprobe_threads"
+HOST_WORKERS = "msprobe_host_workers"  # how many workers share the worker's host, and its device ids
 
 
 def distributing(config: pytest.Config) -> bool:
@@ -49,6 +51,21 @@ def planned_workers(config: pytest.Config) -> int:
     return count
 
 
+def remote_hosts(config: pytest.Config) -> bool:
+    """This controller starts workers on other hosts (`--tx ssh=...`): their devices are not its own."""
+    return distributing(config) and any(hosts.is_remote(spec) for spec in config.option.tx)
+
+
+def workers_per_host(config: pytest.Config) -> int:
+    """How many workers share one host's device ids: the most on one host (1 without xdist)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return int(workerinput.get(HOST_WORKERS, workerinput.get("workercount", 1)))
+    if not distributing(config):
+        return 1
+    return max(hosts.plan(config.option.tx).values())
+
+
 def device_id(config: pytest.Config, ids: list[int]) -> int:
     """The id this process binds: the one its controller gave it, else the first named."""
     return getattr(config, "workerinput", {}).get(DEVICE_ID, ids[0])
@@ -72,7 +89,28 @@ def setup_cpu(config: pytest.Config) -> str | None:
 
 def register(config: pytest.Config, run) -> None:
     if config.pluginmanager.hasplugin("xdist") and distributing(config):
-        config.pluginmanager.register(Controller(config, run), "msprobe-xdist")
+        check_paths_travel(config)
+        controller = Controller(config, run)
+        config.pluginmanager.register(controller, "msprobe-xdist")
+        config.pluginmanager.register(controller.lost, "msprobe-lost-hosts")
+
+
+def check_paths_travel(config: pytest.Config) -> None:
+    """A usage error for an argument xdist would fail on when it starts a worker on another host."""
+    if not any(hosts.is_remote(spec) or "chdir" in hosts.spec_keys(spec) for spec in hosts.expand(config.option.tx)):
+        return
+    import _pytest  # xdist's rsync roots: pytest's two packages, and those named
+
+    named = [*(config.option.rsyncdir or ()), *config.getini("rsyncdirs")]
+    roots = [Path(pytest.__file__).parent, Path(_pytest.__file__).parent, *(Path(p).resolve() for p in named)]
+    refused = hosts.rewritten_paths(config.invocation_params.args, roots)
+    if refused:
+        raise pytest.UsageError(
+            f"pytest-xdist cannot hand the argument {refused[0]} to workers on other hosts: it rewrites every "
+            "argument that is a path here relative to its rsync roots, and this one is outside them. Give an "
+            "option and its path as one argument (--msprobe-dump=/shared/dump, --msprobe-out=out) or set it in "
+            "the ini file: every host reads the dumps at the same path"
+        )
 
 
 class Worker:
@@ -93,9 +131,12 @@ class Controller:
     def __init__(self, config: pytest.Config, run):
         self.config = config
         self.run = run
-        self.pool = devices.DevicePool(run.device_ids)
+        self.pools = hosts.HostPools(run.device_ids)
+        self.plan = hosts.plan(config.option.tx)
         self.threads = devices.cpu_threads()
         self.down: dict[str, str] = {}  # worker -> why it went down, for its crashed entry
+        self.shared: dict[bool, list[dict]] = {}  # the dumps as workers are told them, by remoteness
+        self.lost = lost_hosts.LostHosts(config, run, self.say)
         self.judged: set[str] = set()  # node ids whose call report (the verdict) arrived
         self.allocator = allocator.choose(os.environ)
 
@@ -103,16 +144,28 @@ class Controller:
         kind = self.run.device_kind
         if device_id is None:
             return kind
+        if kind == devices.AUTO:
+            return f"id {device_id} (auto: the host's npu, cuda or cpu)"
         name = devices.device_name(kind, device_id)
         return name if name != kind else f"{kind} (id {device_id}, unused on {kind})"
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         ids = ",".join(map(str, self.run.device_ids))
-        return [
-            f"msprobe: {planned_workers(config)} xdist workers, one device each from ids {ids}, "
-            f"{devices.threads_text(self.threads)} each",
-            f"msprobe: the workers' allocator: {self.allocator.text}",
+        allocator_line = f"msprobe: the workers' allocator: {self.allocator.text}"
+        if len(self.plan) == 1 and hosts.LOCAL in self.plan:
+            return [
+                f"msprobe: {planned_workers(config)} xdist workers, one device each from ids {ids}, "
+                f"{devices.threads_text(self.threads)} each",
+                allocator_line,
+            ]
+        lines = [
+            f"msprobe: {planned_workers(config)} xdist workers on {len(self.plan)} host(s), one device each "
+            f"from ids {ids} of its own host"
         ]
+        for host, count in self.plan.items():
+            first = ",".join(map(str, self.run.device_ids[:count]))
+            lines.append(f"msprobe: host {host}: {count} workers, device ids {first}")
+        return [*lines, allocator_line.replace("the workers'", "this host's workers'")]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_setupnodes(self) -> None:
@@ -123,17 +176,36 @@ class Controller:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
-        worker = node.gateway.id
-        device_id = self.pool.allocate(worker)
+        worker, spec = node.gateway.id, node.gateway.spec
+        host = hosts.host_of(spec)
+        device_id = self.pools.allocate(host, worker)
         node.workerinput[DEVICE_ID] = device_id
-        node.workerinput[THREADS] = self.threads
-        self.say(f"msprobe: [{worker}] device {self.device(device_id)}, {devices.threads_text(self.threads)}")
+        threads = self.threads if self.threads or not hosts.is_remote(spec) else user_threads()
+        node.workerinput[THREADS] = threads
+        node.workerinput[HOST_WORKERS] = self.plan.get(host, 1)
+        node.workerinput[remote.HOST] = host
+        node.workerinput[remote.DUMPS] = self.dumps_for(hosts.is_remote(spec))
+        where = "" if set(self.plan) == {hosts.LOCAL} else f"host {host}, "
+        self.say(f"msprobe: [{worker}] {where}device {self.device(device_id)}, {devices.threads_text(threads)}")
+
+    def dumps_for(self, on_another_host: bool) -> list[dict]:
+        """The dumps as this run names them; with their items for a worker on another host."""
+        if on_another_host not in self.shared:
+            described = remote.describe(self.run.dump_files, self.config.rootpath, with_items=on_another_host)
+            self.shared[on_another_host] = [dump.to_dict() for dump in described]
+        return self.shared[on_another_host]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
-        device_id = self.pool.release(node.gateway.id)
+        worker = node.gateway.id
+        device_id = self.pools.release(worker)
         if error is not None:
-            self.down[node.gateway.id] = f"{self.device(device_id)}: {exit_cause(node) or error}"
+            cause = exit_cause(node) or error
+            self.down[worker] = f"{self.device(device_id)}: {cause}"
+            if hosts.is_remote(node.gateway.spec):  # its ssh connection ended: the host may be gone
+                host = self.pools.host(worker)
+                self.down[worker] = f"{self.device(device_id)} of host {host}: its connection ended ({cause})"
+                self.lost.watch()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call":
@@ -155,6 +227,8 @@ class Controller:
             f"the xdist worker {worker} crashed while checking this entry on "
             f"{self.down.get(worker, 'its device')} (a segfault, an abort or the OOM killer in the API)"
         )
+        if hosts.is_remote(getattr(getattr(getattr(report, "node", None), "gateway", None), "spec", "popen")):
+            message = f"the xdist worker {worker} was lost while checking this entry on {self.down.get(worker, '?')}"
         result = crash_result(crashitem, message)
         if result is not None:
             setattr(report, REPORT_ATTRIBUTE, result.to_dict())  # the reporter writes its error row like any other
@@ -167,6 +241,15 @@ class Controller:
         if terminal is not None:
             terminal.ensure_newline()
             terminal.write_line(line)
+
+
+def user_threads() -> int | None:
+    """OMP_NUM_THREADS as the user set it here, for a worker on another host: the environment
+    does not travel over ssh, and a worker there would run with torch's default instead."""
+    try:
+        return int(os.environ.get("OMP_NUM_THREADS", "")) or None
+    except ValueError:
+        return None
 
 
 def exit_cause(node) -> str:

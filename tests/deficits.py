@@ -666,6 +666,46 @@ def recorded_layout(family: str | None, p: dict, grads: Sequence[torch.Tensor | 
     return list(grads)
 
 
+API_ROOTS = {"Functional": F, "Torch": torch, "Tensor": torch.Tensor}
+
+
+def torch_kernel(entry: Entry, threads: int | None = None) -> list[torch.Tensor | None]:
+    """PyTorch's own CPU kernel for the entry in its recorded dtypes (autocast: the inputs rounded to
+    the output's dtype, as autocast does), in the recorded layout, at `threads` intra-op threads."""
+    fn = getattr(API_ROOTS[entry.name.split(".", 1)[0]], entry.api)
+    dtype = entry.dtype
+
+    def place(x: Any) -> Any:
+        if isinstance(x, list):
+            return [place(v) for v in x]
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
+            return x
+        if dtype in LOW and x.dtype.itemsize > dtype.itemsize:
+            x = x.to(dtype)
+        return x.detach().clone().requires_grad_(entry.direction == BACKWARD)
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        args, kwargs = [place(a) for a in entry.args], {k: place(v) for k, v in entry.kwargs.items()}
+        with torch.set_grad_enabled(entry.direction == BACKWARD):
+            out = fn(*args, **kwargs)
+        if entry.direction == FORWARD:
+            return [o.detach() if isinstance(o, torch.Tensor) else None for o in flat(list(_as_list(out)))]
+        leaves = [t for t in flat([*args, *kwargs.values()]) if isinstance(t, torch.Tensor) and t.requires_grad]
+        g = next(g for g in entry.grad_outputs if isinstance(g, torch.Tensor))
+        grads = torch.autograd.grad((out * g.to(out.dtype)).sum(), leaves, allow_unused=True)
+    finally:
+        torch.set_num_threads(before)
+    family = entry.family
+    return recorded_layout(family, bind(family, args, kwargs) if family else {}, [g for g in grads])
+
+
+def _as_list(out: Any) -> list:
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
 # -- entries of a dump ---------------------------------------------------------
 
 
@@ -849,23 +889,12 @@ SEPARABLE = 2.0  # a warning band's width: what lies within it of a correct kern
 def changed(kind: str, entry: Entry, values: Sequence[torch.Tensor | None]) -> list[int]:
     """The outputs a deficit makes differ from the same kernel done right (layer_norm's missing term:
     the input gradient alone; TF32: not the bias gradient); a control changes all."""
-    if not KINDS[kind].deficit:
-        return [i for i, v in enumerate(values) if v is not None]
-    reference = _in_recorded_dtypes(entry, run(Kernel(), entry))
-    return [
-        i for i, (v, r) in enumerate(zip(values, reference)) if v is not None and (r is None or not torch.equal(v, r))
-    ]
+    return Kernels(entry).changed(kind, values)
 
 
 def correct_outputs(entry: Entry) -> list[list[torch.Tensor | None]]:
     """What correct kernels give for the entry: the recorded outputs and every control's."""
-    found = [list(entry.recorded)]
-    for spec in CONTROLS:
-        try:
-            found.append(compute(spec.name, entry))
-        except NotApplicable:
-            continue
-    return found
+    return Kernels(entry).correct
 
 
 def separation(value: torch.Tensor, exact: torch.Tensor, correct: Iterable[torch.Tensor | None]) -> float:
@@ -890,16 +919,70 @@ def material(value: torch.Tensor, exact: torch.Tensor, correct: Iterable[torch.T
 
 def expected_verdict(kind: str, entry: Entry, values: Sequence[torch.Tensor | None]) -> tuple[str, float]:
     """(error or pass, separation): error for a deficit that is material at some output it changes."""
-    if not KINDS[kind].deficit:
-        return PASS, 0.0
-    bench = run(EXACT, entry)
-    correct = correct_outputs(entry)
-    worst = 0.0
-    for i in changed(kind, entry, values):
-        value, exact = values[i], bench[i]
-        if value is not None and exact is not None:
-            worst = max(worst, separation(value, exact, [c[i] for c in correct if i < len(c)]))
+    worst = max(Kernels(entry).separations(kind, values).values(), default=0.0)
     return (ERROR if worst > SEPARABLE else PASS), worst
+
+
+class Kernels:
+    """One entry's kernels, each computed once: what a corpus needs to plant several kinds of the
+    entry in several copies of a dump (the correct outputs behind every deficit's separation)."""
+
+    def __init__(self, entry: Entry, cpu_threads: Sequence[int] = ()):
+        self.entry = entry
+        self.cpu_threads = tuple(cpu_threads)
+        self._outputs: dict[tuple[str, int], list[torch.Tensor | None]] = {}
+        self._exact: list[torch.Tensor | None] | None = None
+        self._reference: list[torch.Tensor | None] | None = None
+        self._correct: list[list[torch.Tensor | None]] | None = None
+
+    def outputs(self, kind: str, seed: int = 0) -> list[torch.Tensor | None]:
+        """compute(kind, entry, seed), once."""
+        if (kind, seed) not in self._outputs:
+            self._outputs[(kind, seed)] = compute(kind, self.entry, seed)
+        return self._outputs[(kind, seed)]
+
+    @property
+    def exact(self) -> list[torch.Tensor | None]:
+        if self._exact is None:
+            self._exact = run(EXACT, self.entry)
+        return self._exact
+
+    @property
+    def correct(self) -> list[list[torch.Tensor | None]]:
+        """The recorded outputs, every control's and, in bf16/fp16, PyTorch's own CPU kernel at each of
+        `cpu_threads` (its weight gradients sum per-thread partials in that dtype)."""
+        if self._correct is None:
+            self._correct = [list(self.entry.recorded)]
+            for spec in CONTROLS:
+                try:
+                    self._correct.append(self.outputs(spec.name))
+                except NotApplicable:
+                    continue
+            if self.entry.dtype in LOW:
+                self._correct += [torch_kernel(self.entry, threads) for threads in self.cpu_threads]
+        return self._correct
+
+    def changed(self, kind: str, values: Sequence[torch.Tensor | None]) -> list[int]:
+        if not KINDS[kind].deficit:
+            return [i for i, v in enumerate(values) if v is not None]
+        if self._reference is None:
+            self._reference = _in_recorded_dtypes(self.entry, run(Kernel(), self.entry))
+        return [
+            i
+            for i, (v, r) in enumerate(zip(values, self._reference))
+            if v is not None and (r is None or not torch.equal(v, r))
+        ]
+
+    def separations(self, kind: str, values: Sequence[torch.Tensor | None]) -> dict[int, float]:
+        """A deficit's separation at each output it changes (a control: none)."""
+        if not KINDS[kind].deficit:
+            return {}
+        found = {}
+        for i in self.changed(kind, values):
+            value, exact = values[i], self.exact[i]
+            if value is not None and exact is not None:
+                found[i] = separation(value, exact, [c[i] for c in self.correct if i < len(c)])
+        return found
 
 
 # -- a corpus ------------------------------------------------------------------
@@ -912,6 +995,10 @@ class Planted:
     expected: str  # error or pass
     outputs: tuple[int, ...]  # the recorded outputs replaced (positions in the entry's output list)
     separation: float = 0.0  # a deficit's worst element over every correct kernel's error there (see separation)
+    separations: tuple[float, ...] = ()  # a deficit's separation at each of `outputs`
+    # Each of `outputs` as a report numbers it: forward, its position; backward, the floating input whose
+    # gradient it is (`<entry>.output.i` of the details CSV; linear on 2-D inputs records bias, input, weight).
+    reported: tuple[int, ...] = ()
 
 
 def plan_all(dump_dir: Path, kinds: Iterable[str] | None = None) -> list[tuple[str, str]]:
@@ -930,6 +1017,47 @@ def build_corpus(source: Path, target: Path, plan: Iterable[tuple[str, str]], se
     """Copy the dump at source to target and replace, for each (entry, kind) of plan, the entry's
     recorded outputs (backward: recorded gradients) with kind's; one kind per entry. Returns what was
     planted and the verdict a standard should give it."""
+    return _plant(source, target, plan, seed, {}, ())
+
+
+def build_corpora(
+    source: Path, folder: Path, plan: Iterable[tuple[str, str]], seed: int = 0, cpu_threads: Sequence[int] = ()
+) -> list[Corpus]:
+    """Every (entry, kind) of plan planted, in as few copies of the dump (folder/0, folder/1, ...) as
+    one kind per entry allows: copy j holds the j-th kind of each entry, its deficits first (so the
+    first copies hold every deficit). Each entry's kernels are computed once for all copies.
+
+    cpu_threads: PyTorch's own bf16/fp16 CPU kernel at these thread counts is a correct kernel too,
+    for the separations (a clean dump may have been written by it at any of them)."""
+    kinds: dict[str, list[str]] = {}
+    for name, kind in plan:
+        kinds.setdefault(name, []).append(kind)
+    for names in kinds.values():
+        names.sort(key=lambda kind: not KINDS[kind].deficit)  # stable: the plan's order otherwise
+    count = max((len(names) for names in kinds.values()), default=0)
+    memo: dict[str, Kernels] = {}
+    corpora = []
+    for j in range(count):
+        target = Path(folder) / str(j)
+        copy = [(name, names[j]) for name, names in kinds.items() if j < len(names)]
+        corpora.append(Corpus(target, _plant(source, target, copy, seed, memo, cpu_threads)))
+    return corpora
+
+
+@dataclass(frozen=True)
+class Corpus:
+    path: Path  # a copy of the dump, planted: path / "dump.json"
+    planted: list[Planted]
+
+
+def _plant(
+    source: Path,
+    target: Path,
+    plan: Iterable[tuple[str, str]],
+    seed: int,
+    memo: dict[str, Kernels],
+    cpu_threads: Sequence[int],
+) -> list[Planted]:
     source, target = Path(source), Path(target)
     shutil.copytree(source, target)
     for path in [target, *target.rglob("*")]:
@@ -941,18 +1069,67 @@ def build_corpus(source: Path, target: Path, plan: Iterable[tuple[str, str]], se
         if name in seen:
             raise ValueError(f"{name} is planted twice: one kind per entry")
         seen.add(name)
-        entry = load_entry(source, name, data)
-        values = compute(kind, entry, seed)
-        replaced = changed(kind, entry, values)
+        if name not in memo:
+            memo[name] = Kernels(load_entry(source, name, data), cpu_threads)
+        kernels = memo[name]
+        entry = kernels.entry
+        values = kernels.outputs(kind, seed)
+        replaced = kernels.changed(kind, values)
         for position in replaced:
-            spec, value = entry.output_specs[position], values[position]
+            spec, value = data_spec(data, name, position), values[position]
             assert value is not None
             torch.save(value.clone(), target / "dump_tensor_data" / spec["data_name"])
             _restat(spec, value)  # spec is the dict inside `data`: the json is updated in place
-        expected, margin = expected_verdict(kind, entry, values)
-        planted.append(Planted(name, kind, expected, tuple(replaced), margin))
+        separations = kernels.separations(kind, values)
+        margin = max(separations.values(), default=0.0)
+        expected = ERROR if margin > SEPARABLE else PASS
+        planted.append(
+            Planted(
+                name,
+                kind,
+                expected,
+                tuple(replaced),
+                margin,
+                tuple(separations.get(i, 0.0) for i in replaced),
+                tuple(reported_index(entry, i) for i in replaced),
+            )
+        )
     (target / "dump.json").write_text(json.dumps(dump, indent=1))
     return planted
+
+
+def data_spec(data: dict, name: str, position: int) -> dict:
+    """The spec dict of an entry's recorded output at `position`, inside dump.json's data."""
+    spec = flat(data[name].get("output", []))[position]
+    assert isinstance(spec, dict)
+    return spec
+
+
+# The parameters whose gradients a family's backward returns, in order (BACKWARD_FNS).
+GRAD_PARAMS = {
+    "linear": ("input", "weight", "bias"),
+    "matmul": ("input", "other"),
+    "conv": ("input", "weight", "bias"),
+    "softmax": ("input",),
+    "layer_norm": ("input", "weight", "bias"),
+    "gelu": ("input",),
+    "embedding": ("weight",),
+}
+
+
+def reported_index(entry: Entry, position: int) -> int:
+    """The index a report gives the entry's recorded output at `position`: forward, the position;
+    backward, the floating input whose gradient msprobe recorded there (argument order)."""
+    if entry.direction == FORWARD or entry.family not in GRAD_PARAMS:
+        return position
+    p = bind(entry.family, entry.args, entry.kwargs)
+    present = [name for name in GRAD_PARAMS[entry.family] if isinstance(p[name], torch.Tensor)]
+    if entry.family == "linear":  # addmm's order: bias, input, weight (transposed)
+        recorded = ["bias", "input", "weight"] if p["bias"] is not None else ["input", "weight"]
+    else:
+        recorded = list(GRAD_PARAMS[entry.family])
+    floating = [name for name in present if p[name].is_floating_point()]
+    return floating.index(recorded[position])
 
 
 def _restat(spec: dict, value: torch.Tensor) -> None:

@@ -30,6 +30,20 @@ def test_a_restarted_worker_takes_the_id_its_crashed_predecessor_freed():
     assert sorted(pool.holders.values()) == [0, 1, 2]
 
 
+def test_a_replacement_takes_its_predecessors_id_even_when_another_worker_finished_first():
+    """Near the end of a run xdist tells every worker to finish while one still runs its last
+    entry: gw2 finishing (giving id 0 back) and gw1 crashing (id 1) arrive in either order. The
+    replacement started at gw1's crash takes gw1's id in both (it took 0 when gw2's came first)."""
+    for finished_first in (True, False):
+        pool = devices.DevicePool([0, 1])
+        pool.allocate("gw2"), pool.allocate("gw1")
+        events = [("gw2", False), ("gw1", True)] if finished_first else [("gw1", True), ("gw2", False)]
+        for worker, crashed in events:
+            pool.release(worker)
+            if crashed:  # xdist: pytest_testnodedown, then the replacement's pytest_configure_node
+                assert pool.allocate("gw3") == 1
+
+
 def test_no_id_is_handed_out_twice_while_held():
     pool = devices.DevicePool([0, 1])
     pool.allocate("gw0")

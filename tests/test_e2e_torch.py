@@ -120,8 +120,8 @@ def test_a_failure_names_each_output_rounding_floor_once(pytester, example):
     assert failure.count("within the bf16 rounding budget") == 2  # output.0 and output.1
     assert "note:" not in failure
     # One line per output, as written: only newlines inside a line (the dump's) are escaped.
-    result.stdout.fnmatch_lines(["Torch.matmul.1.backward: 2 of 2 outputs break the standard basic*",
-                                 "  output.0 torch.bfloat16 [[]2, 32]: Cosine *", "    MaxAbsErr *"])
+    result.stdout.fnmatch_lines(["Torch.matmul.1.backward: 2 of 2 outputs break the basic standard",
+                                 "  output.0 torch.bfloat16 [[]2, 32]: error, Cosine *", "    MaxAbsErr *"])
 
 
 def test_altered_recorded_outputs_fail_and_the_untouched_pass(pytester, copy_dump):

@@ -44,6 +44,9 @@ def test_two_workers_write_the_rows_of_a_serial_run(pytester, copy_dump, default
     for kind in ("result", "details"):
         assert rows(pytester.path / "xdist", kind) == rows(pytester.path / "serial", kind)
     assert len(rows(pytester.path / "xdist", "result")) == 37 + 26
+    # The header names each dump and its entries, as a serial run's does (the controller collects nothing).
+    told = [[line for line in run.outlines if re.match(r"msprobe: \S+/dump\.json: ", line)] for run in (serial, spread)]
+    assert told[0] == told[1] and len(told[0]) == 2, told
     # Each worker's device, pytest's own progress, and the msprobe section ending with the two CSVs.
     spread.stdout.fnmatch_lines([
         "msprobe: 2 xdist workers, one device each from ids 0,1, 1 intra-op thread(s) of * cores each",
@@ -142,6 +145,12 @@ def test_a_crashed_worker_fails_its_entry_and_the_others_run(pytester, copy_dump
     assert set(by_api) == {name.rsplit(".", 1)[0] for name in data if not name.startswith("Module.")}
     relu = by_api["Functional.relu.0"]
     assert (relu["Forward Test Success"], relu["Backward Test Success"]) == ("error", "error")
+    # The summary counts what the CSV holds, and names the crashed entries among the failures.
+    for direction, column in (("forward ", "Forward Test Success"), ("backward", "Backward Test Success")):
+        errors = sum(row[column] == "error" for row in by_api.values())
+        passes = sum(row[column] == "pass" for row in by_api.values())
+        result.stdout.fnmatch_lines([f"{direction} {passes} pass, {errors} error, 0 warning, 0 SKIP"])
+    result.stdout.fnmatch_lines(["failures, worst first:", "Functional.relu.0.*: the xdist worker gw? crashed *"])
     assert re.search(r"forward: the xdist worker gw\d crashed while checking this entry on cpu \(id \d, "
                      r"unused on cpu\): killed by SIGSEGV", relu["Message"])
     assert "backward: the xdist worker" in relu["Message"] and "killed by SIGKILL" in relu["Message"]
@@ -153,7 +162,8 @@ def test_a_crashed_worker_fails_its_entry_and_the_others_run(pytester, copy_dump
     assert len(seen) >= 2 and set(seen) == {str(threads)}  # every worker, the replacements included
     frozen = [int(path.read_text()) for path in pytester.path.glob("frozen_*")]
     assert frozen and all(count > 0 for count in frozen)  # the replacements, which ran to the end
-    # Each replacement worker takes the id its crashed predecessor freed, never one still held.
+    # Each replacement worker takes the id its crashed predecessor freed, never one still held: also
+    # where another worker finished while the last entry crashed its worker (devices.DevicePool).
     held = dict(re.findall(r"msprobe: \[(gw\d+)\] device cpu \(id (\d)", result.stdout.str()))
     crashed = re.findall(r"\[(gw\d+)\] node down", result.stdout.str())
     replacements = [w for w in held if w not in ("gw0", "gw1")]

@@ -59,7 +59,7 @@ def same(a: torch.Tensor, b: torch.Tensor) -> bool:
 )
 def test_the_draws_are_the_tensors_of_the_whole_float64_array(dtype, a, b, exponent, shape, seed):
     scale = 2.0**exponent
-    lo, hi = sorted((a * scale, b * scale))
+    lo, hi = sorted((a * scale + 0.0, b * scale + 0.0))  # no -0.0: rng.uniform(0.0, -0.0) raises
     spec = {"shape": shape, "Min": lo, "Max": hi}
     assert same(drawn(spec, seed, dtype), whole_float64(spec, seed, dtype))
 

@@ -72,8 +72,9 @@ def reference_spacing(fmt, values):
     _, exponent = np.frexp(np.abs(values))
     out = np.round(values / power(exponent)) * power(exponent)
     largest = (2 - math.ldexp(1.0, -fmt.mantissa_bits)) * math.ldexp(1.0, fmt.max_exponent)
-    rounded = np.where(np.abs(out) > largest, np.copysign(np.inf, values), out)
-    return power(np.frexp(np.abs(rounded))[1])
+    rounded = np.abs(np.where(np.abs(out) > largest, np.copysign(np.inf, values), out))
+    exponent = np.frexp(rounded)[1]
+    return power(np.where(rounded == 0, fmt.min_exponent, exponent))  # 0: the smallest subnormal spacing
 
 
 def reference_read(tested, bench, fmt, extra, constants, accumulation):

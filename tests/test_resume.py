@@ -8,8 +8,8 @@ import pytest
 
 from conftest import read_csv, run_msprobe
 from pytest_msprobe import resume
+from pytest_msprobe.journal import journal_path_for
 from pytest_msprobe.report import details_path_for
-
 
 # Kills the process that writes the CSVs (the xdist controller under -n) when the
 # KILL_AT-th test report arrives: a run killed at an arbitrary moment.
@@ -60,12 +60,15 @@ def test_killed_then_resumed_run_has_every_row_once(pytester, full_run, monkeypa
     result_csv = next((pytester.path / "out").glob("accuracy_checking_result_*.csv"))
     resumed = run_msprobe(pytester, dump, *workers, "--msprobe-resume", str(result_csv), device="recorded")
     resumed.stdout.fnmatch_lines([f"msprobe: resuming *{result_csv.name}: {sum(partial.values())} APIs already "
-                                  "finished are not run again"])
-    # Under xdist the workers deselect; the controller counts what is left.
-    resumed.stdout.fnmatch_lines(["*2 workers [[]* items[]]" if workers else "collected 66 items / * deselected *"])
+                                  "finished and * entries of APIs without a row (its journal) are not run again"])
+    # Per entry: the 50 entries whose results reached the CSVs' writer before the kill are not run
+    # again, whether their API has a row or not (the journal). Under xdist the workers deselect.
+    resumed.stdout.fnmatch_lines(["*2 workers [[]16 items[]]" if workers else "collected 66 items / 50 deselected *"])
     assert rows(pytester.path / "out", "result") == full_result
     assert rows(pytester.path / "out", "details") == full_details
     assert not list(pytester.path.glob("accuracy_checking_*.csv"))  # appended, no new files
+    # The file holds the six bf16 errors, some from before the kill: the exit status says so.
+    assert resumed.ret == pytest.ExitCode.TESTS_FAILED
 
 
 def test_resume_of_a_finished_run_runs_nothing_by_option_or_ini(pytester, full_run):
@@ -75,9 +78,13 @@ def test_resume_of_a_finished_run_runs_nothing_by_option_or_ini(pytester, full_r
     # Nothing left to run, and the file holds the six bf16 errors: the run fails as the file does.
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert result.parseoutcomes() == {"deselected": 66}
-    result.stdout.fnmatch_lines(
-        [f"resumed {result_csv}: the entries it held before this run:", "forward  35 pass, 2 error, 0 warning, 0 SKIP"]
-    )
+    result.stdout.fnmatch_lines([
+        f"resumed {result_csv}: the entries it held before this run:",
+        "forward  35 pass, 2 error, 0 warning, 0 SKIP",
+        "backward 25 pass, 4 error, 0 warning, 0 SKIP",
+        "failures it held, worst first:",  # by name, as the failures of a run
+        "Functional.linear.1.forward: output.0: MaxAbsErr 0.00192 >= 0.0001 *",
+    ])
     assert rows(pytester.path / "full", "result") == full_result
     pytester.makeini(f"[pytest]\nmsprobe_resume = {result_csv.relative_to(pytester.path)}\n")
     assert run_msprobe(pytester, dump, device="recorded").parseoutcomes() == {"deselected": 66}
@@ -146,6 +153,7 @@ def test_a_worker_restarted_mid_resume_deselects_what_the_others_did(pytester, f
     kept = [line for i, line in enumerate(details_csv.read_bytes().splitlines(keepends=True))
             if i == 0 or resume.api_of_output(line.split(b",")[0].decode()) in finished]
     details_csv.write_bytes(b"".join(kept))
+    journal_path_for(result_csv).unlink()  # a file of a run without a journal: per API, from the CSV
     crashed = next(row[0] for row in full_result if row[0] not in finished and row[2] == "")  # forward only
     pytester.makeconftest(CRASHER)
     monkeypatch.setenv("CRASH_AT", f"{crashed}.forward")
@@ -175,3 +183,39 @@ def test_a_run_stopped_by_x_leaves_unfinished_apis_out_and_resume_completes_them
     run_msprobe(pytester, dump, "--msprobe-resume", str(result_csv), device="recorded")
     assert rows(pytester.path / "out", "result") == full_result
     assert rows(pytester.path / "out", "details") == full_details
+
+
+@pytest.mark.parametrize("workers", [[], pytest.param(["-n", "2"], marks=pytest.mark.slow)], ids=["serial", "xdist"])
+def test_a_partial_run_resumes_to_the_rows_of_a_whole_one(pytester, full_run, workers):
+    """-k forward writes rows with no backward; resumed, only the 29 backward entries run and each
+    such row is written again, whole, with the forward the journal kept: the rows of a whole run."""
+    dump, full_result, full_details = full_run
+    run_msprobe(pytester, dump, "-k", "forward", *workers, device="recorded")
+    result_csv = next((pytester.path / "out").glob("accuracy_checking_result_*.csv"))
+    partial = read_csv(pytester.path / "out", "result")
+    assert len(partial) == 37 and all(row["Backward Test Success"] == "" for row in partial)
+
+    # A resume that runs some of the backward entries (-k linear): the rows it reopens and does not
+    # complete are written again as they were, none lost.
+    some = run_msprobe(pytester, dump, "--msprobe-resume", str(result_csv), "-k", "linear", *workers,
+                       device="recorded")
+    some.stdout.fnmatch_lines(["msprobe: resuming *: 8 APIs already finished and 29 entries of APIs without a row "
+                               "(its journal) are not run again; 29 rows without a direction the dump has are "
+                               "written again, whole"])
+    assert Counter(row["API Name"] for row in read_csv(pytester.path / "out", "result")) == Counter(
+        row["API Name"] for row in partial)
+    linear = {row["API Name"]: row for row in read_csv(pytester.path / "out", "result")}["Functional.linear.0"]
+    assert linear["Backward Test Success"] == "pass"
+
+    resumed = run_msprobe(pytester, dump, "--msprobe-resume", str(result_csv), *workers, device="recorded")
+    # The 27 backward entries -k linear left: Functional.linear.0 and .1 are whole already.
+    if workers:
+        resumed.stdout.fnmatch_lines(["*2 workers [[]27 items[]]"])
+    else:
+        resumed.stdout.fnmatch_lines(["collected 66 items / 39 deselected / 27 selected"])
+    assert rows(pytester.path / "out", "result") == full_result
+    assert rows(pytester.path / "out", "details") == full_details
+    assert resumed.ret == pytest.ExitCode.TESTS_FAILED  # the four bf16 backward errors, and two held before
+    again = run_msprobe(pytester, dump, "--msprobe-resume", str(result_csv), *workers, device="recorded")
+    assert again.parseoutcomes() == {"deselected": 66} or workers
+    assert rows(pytester.path / "out", "result") == full_result

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from pytest_msprobe import resume
-from pytest_msprobe.results import EntryResult, OutputResult
+from pytest_msprobe.journal import Journal, journal_path_for, read_journal
 from pytest_msprobe.report import CsvWriter, ReportError, details_path_for
+from pytest_msprobe.results import EntryResult, OutputResult
 
 # Messages that need quoting: commas, quotes, a newline inside a field, multi-byte text, a formula start.
 MESSAGES = ["", "plain", 'say "quoted", with commas', "two\nlines", "数值误差 µ", "=HYPERLINK(x)", "-1e-4"]
@@ -91,3 +92,46 @@ def test_a_foreign_file_is_refused_naming_it(tmp_path, content):
     with pytest.raises(ReportError, match="other.csv: not an accuracy_checking"):
         resume.prepare(path)
 
+
+
+def test_a_journal_torn_by_a_kill_loses_only_its_last_line(tmp_path):
+    path = tmp_path / "accuracy_checking_journal_1.jsonl"
+    journal = Journal(path)
+    rows = api_rows(3)
+    for _, forward, _ in rows:
+        journal.add(forward)
+    journal.close()
+    with open(path, "ab") as handle:
+        handle.write(b'{"api": "Functional.op9.0", "dire')  # killed mid-line
+    found = read_journal(path)
+    assert [r.to_dict() for r in found] == [forward.to_dict() for _, forward, _ in rows]
+    assert path.read_bytes().endswith(b"\n") and read_journal(path) == found  # the torn line is cut
+
+
+def test_resume_writes_again_the_rows_that_lack_a_direction_the_dump_has(tmp_path):
+    """Rows of APIs with no backward (every fourth) whose dump has one: cut from both files, every other
+    byte kept; from the journal where it holds their forward, else run again whole."""
+    rows = api_rows(8)
+    result_path = tmp_path / "accuracy_checking_result_1.csv"
+    write_all(result_path, rows)
+    full_result, full_details = result_path.read_bytes(), details_path_for(result_path).read_bytes()
+    journal = Journal(journal_path_for(result_path))
+    journal.add(rows[3][1])  # Functional.op3.0's forward; op7's is not in the journal
+    journal.close()
+    entries = {(api, direction) for api, _, _ in rows for direction in ("forward", "backward")}
+    state = resume.resume(result_path, entries)
+    assert state.reopened == ["Functional.op3.0", "Functional.op7.0"]
+    assert set(state.waiting) == {"Functional.op3.0"} and ("Functional.op3.0", "forward") in state.finished
+    assert not {("Functional.op7.0", "forward"), ("Functional.op7.0", "backward")} & state.finished
+    assert state.complete == {api for api, _, _ in rows} - set(state.reopened)
+    kept = [row for row in rows if row[0] not in state.reopened]
+    write_all(tmp_path / "accuracy_checking_result_2.csv", kept)
+    assert result_path.read_bytes() == (tmp_path / "accuracy_checking_result_2.csv").read_bytes() != full_result
+    assert details_path_for(result_path).read_bytes() == (tmp_path / "accuracy_checking_details_2.csv").read_bytes()
+    assert len(full_details) > len(details_path_for(result_path).read_bytes())
+    # What the file held, for the verdict: every entry not run again, errors included.
+    held = {(r.api, r.direction): r.status for r in state.earlier}
+    assert held[("Functional.op3.0", "forward")] == rows[3][1].status
+    expected = {("Functional.op3.0", "forward")} | {(api, "forward") for api, _, _ in kept} | {
+        (api, "backward") for api, _, backward in kept if backward is not None}
+    assert set(held) == expected  # op7, which runs again whole, is not among them

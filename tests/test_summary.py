@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
+from pytest_msprobe.figures import beside
 from pytest_msprobe.results import EntryResult, OutputResult
 from pytest_msprobe.summary import failure_lines, skip_lines
 
@@ -26,13 +31,34 @@ def test_skip_reasons_differing_only_in_names_and_shapes_are_one_group():
     ]
 
 
-def row(cosine, max_abs_err) -> OutputResult:
-    return OutputResult(0, "error", "torch.float64", "torch.float32", [2], cosine, max_abs_err, max_abs_err)
+def row(cosine, max_abs_err, severity, nonfinite=False) -> OutputResult:
+    return OutputResult(0, "error", "torch.float64", "torch.float32", [2], cosine, max_abs_err, max_abs_err,
+                        severity=severity, nonfinite=nonfinite)
 
 
-def test_failures_come_worst_first():
-    mild = EntryResult("Torch.add.0", "forward", "error", "mild", [row(0.999, 1e-3)])
-    bad = EntryResult("Torch.mul.0", "forward", "error", "bad", [row(0.5, 1e-3)])
-    large = EntryResult("Torch.sub.0", "forward", "error", "large", [row(0.999, 1.0)])
-    assert failure_lines([mild, bad, large]) == [
-        "Torch.mul.0.forward: bad", "Torch.sub.0.forward: large", "Torch.add.0.forward: mild"]
+def test_failures_come_worst_first_by_severity_nonfinite_before_all():
+    mild = EntryResult("Torch.add.0", "forward", "error", "mild", [row(0.5, 1e-3, 2.0)])
+    large = EntryResult("Torch.sub.0", "forward", "error", "large", [row(0.999, 1.0, 1e4)])
+    nan = EntryResult("Torch.mul.0", "forward", "error", "nan", [row(0.9999, 1e-5, math.inf, nonfinite=True)])
+    raised = EntryResult("Torch.div.0", "forward", "error", "the tested run raised RuntimeError")
+    assert failure_lines([mild, large, nan, raised]) == [
+        "Torch.mul.0.forward: nan",
+        "Torch.div.0.forward: the tested run raised RuntimeError",
+        "Torch.sub.0.forward: large",
+        "Torch.add.0.forward: mild",
+    ]
+
+
+def test_a_line_names_its_dump_where_there_are_several():
+    results = [EntryResult("Torch.add.0", "forward", "error", "x", dump=f"/data/step0/rank{i}/dump.json")
+               for i in (0, 1)]
+    assert failure_lines(results) == ["rank0: Torch.add.0.forward: x", "rank1: Torch.add.0.forward: x"]
+    assert failure_lines(results[:1]) == ["Torch.add.0.forward: x"]
+
+
+@pytest.mark.parametrize("value, bound, shown", [
+    (0.0001001, 1e-4, "0.0001001"), (0.00214, 1e-4, "0.00214"), (1e-4, 1e-4, "0.0001"),
+    (0.98999999, 0.99, "0.98999999"), (float("nan"), 1e-4, "nan"),
+])
+def test_a_value_beside_its_bound_shows_which_side_it_is_on(value, bound, shown):
+    assert beside(value, bound, 6 if bound == 0.99 else 3) == shown

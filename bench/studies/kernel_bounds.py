@@ -47,7 +47,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench.studies import kernel_bound as proto
+from pytest_msprobe.compare import ExtraRuns
+from pytest_msprobe.standards import budget as package
 from tests import deficits as d
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -544,10 +545,10 @@ def entry_cases(dump: str, entry: d.Entry, timing: Timing) -> list[Case]:
 
 @dataclass(frozen=True)
 class Rule:
-    c_out: float = proto.Constants.c_out  # ULP of each element: 0.5 final rounding, 1 a 1-ULP math library
-    c_acc: float = proto.Constants.c_acc  # u_acc x the magnitude of the terms
-    c_spread: float = proto.Constants.c_spread  # the benchmark's spread at u_acc
-    c_low: float = proto.Constants.c_low  # PyTorch's CPU kernel in the tested dtype (bf16/fp16 only)
+    c_out: float = package.Constants.c_out  # ULP of each element: 0.5 final rounding, 1 a 1-ULP math library
+    c_acc: float = package.Constants.c_acc  # u_acc x the magnitude of the terms
+    c_spread: float = package.Constants.c_spread  # the benchmark's spread at u_acc
+    c_low: float = package.Constants.c_low  # PyTorch's CPU kernel in the tested dtype (bf16/fp16 only)
     spread: str = "spread"  # the probe: 3 seeds ("spread") or one ("spread1")
     low_forward: bool = True  # the low probe for forward outputs too (else gradients only)
 
@@ -1037,30 +1038,37 @@ def _or_none(fn: Callable[[d.Entry], Any], entry: d.Entry) -> Any:
         return None
 
 
-def prototype_check(cases: list[Case], rule: Rule) -> list[str]:
-    """The numpy prototype (kernel_bound.judge) on every output and variant, against this study's verdict."""
+def package_check(cases: list[Case], rule: Rule) -> list[str]:
+    """The plugin's own budget (pytest_msprobe/standards/budget.py: read) on every output and variant,
+    its extra runs answered by this study's probes, against this study's verdict."""
     agree = disagree = 0
     worst_gap = 0.0
+    constants = package.Constants(rule.c_out, rule.c_acc, rule.c_spread, rule.c_low, BAND)
     for case in cases:
         m = magnitude(case, rule)
-        spread = probe(case, "spread") if case.api not in SUMS_AND_PRODUCTS else None
+        spread = probe(case, rule.spread) if case.api not in SUMS_AND_PRODUCTS else None
         low = probe(case, "low") if case.dtype != "fp32" else None
-        probes = proto.Probes(
-            magnitude=m,
-            perturbed=[case.bench + spread] if spread is not None else (),
-            low=case.bench + low if low is not None else None,
-        )
+        extra = ExtraRuns(magnitude=lambda m=m: m, spread=lambda _u, s=spread: s, low=lambda low=low: low)
+        fmt = package.format_of(case.dtype)
+        assert fmt is not None
         for variant, error in case.variants.items():
             tested = case.bench + error  # the error is all the judgement sees
             mine, ratio_here, _ = verdict(case, variant, rule)
-            theirs = proto.judge(tested, case.bench, case.dtype, probes)
-            if mine == theirs.status:
+            if not np.array_equal(np.isfinite(tested), np.isfinite(case.bench)):
+                theirs, ratio_there = "error", math.inf  # judged before the budget (compare.nonfinite_mismatch)
+            else:
+                reading = package.read(tested, case.bench, fmt, extra, constants)
+                theirs, ratio_there = reading.status(BAND), reading.ratio
+            if mine == theirs:
                 agree += 1
             else:
                 disagree += 1
-            if math.isfinite(ratio_here) and math.isfinite(theirs.ratio) and ratio_here > 0:
-                worst_gap = max(worst_gap, abs(theirs.ratio / ratio_here - 1))
-    return [f"{agree} verdicts agree, {disagree} differ; largest relative difference of the ratios {worst_gap:.2g}"]
+            # read stops asking once an output is within budget: its ratio is all the terms' only beyond 1
+            if math.isfinite(ratio_here) and math.isfinite(ratio_there) and ratio_there > 1:
+                worst_gap = max(worst_gap, abs(ratio_there / ratio_here - 1))
+    return [
+        f"{agree} verdicts agree, {disagree} differ; largest relative difference of the ratios over 1 {worst_gap:.2g}"
+    ]
 
 
 # -- main ----------------------------------------------------------------------
@@ -1100,7 +1108,7 @@ def main(argv: list[str] | None = None) -> None:
         ("Exceptions: correct outputs that do not pass, material deficits that are no error", exceptions(cases, RULE)),
         ("Each constant halved, doubled, dropped", sensitivity(cases, RULE)),
         ("Each constant at its knee", knees(cases, RULE)),
-        ("The numpy prototype (bench/studies/kernel_bound.py) on the same outputs", prototype_check(cases, RULE)),
+        ("The plugin's budget (pytest_msprobe/standards/budget.py) on the same outputs", package_check(cases, RULE)),
         (
             (
                 f"Each probe alone: c needed at c_out = {RULE.c_out:g} (correct) / c below which deficits are errors / "

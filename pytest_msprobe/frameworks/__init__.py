@@ -12,7 +12,7 @@ import enum
 import functools
 import importlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from ..compare import ExtraRuns
 
 if TYPE_CHECKING:
     from ..dump import Dump, EntryName
+    from .torch_engine import ExtraBenchRuns
 
 
 class Unsupported(Exception):
@@ -47,11 +48,17 @@ class RunOptions:
     tested: Tested
     mode: str  # input data: real, random, or auto (options.MODES)
     seed: int  # of the random inputs, mixed with each entry's name
-    keep: bool = False  # hand the values back on Run.kept (the error data)
+    keep: bool = False  # hand the values back on Run.kept (the error data, the repro)
+    probe: bool = False  # offer the fp32 probe on Run.probe (--msprobe-probe fp32)
 
     @property
     def recorded(self) -> bool:
         return self.tested is Tested.RECORDED
+
+    @property
+    def probe_device(self) -> str:
+        """Where the fp32 probe runs: the device under test; the CPU when the tested side is recorded."""
+        return "cpu" if self.recorded else self.device
 
     @property
     def tested_on(self) -> str:
@@ -74,14 +81,48 @@ class OutputPair:
     extra: ExtraRuns = field(default_factory=ExtraRuns)  # more of the bench, for a standard that asks
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """How a standalone script (repro.py) rebuilds an entry's call: plain data, no callables."""
+
+    framework: str  # "pytorch" or "mindspore": which tested side the script runs
+    tested: str  # the tested callable's dotted path: "torch.nn.functional.linear", "mindspore.mint.exp"
+    # Python source defining `bench(*args, **kwargs)`, the benchmark on torch (it may use the
+    # script's `resolve`); "" where the script cannot rebuild it and takes the run's bench outputs.
+    bench_source: str
+    autocast: str = ""  # "torch.bfloat16": the tested call ran under autocast to this dtype
+    grad_flags: tuple[bool, ...] = ()  # per floating input: took a gradient in the step
+    inplace: bool = False  # an in-place op: its inputs are cloned before a backward
+    primitive_args: tuple | None = None  # a MindSpore primitive: its constructor's arguments
+    # The torch API whose magnitude model the dtype standard's extra runs use (frameworks/magnitudes.py).
+    magnitude_api: str = ""
+
+
 @dataclass
 class Kept:
-    """The values of one check in the framework's own types, kept only when error data is saved."""
+    """The values of one check in the framework's own types, kept only when error data or a repro is saved."""
 
     inputs: dict[str, Any]  # {"args": [...], "kwargs": {...}} as rebuilt: recorded dtypes, on CPU
     tested: list | None  # outputs (backward: gradients of the floating inputs); None if the run raised
     bench: list
     grad_outputs: list | None = None  # backward: the gradients fed to the outputs
+    recipe: Recipe | None = None
+    # The outputs whose bench is a gradient inside the API's graph (recorded_gradients), by index.
+    at_nodes: frozenset[int] = frozenset()
+    extra: ExtraBenchRuns | None = None  # the standard's extra runs of the bench, as far as it asked them
+
+
+@dataclass
+class Probe:
+    """The fp32 probe of one entry, ready to run: the tested side again with its fp16/bf16 inputs
+    in fp32 and its outputs rounded back to the recorded dtypes. check.py runs it only for a
+    failing fp16/bf16 entry, so the others never pay."""
+
+    device: str  # where it runs: the device under test, or the CPU for a recorded tested side
+    pairs: Callable[[], list[OutputPair]]  # the rounded outputs beside the run's bench outputs
+    # Outputs it cannot judge: gradients the run judged at a node of the API's graph, which a rerun
+    # of the call does not give.
+    unprobed: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -92,6 +133,8 @@ class Run:
     notes: list[str] = field(default_factory=list)
     tested_error: str = ""  # the exception of the device under test, if it raised
     kept: Kept | None = None
+    probe: Probe | None = None  # asked for by RunOptions.probe
+    low_precision: bool = False  # the tested call computes in fp16/bf16: its inputs, or autocast
 
 
 class Framework(Protocol):

@@ -21,7 +21,7 @@ import torch
 from .. import apis
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, is_tensor_spec, tree_map
-from . import OutputPair, Run, RunOptions, Unsupported, ms_mapping
+from . import OutputPair, Recipe, Run, RunOptions, Unsupported, ms_mapping
 from . import torch_engine as engine
 from .magnitudes import with_magnitudes
 
@@ -339,9 +339,39 @@ class MindSpore:
         )
         # The benchmark's PyTorch API says how its terms' magnitude is had (an adapter's says nothing).
         torch_name = resolve_bench(entry).torch_name
-        return engine.run_sides(
-            call, with_magnitudes(sides, "" if " " in torch_name else torch_name, call), options.keep
+        magnitude_api = "" if " " in torch_name else torch_name
+        if options.keep:
+            sides.recipe = recipe(call, magnitude_api)
+        return engine.run_sides(call, with_magnitudes(sides, magnitude_api, call), options)
+
+
+def recipe(call: engine.Call, magnitude_api: str) -> Recipe:
+    """The call as repro.py rebuilds it: the MindSpore callable by the path apis.py resolves it by,
+    and the PyTorch bench as source."""
+    name = call.name
+    equivalent = resolve_bench(name)
+    if name.api_type == "Primitive":
+        attributes = equivalent.primitive_args or (lambda *args: ())
+        path = apis.primitive(name.api, ms_mapping.PRIMITIVE).dotted
+        return Recipe(
+            "mindspore",
+            path,
+            equivalent.source(),
+            primitive_args=tuple(attributes(*call.args)),
+            magnitude_api=magnitude_api,
         )
+    path = apis.listed(apis.MINDSPORE, name.api_type, name.api).dotted
+    return Recipe("mindspore", path, equivalent.source(), magnitude_api=magnitude_api)
+
+
+def probing(options: RunOptions, work: Callable[[], list]) -> Callable[[], list]:
+    """The fp32 probe's run on MindSpore: on the CPU when the tested side was recorded."""
+
+    def probe() -> list:
+        bind(options.probe_device)
+        return work()
+
+    return probe
 
 
 def forward_sides(dump: Dump, call: engine.Call, options: RunOptions) -> engine.Sides:
@@ -356,7 +386,18 @@ def forward_sides(dump: Dump, call: engine.Call, options: RunOptions) -> engine.
             fn = resolve_tested(name, call)
             return on_device(name, lambda: tested_forward(call, fn))()
 
-    return engine.Sides(lambda side: engine.forward(side, call), tested, engine.pairs_of, call.notes, options.recorded)
+    def probe() -> list:
+        widened = engine.in_fp32(call)
+        return tested_forward(widened, resolve_tested(name, widened))
+
+    return engine.Sides(
+        lambda side: engine.forward(side, call),
+        tested,
+        engine.pairs_of,
+        call.notes,
+        options.recorded,
+        probe=probing(options, probe),
+    )
 
 
 def backward_sides(dump: Dump, call: engine.Call, options: RunOptions) -> engine.Sides:
@@ -401,7 +442,11 @@ def backward_sides(dump: Dump, call: engine.Call, options: RunOptions) -> engine
         matched, strays = by_input(tested, bench)
         return engine.gradient_pairs(matched, bench, f"{strays}, which match no input" if strays else "")
 
-    return engine.Sides(bench, tested, pair, notes, options.recorded, grad_outputs, compared)
+    def probe() -> list:
+        widened = engine.in_fp32(call)
+        return tested_gradients(widened, resolve_tested(name, widened), grad_outputs)
+
+    return engine.Sides(bench, tested, pair, notes, options.recorded, grad_outputs, compared, probing(options, probe))
 
 
 def gradient_specs(name: EntryName, call: engine.Call, specs: list) -> list:

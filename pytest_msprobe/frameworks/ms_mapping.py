@@ -11,6 +11,8 @@ names it). Imported only with frameworks/mindspore.py, which imports torch.
 
 from __future__ import annotations
 
+import inspect
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -47,6 +49,47 @@ class Equivalent:
             return target(*args, **rename(kwargs, self.renames))
 
         return call
+
+    def source(self) -> str:
+        """`bench(*args, **kwargs)` as standalone source, for repro.py: the adapter and what it
+        uses from this module copied as they are, so the script runs exactly this bench."""
+        target = self.adapter.__name__ if self.adapter else f'resolve("{self.torch_name}")'
+        return "\n\n".join(
+            [
+                f"RENAMES = {dict(self.renames)!r}",
+                *sources(rename, *([self.adapter] if self.adapter else [])),
+                f"def bench(*args, **kwargs):\n    return {target}(*args, **rename(kwargs, RENAMES))\n",
+            ]
+        )
+
+
+def sources(*functions: Callable) -> list[str]:
+    """The source of each function and of the module-level functions and constants it uses, in turn."""
+    found: dict[str, str] = {}
+
+    def add(fn: Callable) -> None:
+        if fn.__name__ in found:
+            return
+        found[fn.__name__] = inspect.getsource(fn)
+        for name in _names(fn.__code__):
+            value = globals().get(name)
+            if isinstance(value, types.FunctionType) and value.__module__ == __name__:
+                add(value)
+            elif isinstance(value, (int, float, str)) and name.isupper() and name not in found:
+                found[name] = f"{name} = {value!r}\n"
+
+    for fn in functions:
+        add(fn)
+    return list(found.values())
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global names a function's code (and the code nested in it) reads."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
 
 
 def rename(kwargs: dict[str, Any], renames: Mapping[str, str]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import torch
 from .. import apis, devices
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs import REAL, Rebuilder, Undescribed, is_tensor_spec, tree_map
-from . import OutputPair, Run, RunOptions, Unsupported
+from . import OutputPair, Recipe, Run, RunOptions, Unsupported
 from .magnitudes import with_magnitudes
 from .recorded_gradients import Attribution, attribute
 from .torch_engine import (
@@ -30,6 +30,7 @@ from .torch_engine import (
     forward_body,
     gradient_pairs,
     gradients,
+    in_fp32,
     input_tensor_specs,
     pairs_of,
     recorded_values,
@@ -78,7 +79,24 @@ class PyTorch:
         sides = (
             backward_sides(dump, call, options) if entry.direction == BACKWARD else forward_sides(dump, call, options)
         )
-        return run_sides(call, with_magnitudes(sides, entry.api, call), options.keep)
+        if options.keep:
+            sides.recipe = recipe(call)
+        return run_sides(call, with_magnitudes(sides, entry.api, call), options)
+
+
+def recipe(call: Call) -> Recipe:
+    """The call as repro.py rebuilds it: the path apis.py resolved it by (msprobe's list for its
+    type, never the dump's words); an NPU op's float64 reference is not rebuilt there."""
+    name = call.name
+    path = apis.listed(apis.PYTORCH, name.api_type, name.api).dotted
+    bench = (
+        ""
+        if name.api_type == "NPU"
+        else f'def bench(*args, **kwargs):\n    return resolve("{path}")(*args, **kwargs)\n'
+    )
+    return Recipe(
+        "pytorch", path, bench, str(call.autocast or ""), tuple(call.grad_flags), call.inplace, magnitude_api=name.api
+    )
 
 
 # -- resolving an entry --------------------------------------------------------
@@ -217,7 +235,13 @@ def forward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
     def pair(tested: list, bench: list) -> list[OutputPair]:
         return skip_uncompared(name, pairs_of(tested, bench))
 
-    return Sides(lambda side: forward(side, call), tested, pair, call.notes, options.recorded)
+    def probe() -> list:
+        widened = in_fp32(call)
+        outputs = forward(tested_side(options.probe_device, widened), widened)
+        devices.synchronize(options.probe_device)
+        return outputs
+
+    return Sides(lambda side: forward(side, call), tested, pair, call.notes, options.recorded, probe=probe)
 
 
 def skip_uncompared(name: EntryName, pairs: list[OutputPair]) -> list[OutputPair]:
@@ -240,6 +264,12 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
 
     def bench(side: Any) -> list:
         return gradients(side, call, grad_outputs)
+
+    def probe() -> list:
+        widened = in_fp32(call)
+        grads = gradients(tested_side(options.probe_device, widened), widened, grad_outputs)
+        devices.synchronize(options.probe_device)
+        return grads
 
     if options.recorded:
         if returns_its_input(call):
@@ -284,6 +314,7 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
             True,
             grad_outputs,
             compared,
+            probe,
             compared_bench=compared_bench_run,
         )
 
@@ -297,7 +328,7 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
         expected = [i < len(grad_specs) and grad_specs[i] is not None for i in range(len(bench))]
         return [p for p in pairs_of(tested, bench) if p.index < len(expected) and expected[p.index]]
 
-    return Sides(bench, tested, pair, notes, False, grad_outputs)
+    return Sides(bench, tested, pair, notes, False, grad_outputs, probe=probe)
 
 
 def returns_its_input(call: Call) -> bool:

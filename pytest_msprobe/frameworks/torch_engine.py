@@ -23,7 +23,8 @@ from .. import apis
 from ..compare import ExtraRuns
 from ..dump import Dump, EntryName
 from ..inputs import REAL, Codec, Device, Rebuilder, is_tensor_spec, tree_map
-from . import BenchmarkFailed, Kept, OutputPair, Run, Unsupported
+from ..results import BENCH_FALLBACK
+from . import BenchmarkFailed, Kept, OutputPair, Probe, Recipe, Run, RunOptions, Unsupported
 
 # Random by design: two runs never agree, so there is nothing to check.
 NONDETERMINISTIC = re.compile(
@@ -142,6 +143,22 @@ def recorded_values(codec: Codec, dump: Dump, entry: str, specs: list, key: str)
     return [None if spec is None else rebuilder.value(spec, f"{key}[{i}]") for i, spec in enumerate(specs)]
 
 
+def in_fp32(call: Call) -> Call:
+    """The call with its fp16/bf16 inputs in fp32 and no autocast: the fp32 probe's call."""
+
+    def widen(value: Any) -> Any:
+        return value.float() if isinstance(value, torch.Tensor) and value.dtype in LOW_PRECISION else value
+
+    return replace(call, args=tree_map(widen, call.args), kwargs=tree_map(widen, call.kwargs), autocast=None)
+
+
+def round_like(value: Any, recorded: Any) -> Any:
+    """A probe's output back in the dtype of the output it stands for."""
+    if isinstance(value, torch.Tensor) and isinstance(recorded, torch.Tensor) and value.is_floating_point():
+        return value.to(recorded.dtype) if recorded.is_floating_point() else value
+    return value
+
+
 # -- the two sides -------------------------------------------------------------
 
 
@@ -220,7 +237,7 @@ def run_bench(compute: Callable[[Side], list], call: Call) -> tuple[list, Side, 
                 (
                     ""
                     if side.floating == torch.float64
-                    else f"benchmark ran in {side.floating}: float64 raised {errors[0]}"
+                    else f"{BENCH_FALLBACK} {side.floating}: float64 raised {errors[0]}"
                 ),
             )
         except Unsupported:
@@ -440,6 +457,9 @@ class Sides:
     grad_outputs: list | None = None  # backward: the gradients fed to the outputs
     # (tested, bench) as they were compared, tested in the order of the bench's, for the error data.
     compared: Callable[[list, list], tuple[list, list]] = _as_compared
+    # The tested side again with its fp16/bf16 inputs in fp32, its outputs in the bench's order.
+    probe: Callable[[], list] | None = None
+    recipe: Recipe | None = None  # how a standalone script rebuilds the call
     # For the standard's extra runs: the magnitude of the terms of each output on a bench side (the
     # bench on |inputs| for sums and products, the API's formula), and whether the spread of the
     # bench under perturbed inputs says anything (not for sums and products: the magnitude does).
@@ -453,7 +473,7 @@ class Sides:
         return (self.compared_bench or self.bench)(side)
 
 
-def run_sides(call: Call, sides: Sides, keep: bool) -> Run:
+def run_sides(call: Call, sides: Sides, options: RunOptions) -> Run:
     """The bench, then the tested side; an exception of the tested run is a finding."""
     bench, side, note = run_bench(sides.bench, call)
     run = Run([], [*sides.notes, *([note] if note else [])])
@@ -467,17 +487,67 @@ def run_sides(call: Call, sides: Sides, keep: bool) -> Run:
             raise
         except Exception as exc:  # noqa: BLE001 - a device that raises is a finding
             run.tested_error = f"{type(exc).__name__}: {first_line(exc)}"
-    if keep:
+    compared_tested, compared_bench = (None, bench) if tested is None else sides.compared(tested, bench)
+    # Gradients msprobe took inside the API's graph are judged against the float64 gradient at
+    # that node of the graph, not the input's: a rerun of the call (a script, the probe) has no such value.
+    at_nodes = frozenset(i for i, (k, b) in enumerate(zip(compared_bench, bench)) if k is not b)
+    if options.keep:
         grads = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
-        kept_tested, kept_bench = (None, bench) if tested is None else sides.compared(tested, bench)
-        run.kept = Kept({"args": call.args, "kwargs": call.kwargs}, kept_tested, kept_bench, grads)
+        inputs = {"args": call.args, "kwargs": call.kwargs}
+        run.kept = Kept(inputs, compared_tested, compared_bench, grads, sides.recipe, at_nodes)
     if tested is not None:
         run.pairs = sides.pair(tested, bench)
-        extra = ExtraBenchRuns(call, sides, side, bench)
+        # The extra runs against the bench as it was compared (a node's value where judged at a node).
+        extra = ExtraBenchRuns(call, sides, side, compared_bench)
         for pair in run.pairs:
             if not pair.skip:
                 pair.extra = extra.for_output(pair.index)
+        if run.kept is not None:
+            run.kept.extra = extra
+        if options.probe and sides.probe is not None:
+            assert compared_tested is not None
+            run.probe = probe_of(
+                call, sides, sides.probe, compared_tested, (bench, extra), run.pairs, at_nodes, options
+            )
+            run.low_precision = call.autocast is not None or any(
+                t.dtype in LOW_PRECISION for t in floating(call.args, call.kwargs)
+            )
     return run
+
+
+def probe_of(
+    call: Call,
+    sides: Sides,
+    rerun: Callable[[], list],
+    recorded: list,
+    benched: tuple[list, ExtraBenchRuns],
+    pairs: list[OutputPair],
+    at_nodes: frozenset[int],
+    options: RunOptions,
+) -> Probe:
+    """The fp32 probe, to run later: the tested side again with its fp16/bf16 inputs in fp32 and no
+    autocast, its outputs rounded back to the recorded dtypes and paired with the bench's as the
+    run paired the tested ones (by index), each with the standard's extra runs of that output.
+
+    An autocast entry's bench took its inputs rounded to the autocast dtype, as the kernel did; run
+    in fp32 the call takes them as recorded, so its bench (and extra runs) are the bench's again
+    without that rounding. A gradient judged at a node of the graph is not probed (`at_nodes`)."""
+    compared = {pair.index for pair in pairs if not pair.skip and pair.index not in at_nodes}
+
+    def probe_pairs() -> list[OutputPair]:
+        bench, extra = benched
+        if call.autocast is not None:
+            plain = replace(call, autocast=None)
+            bench, side, _ = run_bench(sides.bench, plain)
+            extra = ExtraBenchRuns(plain, sides, side, bench)
+        rounded = [round_like(value, like) for value, like in zip(rerun(), recorded)]
+        found = [pair for pair in pairs_of(rounded, bench) if pair.index in compared]
+        for pair in found:
+            if not pair.skip:
+                pair.extra = extra.for_output(pair.index)
+        return found
+
+    return Probe(options.probe_device, probe_pairs, at_nodes)
 
 
 def absolute(side: Side) -> Side:

@@ -32,6 +32,9 @@ class Verdict:
     status: Status
     reasons: list[str] = field(default_factory=list)  # the rules broken, or what the output stayed within
     floor: str = ""  # a failure within this dtype's rounding budget ("bf16"): see OutputResult.floor
+    ratio: float | None = None  # the worst element's error over its budget, where the standard has one
+    severity: float | None = None  # how many times its budget the output is off: see OutputResult.severity
+    nonfinite: bool = False  # NaN or inf where the other side has none
 
     @property
     def message(self) -> str:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..compare import Comparison, Metrics
+from ..figures import beside
 from ..results import ERROR, PASS
 from . import Verdict
 
@@ -42,21 +44,43 @@ class BasicStandard:
 
     def judge(self, c: Comparison, m: Metrics) -> Verdict:
         broken = self.broken_rules(c, m)
+        severity = self.severity(c, m)
         if not broken:
-            return Verdict(PASS)
-        return Verdict(ERROR, broken, rounding_floor(c, m))
+            return Verdict(PASS, severity=severity)
+        return Verdict(ERROR, broken, rounding_floor(c, m), severity=severity)
 
     def broken_rules(self, c: Comparison, m: Metrics) -> list[str]:
         broken = []
-        one_side_zero = _all_zero(c.tested) != _all_zero(c.bench)
-        if one_side_zero and np.size(c.tested) > 1:
+        if self._one_side_zero(c):
             side = "tested" if _all_zero(c.tested) else "bench"
             broken.append(f"the {side} output is all zero and the other is not")
         elif m.cosine is not None and not m.cosine > self.cosine:
-            broken.append(f"Cosine {m.cosine:.6g} <= {self.cosine:g}")
+            broken.append(f"Cosine {beside(m.cosine, self.cosine, 6)} <= {self.cosine:g}")
         if not m.max_abs_err < self.max_abs_err:
-            broken.append(f"MaxAbsErr {m.max_abs_err:.3g} >= {self.max_abs_err:g}{m.where()}")
+            broken.append(f"MaxAbsErr {beside(m.max_abs_err, self.max_abs_err)} >= {self.max_abs_err:g}{m.where()}")
         return broken
+
+    def severity(self, c: Comparison, m: Metrics) -> float:
+        """How many times beyond its thresholds the output is: the larger of MaxAbsErr over its
+        threshold and 1 - Cosine over 1 - its threshold (up to 1 it passes; inf where one side
+        is all zero)."""
+        if self._one_side_zero(c):
+            return math.inf
+        ratios = [_over(m.max_abs_err, self.max_abs_err)]
+        if m.cosine is not None:
+            ratios.append(_over(1.0 - m.cosine, 1.0 - self.cosine))
+        return max(ratios)
+
+    @staticmethod
+    def _one_side_zero(c: Comparison) -> bool:
+        return _all_zero(c.tested) != _all_zero(c.bench) and np.size(c.tested) > 1
+
+
+def _over(value: float, bound: float) -> float:
+    """value / bound, where a bound of 0 is broken by anything above it."""
+    if bound > 0:
+        return max(value, 0.0) / bound
+    return math.inf if value > 0 else 0.0
 
 
 def _all_zero(array: np.ndarray) -> bool:

@@ -60,14 +60,14 @@ class Format:
     def spacing(self, values: np.ndarray) -> np.ndarray:
         """The ULP at |values| once rounded to this format (the subnormal spacing below the normal range):
         2 ** (max(e - 1, min_exponent) - mantissa_bits), e the exponent np.frexp gives the rounded
-        value (0 for 0, inf and NaN).
+        value (0 for inf and NaN; 0 itself, below the normal range, gets the smallest subnormal spacing).
 
         Read from the float64 bits, without rounding, np.frexp or np.ldexp (several times slower):
         the biased exponent less 1023 is e - 1 (-1023 for float64's subnormals, below any format's
         min_exponent as e - 1 is), and rounding changes it only where it carries into the next
         binade (the fraction's top mantissa_bits all ones and the rest at least half an ULP: ties
-        go to even, which is up there), beyond the largest value, to inf, or at half the smallest
-        subnormal and below, to 0."""
+        go to even, which is up there), or beyond the largest value, to inf. What rounds to 0 has an
+        exponent below min_exponent, as 0 itself (-1023), and so the smallest subnormal spacing."""
         values = np.ascontiguousarray(values, dtype=np.float64)
         bits = values.view(np.int64)
         exponent = ((bits >> 52) & 0x7FF) - 1023  # e - 1; 1024 for inf and NaN
@@ -75,8 +75,7 @@ class Format:
             fraction = bits & ((1 << 52) - 1)
             # (below min_exponent a carry changes nothing: the subnormal spacing holds on either side)
             exponent += fraction >= (1 << 52) - (1 << (51 - self.mantissa_bits))
-        zero = math.ldexp(1.0, self.min_exponent - self.mantissa_bits - 1)
-        exponent[(exponent > self.max_exponent) | (np.abs(values) <= zero)] = -1
+        exponent[exponent > self.max_exponent] = -1  # inf and NaN: frexp's 0
         np.maximum(exponent, self.min_exponent, out=exponent)
         exponent -= self.mantissa_bits
         if self.min_exponent - self.mantissa_bits < -1022:  # fp64's subnormal spacings
@@ -263,7 +262,7 @@ class _Budget:
         for start, (t_block, b_block) in blocks(t, b):
             error, _, terms = self.elements(t_block, b_block, slice(start, start + t_block.size))
             total = sum(terms.values())
-            with np.errstate(divide="ignore", invalid="ignore"):
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # inf: far over a subnormal budget
                 ratio = error / total
             ratio[~(error > 0)] = 0.0
             i = int(np.argmax(ratio))

@@ -78,7 +78,7 @@ class DtypeStandard:
         message = _message(reading, status)
         if tolerance is not None:
             message += f" (allowed: {tolerance.describe()})"
-        return Verdict(status, [message])
+        return Verdict(status, [message], ratio=reading.ratio, severity=reading.ratio)
 
     def within_budget(self, c: Comparison, m: Metrics) -> bool:
         """Whether the output passes this standard with no warning band: under the basic
@@ -93,7 +93,8 @@ def _judge_basic(c: Comparison, m: Metrics) -> Verdict:
 
     verdict = BasicStandard().judge(c, m)
     note = f"no dtype budget for {c.tested_dtype}, basic rule"
-    return Verdict(verdict.status, [f"{note}: {verdict.message}" if verdict.message else note])
+    message = f"{note}: {verdict.message}" if verdict.message else note
+    return Verdict(verdict.status, [message], severity=verdict.severity)
 
 
 def _message(r: Reading, status: str) -> str:

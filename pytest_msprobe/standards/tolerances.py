@@ -66,9 +66,11 @@ class Tolerance:
     def judge(self, c: Comparison, m: Metrics) -> Verdict:
         t, b = finite_pairs(c)
         error = np.abs(t - b)
-        off = int(np.count_nonzero(error > self.atol + self.rtol * np.abs(b)))
+        allowed = self.atol + self.rtol * np.abs(b)
+        off = int(np.count_nonzero(error > allowed))
+        severity = _worst_ratio(error, allowed)
         if not off:
-            return Verdict(PASS, [f"within tolerance {self.pattern}"])
+            return Verdict(PASS, [f"within tolerance {self.pattern}"], severity=severity)
         where = m.where()
         return Verdict(
             ERROR,
@@ -76,6 +78,7 @@ class Tolerance:
                 f"tolerance {self.describe()}: {off} of {error.size} elements off, "
                 f"max error {m.max_abs_err:.3g}{',' + where if where else ''}"
             ],
+            severity=severity,
         )
 
 
@@ -160,6 +163,15 @@ def _non_negative(text: str, key: str, bad: Callable[[str], ValueError]) -> floa
     if not (math.isfinite(value) and value >= 0):
         raise bad(f"{key}={text} must be a finite number >= 0")
     return value
+
+
+def _worst_ratio(error: np.ndarray, allowed: np.ndarray) -> float:
+    """max |t - b| / (atol + rtol |b|): how many times its tolerance the worst element is off."""
+    if not error.size:
+        return 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(error > 0, error / allowed, 0.0)
+    return float(ratio.max())
 
 
 def finite_pairs(c: Comparison) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,66 @@
+"""The spacing and rounding behind the dtype standard's budget (pytest_msprobe/standards/budget.py)."""
+
+from __future__ import annotations
+
+import hypothesis.extra.numpy as hnp
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+
+from pytest_msprobe.compare import ExtraRuns
+from pytest_msprobe.standards.budget import format_of, read
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+finite = st.floats(-6e4, 6e4, allow_nan=False, allow_infinity=False)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@given(values=hnp.arrays(np.float64, st.integers(1, 64), elements=st.floats(-1e30, 1e30, allow_nan=False)))
+def test_rounded_is_torch_s_rounding(dtype, values):
+    expected = torch.from_numpy(values).to(DTYPES[dtype]).double().numpy()
+    assert np.array_equal(format_of(dtype).rounded(values), expected)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@given(values=hnp.arrays(np.float64, st.integers(1, 64), elements=finite))
+def test_spacing_is_the_distance_to_the_next_value_away_from_zero(dtype, values):
+    fmt = format_of(dtype)
+    rounded = torch.from_numpy(values).to(DTYPES[dtype])
+    following = torch.nextafter(rounded.abs(), torch.tensor(float("inf"), dtype=DTYPES[dtype]))
+    assert np.array_equal(fmt.spacing(values), (following.double() - rounded.abs().double()).numpy())
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_zero_has_the_smallest_subnormal_spacing(dtype):
+    """0 is below the normal range: a tested 0.004 where the benchmark is exactly 0 is no rounding (bf16
+    once allowed 1.5 x 2^-8 there, frexp(0) giving 0 the exponent of 0.5)."""
+    fmt = format_of(dtype)
+    assert fmt.spacing(np.array([0.0, -0.0]))[0] == np.ldexp(1.0, fmt.min_exponent - fmt.mantissa_bits)
+    bench = np.array([0.0, 1.0])
+    assert read(np.array([0.004, 1.0]), bench, fmt, ExtraRuns()).ratio > 2
+    assert read(bench, bench, fmt, ExtraRuns()).ratio == 0
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@given(bench=hnp.arrays(np.float64, st.integers(1, 200), elements=finite), seed=st.integers(0, 2**16))
+def test_a_one_ulp_library_passes(dtype, bench, seed):
+    fmt = format_of(dtype)
+    rounded = fmt.rounded(bench)
+    steps = np.random.default_rng(seed).integers(-1, 2, bench.shape)
+    tested = fmt.rounded(rounded + steps * fmt.spacing(rounded))
+    assert read(tested, bench, fmt, ExtraRuns()).ratio <= 1
+
+
+def test_subnormal_results_have_the_subnormal_spacing_as_floor():
+    fmt = format_of("float16")
+    bench = np.array([1e-7, -3e-8, 0.0])  # fp16 subnormals: spacing 2^-24 = 6e-8
+    assert read(bench + np.array([5e-8, -5e-8, 5e-8]), bench, fmt, ExtraRuns()).ratio <= 1
+    assert read(bench + 2e-7, bench, fmt, ExtraRuns()).ratio > 2
+
+
+def test_the_accumulation_unit_is_fp32_s_down_to_fp32_and_fp64_s_for_fp64():
+    assert format_of("bf16").accumulation == 2.0**-24
+    assert format_of("torch.float32").accumulation == 2.0**-24
+    assert format_of("float64").accumulation == 2.0**-53
