@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from . import reductions
 from .results import ERROR, PASS
 
 if TYPE_CHECKING:
     from .standards import Standard, Verdict
 
-# The denominator of MaxRelativeErr where the bench value is exactly zero
-# (msprobe's MindSpore checker uses the same constant).
-REL_EPS = 1e-8
+REL_EPS = reductions.REL_EPS  # the denominator of MaxRelativeErr where the bench value is exactly zero
 
 
 def _no_answer(*args: float) -> np.ndarray | None:
@@ -77,42 +76,24 @@ def is_floating(dtype: str) -> bool:
 
 
 def metrics(tested: np.ndarray, bench: np.ndarray) -> Metrics:
-    """Cosine, MaxAbsErr and MaxRelativeErr over the finite elements of both."""
-    t = np.asarray(tested, dtype=np.float64).reshape(-1)
-    b = np.asarray(bench, dtype=np.float64).reshape(-1)
-    finite = np.isfinite(t) & np.isfinite(b)
-    if not finite.all():
-        t, b = t[finite], b[finite]
-    if t.size == 0:
+    """Cosine, MaxAbsErr and MaxRelativeErr over the finite elements of both (block by block: reductions.py)."""
+    found = reductions.errors(tested, bench)
+    if found.count == 0:
         return Metrics(None, 0.0, 0.0)
-    diff = np.abs(t - b)
-    worst = int(np.argmax(diff))
-    abs_b = np.abs(b)
-    rel = diff / np.where(abs_b == 0, REL_EPS, abs_b)
-    index = np.unravel_index(np.flatnonzero(finite)[worst], np.shape(tested)) if np.ndim(tested) else ()
+    index = np.unravel_index(found.worst, np.shape(tested)) if np.ndim(tested) else ()
     return Metrics(
-        cosine=cosine(t, b),
-        max_abs_err=float(diff[worst]),
-        max_rel_err=float(rel.max()),
+        cosine=reductions.cosine(tested, bench, found),
+        max_abs_err=found.max_abs,
+        max_rel_err=found.max_rel,
         worst_index=tuple(int(i) for i in index),
-        worst_tested=float(t[worst]),
-        worst_bench=float(b[worst]),
+        worst_tested=found.worst_tested,
+        worst_bench=found.worst_bench,
     )
 
 
 def cosine(t: np.ndarray, b: np.ndarray) -> float | None:
-    """Cosine similarity; None where undefined (one element, a zero vector)."""
-    if t.size <= 1:
-        return None
-    # Scale first: the squares of large fp32 values overflow float64 sums.
-    scale = max(float(np.abs(t).max()), float(np.abs(b).max()))
-    if scale == 0.0:
-        return None
-    t, b = t / scale, b / scale
-    norm_t, norm_b = float(np.sqrt(np.dot(t, t))), float(np.sqrt(np.dot(b, b)))
-    if norm_t == 0.0 or norm_b == 0.0:
-        return None
-    return float(np.clip(np.dot(t, b) / (norm_t * norm_b), -1.0, 1.0))
+    """Cosine similarity of finite arrays; None where undefined (one element, a zero vector)."""
+    return reductions.cosine(t, b, reductions.errors(t, b))
 
 
 def incomparable(c: Comparison) -> str | None:
@@ -136,16 +117,10 @@ def _kind_name(kind: str) -> str:
 
 def nonfinite_mismatch(tested: np.ndarray, bench: np.ndarray) -> list[str]:
     """Where NaN and inf do not sit at the same places on both sides."""
-    t, b = np.asarray(tested, np.float64), np.asarray(bench, np.float64)
-    t_nan, b_nan = np.isnan(t), np.isnan(b)
-    t_inf, b_inf = np.isinf(t), np.isinf(b)
-    if not (t_nan.any() or b_nan.any() or t_inf.any() or b_inf.any()):
-        return []
+    nan_off, inf_off = reductions.nonfinite_offsets(tested, bench)
     faults = []
-    nan_off = int((t_nan != b_nan).sum())
     if nan_off:
         faults.append(f"NaN at {nan_off} position(s) where the other side has none")
-    inf_off = int(((t_inf | b_inf) & ~(t_nan | b_nan) & (t != b)).sum())
     if inf_off:
         faults.append(f"inf at {inf_off} position(s) where the other side differs")
     return faults

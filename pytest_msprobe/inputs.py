@@ -72,6 +72,7 @@ class Codec(Protocol):
     def dtype_kind(self, name: str) -> str: ...  # "f", "i", "b" or "c"
     def load(self, path: Path) -> Any: ...  # a tensor file -> tensor
     def from_array(self, array: np.ndarray, dtype: Any) -> Any: ...
+    def drawn_dtype(self, dtype: Any) -> Any: ...  # the numpy dtype random floats of a floating dtype are drawn into
     def shape_of(self, tensor: Any) -> list[int]: ...
     def size(self, dims: list[int]) -> Any: ...
 
@@ -202,7 +203,9 @@ class Rebuilder:
             return self.load(path, shape, dtype, field_path)
         self.budget(shape, field_path)
         check_statistics(spec, str(dtype).rsplit(".", 1)[-1], lambda key, what: self.error(f"{field_path}.{key}", what))
-        array = random_array(spec, self.codec.dtype_kind(dtype_name), tensor_seed(self.seed, self.entry, field_path))
+        kind = self.codec.dtype_kind(dtype_name)
+        seed = tensor_seed(self.seed, self.entry, field_path)
+        array = random_array(spec, kind, seed, self.codec.drawn_dtype(dtype) if kind == "f" else np.float64)
         return self.codec.from_array(array, dtype)
 
     def budget(self, shape: list[int], field_path: str) -> None:
@@ -325,11 +328,13 @@ _SCALARS: dict = {
 # -- random data -------------------------------------------------------------
 
 
-def random_array(spec: dict, kind: str, seed: int) -> np.ndarray:
+def random_array(spec: dict, kind: str, seed: int, floating: Any = np.float64) -> np.ndarray:
     """msprobe's rule, made order-free and inf/NaN-safe.
 
     Floats: uniform in [Min, Max] with Min written into the first element and
-    Max into the last. Ints: randint(Min, Max + 1). Bools: randint(Min, Max + 1) > 0.
+    Max into the last, drawn in float64 and rounded once into an array of the
+    numpy dtype `floating` (float32 for a float32 tensor: no float64 copy is
+    made). Ints: randint(Min, Max + 1). Bools: randint(Min, Max + 1) > 0.
     A recorded inf/NaN is planted at those two places; the rest stays finite.
     """
     shape = tuple(spec["shape"])
@@ -343,16 +348,37 @@ def random_array(spec: dict, kind: str, seed: int) -> np.ndarray:
         lo, hi = _int_bounds(low, high)
         return np.asarray(rng.integers(lo, hi, size=shape, dtype=np.int64, endpoint=True))
     lo, hi = _finite_bounds(spec, low, high)
-    if math.isfinite(hi - lo):
-        array = np.asarray(rng.uniform(lo, hi, size=shape), dtype=np.float64)
-    else:  # [-1e308, 1e308]: the width overflows, the mix of the ends does not
-        u = rng.random(size=shape)
-        array = np.asarray(lo * (1 - u) + hi * u, dtype=np.float64)
-    if array.size:
-        flat = array.reshape(-1)
-        flat[0] = low if low is not None else lo
-        flat[-1] = high if high is not None else hi
+    array = np.empty(shape, dtype=floating)
+    flat = array.reshape(-1)
+    # A finite bound beyond float32's range (Min_except_inf_nan is not checked) rounds to inf,
+    # as torch's conversion did, without numpy's overflow warning.
+    with np.errstate(over="ignore"):
+        _fill_uniform(rng, lo, hi, flat)
+        if array.size:
+            flat[0] = low if low is not None else lo
+            flat[-1] = high if high is not None else hi
     return array
+
+
+DRAW_BLOCK = 1 << 16  # random elements drawn at a time, in a float64 block that stays in the cache
+
+
+def _fill_uniform(rng: np.random.Generator, lo: float, hi: float, out: np.ndarray) -> None:
+    """out[:] = rng.uniform(lo, hi, out.size), a block at a time: numpy's uniform is lo + (hi - lo) u
+    with one double u an element, in order, so the blocks draw the very same values."""
+    width = hi - lo
+    scratch = None if out.dtype == np.float64 else np.empty(min(DRAW_BLOCK, out.size))
+    for start in range(0, out.size, DRAW_BLOCK):
+        part = out[start : start + DRAW_BLOCK]
+        u = part if scratch is None else scratch[: part.size]
+        rng.random(out=u)
+        if math.isfinite(width):
+            u *= width
+            u += lo
+        else:  # [-1e308, 1e308]: the width overflows, the mix of the ends does not
+            u[...] = lo * (1 - u) + hi * u
+        if scratch is not None:
+            part[...] = u  # rounded once, to nearest even
 
 
 _INT64 = INT_RANGE["int64"]

@@ -5,6 +5,7 @@ copy kept beside it: when a repro folder is written, the source of the modules b
 from the installed package, cut to what the script needs, and written into the script, which
 executes each as a module of its own (templates/repro.py, `package_module`).
 
+- reductions.py, the block iteration the budget reads an output with;
 - standards/budget.py, whole: the per-element budget (numpy only);
 - frameworks/magnitudes.py, its formulas (softmax, layer_norm, gelu) and the list of sums and
   products; not `with_magnitudes`, which wires them to the engine;
@@ -41,7 +42,8 @@ class Part:
 
 
 PARTS = (
-    Part("budget", "pytest_msprobe.standards.budget"),
+    Part("reductions", "pytest_msprobe.reductions", frozenset({"BLOCK", "flat", "as_float64", "blocks", "first_max"})),
+    Part("budget", "pytest_msprobe.standards.budget", uses=("reductions",)),
     Part(
         "magnitudes",
         "pytest_msprobe.frameworks.magnitudes",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from . import devices, hosts, lost_hosts, remote
+from . import allocator, devices, hosts, lost_hosts, remote
 from .report import crash_result
 from .results import REPORT_ATTRIBUTE
 
@@ -82,6 +82,7 @@ def setup_cpu(config: pytest.Config) -> str | None:
     devices.limit_threads(threads)
     devices.use_huge_pages()
     if workerinput is not None:
+        allocator.unload(os.environ)  # preloaded at its start, if at all; its children get the user's environment
         config.pluginmanager.register(Worker(), "msprobe-worker")
     return devices.threads_text(threads)
 
@@ -137,6 +138,7 @@ class Controller:
         self.shared: dict[bool, list[dict]] = {}  # the dumps as workers are told them, by remoteness
         self.lost = lost_hosts.LostHosts(config, run, self.say)
         self.judged: set[str] = set()  # node ids whose call report (the verdict) arrived
+        self.allocator = allocator.choose(os.environ)
 
     def device(self, device_id: int | None) -> str:
         kind = self.run.device_kind
@@ -149,10 +151,12 @@ class Controller:
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         ids = ",".join(map(str, self.run.device_ids))
+        allocator_line = f"msprobe: the workers' allocator: {self.allocator.text}"
         if len(self.plan) == 1 and hosts.LOCAL in self.plan:
             return [
                 f"msprobe: {planned_workers(config)} xdist workers, one device each from ids {ids}, "
-                f"{devices.threads_text(self.threads)} each"
+                f"{devices.threads_text(self.threads)} each",
+                allocator_line,
             ]
         lines = [
             f"msprobe: {planned_workers(config)} xdist workers on {len(self.plan)} host(s), one device each "
@@ -161,7 +165,14 @@ class Controller:
         for host, count in self.plan.items():
             first = ",".join(map(str, self.run.device_ids[:count]))
             lines.append(f"msprobe: host {host}: {count} workers, device ids {first}")
-        return lines
+        return [*lines, allocator_line.replace("the workers'", "this host's workers'")]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_setupnodes(self) -> None:
+        allocator.preload(self.allocator, os.environ)  # the workers start with the controller's environment
+
+    def pytest_unconfigure(self) -> None:
+        allocator.unload(os.environ)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:

@@ -32,6 +32,7 @@ NONDETERMINISTIC = re.compile(
     r"|cauchy_|log_normal_|^random_$|rrelu|^empty|new_empty"
 )
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+DRAWN_IN_FLOAT32 = (torch.float32, *LOW_PRECISION)
 # By the names of apis.TORCH_DTYPES: a dtype named by a dump is looked up, never an attribute of torch.
 DTYPES = {name: vars(torch)[name] for name in apis.TORCH_DTYPES if isinstance(vars(torch).get(name), torch.dtype)}
 
@@ -61,6 +62,11 @@ class TorchCodec:
         if not array.flags.c_contiguous:
             array = array.copy()
         return torch.from_numpy(array).to(dtype)
+
+    def drawn_dtype(self, dtype: torch.dtype) -> type[np.floating]:
+        """float32 for float32, and for bfloat16 and float16, which torch rounds from float64 through
+        float32 anyway: random floats are rounded once, into memory the tensor then takes over."""
+        return np.float32 if dtype in DRAWN_IN_FLOAT32 else np.float64
 
     def shape_of(self, tensor: torch.Tensor) -> list[int]:
         return list(tensor.shape)
@@ -270,16 +276,30 @@ def gradients(side: Side, call: Call, grad_outputs: list, watch: Callable[[list,
     wanted = [leaf for leaf in leaves if leaf.requires_grad]
     if watch is not None:
         watch([o for o, _ in chosen], leaves)
-    # d/do of sum(o * g) is g exactly, so this is backward with grad_outputs g;
-    # autograd.grad(..., grad_outputs=) imports sympy on first use (0.25-1.3 s a process).
     if any(o.is_complex() for o, _ in chosen):  # a complex loss has no implicit grad
         found = iter(
             torch.autograd.grad([o for o, _ in chosen], wanted, [g.to(o.dtype) for o, g in chosen], allow_unused=True)
         )
     else:
-        loss = sum((o * g.to(o.dtype)).sum() for o, g in chosen)
+        loss = sum(_Fed.apply(o, g.to(o.dtype)) for o, g in chosen)
         found = iter(torch.autograd.grad(loss, wanted, allow_unused=True))
     return [next(found) if leaf.requires_grad else None for leaf in leaves]
+
+
+class _Fed(torch.autograd.Function):
+    """A zero whose backward hands `grad` to `output` as it is: a scalar to call backward on, as
+    if with grad_outputs. autograd.grad(..., grad_outputs=) imports sympy on first use (0.25-1.3 s
+    a process); sum(output * grad), whose gradient is grad too, costs a product and its backward
+    the size of the output."""
+
+    @staticmethod
+    def forward(ctx: Any, output: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(grad)
+        return output.new_zeros(())
+
+    @staticmethod
+    def backward(ctx: Any, _: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return ctx.saved_tensors[0], None
 
 
 @dataclass(frozen=True)

@@ -28,12 +28,13 @@ low of separation above 8 is an error. Numpy only; dtypes arrive in torch spelli
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from ..compare import ExtraRuns
+from ..reductions import as_float64, blocks, first_max, flat
 
 U_ACC = 2.0**-24  # fp32 accumulation
 
@@ -57,11 +58,31 @@ class Format:
         return min(U_ACC, self.unit_roundoff)
 
     def spacing(self, values: np.ndarray) -> np.ndarray:
-        """The ULP at |values| once rounded to this format (the subnormal spacing below the normal range)."""
-        rounded = np.abs(self.rounded(values))
-        _, exponent = np.frexp(rounded)  # |v| = m 2^e, 0.5 <= m < 1; frexp(0) is (0, 0): 0 is below the normal range
-        exponent = np.where(rounded == 0, self.min_exponent, exponent)
-        return np.ldexp(1.0, np.maximum(exponent - 1, self.min_exponent) - self.mantissa_bits)
+        """The ULP at |values| once rounded to this format (the subnormal spacing below the normal range):
+        2 ** (max(e - 1, min_exponent) - mantissa_bits), e the exponent np.frexp gives the rounded
+        value (0 for inf and NaN; 0 itself, below the normal range, gets the smallest subnormal spacing).
+
+        Read from the float64 bits, without rounding, np.frexp or np.ldexp (several times slower):
+        the biased exponent less 1023 is e - 1 (-1023 for float64's subnormals, below any format's
+        min_exponent as e - 1 is), and rounding changes it only where it carries into the next
+        binade (the fraction's top mantissa_bits all ones and the rest at least half an ULP: ties
+        go to even, which is up there), or beyond the largest value, to inf. What rounds to 0 has an
+        exponent below min_exponent, as 0 itself (-1023), and so the smallest subnormal spacing."""
+        values = np.ascontiguousarray(values, dtype=np.float64)
+        bits = values.view(np.int64)
+        exponent = ((bits >> 52) & 0x7FF) - 1023  # e - 1; 1024 for inf and NaN
+        if self.mantissa_bits < 52:
+            fraction = bits & ((1 << 52) - 1)
+            # (below min_exponent a carry changes nothing: the subnormal spacing holds on either side)
+            exponent += fraction >= (1 << 52) - (1 << (51 - self.mantissa_bits))
+        exponent[exponent > self.max_exponent] = -1  # inf and NaN: frexp's 0
+        np.maximum(exponent, self.min_exponent, out=exponent)
+        exponent -= self.mantissa_bits
+        if self.min_exponent - self.mantissa_bits < -1022:  # fp64's subnormal spacings
+            return np.ldexp(1.0, exponent)
+        exponent += 1023
+        exponent <<= 52
+        return exponent.view(np.float64)
 
     def rounded(self, values: np.ndarray) -> np.ndarray:
         """float64 values rounded to this format, to nearest with ties to even, subnormals included."""
@@ -144,16 +165,15 @@ def read(
 
     tested and bench: the same shape, finite where compared (NaN and inf are judged before:
     compare.compare). accumulation: u_acc where the user declared a coarser one (an allowance).
+    Each look at the whole output is one pass block by block (reductions.py); the terms of the
+    worst element are computed again for it alone, with the same operations.
     """
-    t = np.asarray(tested, dtype=np.float64)
-    b = np.asarray(bench, dtype=np.float64)
-    finite = np.isfinite(t) & np.isfinite(b)
-    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf where both are inf: not compared
-        error = np.where(finite, np.abs(t - b), 0.0)
-    u_acc = max(fmt.accumulation, accumulation or 0.0)
-    unit = fmt.spacing(b)
-    magnitude = np.abs(np.where(finite, b, 0.0))
-    terms = {"rounding": constants.c_out * unit, "fp32 accumulation": constants.c_acc * u_acc * magnitude}
+    t, b = flat(tested), flat(bench)
+    shape = np.shape(bench)
+    budget = _Budget(fmt, constants, max(fmt.accumulation, accumulation or 0.0))
+    # While an extra run may still be asked, a look stops at the first element over its budget: it
+    # is asked then whatever the rest holds. The last look reads the whole output.
+    worst = budget.worst(t, b, stop_over=True)
     asked: list[str] = []
     asks: list[tuple[str, Callable[[], np.ndarray | None]]] = [
         ("magnitude", extra.magnitude),
@@ -162,46 +182,93 @@ def read(
     if fmt.mantissa_bits < 23:
         asks.append(("low", extra.low))
     for name, ask in asks:
-        if _worst(error, terms)[1] <= 1:
+        if worst.ratio <= 1:
             break
         answer = ask()
         asked.append(name)
         if answer is None:
             continue
-        answer = _finite(np.abs(np.asarray(answer, dtype=np.float64)))
-        if name == "magnitude":
-            terms["fp32 accumulation"] = constants.c_acc * u_acc * np.maximum(magnitude, answer)
-        elif name == "spread":
-            terms["conditioning"] = constants.c_spread * answer
-        else:
-            terms[f"the CPU's {fmt.name} kernel"] = constants.c_low * answer
-    worst, ratio = _worst(error, terms)
-    index = tuple(int(i) for i in np.unravel_index(worst, b.shape)) if b.shape else ()
-    at_unit = float(unit.flat[worst]) if unit.size else 1.0
-    parts = {name: float(values.flat[worst]) / at_unit for name, values in terms.items() if values.flat[worst] > 0}
+        budget.answers[name] = flat(np.broadcast_to(np.asarray(answer, dtype=np.float64), shape))
+        worst = budget.worst(t, b, stop_over=True)
+    if worst.partial:
+        worst = budget.worst(t, b)
+    index = tuple(int(i) for i in np.unravel_index(worst.index, shape)) if shape else ()
+    at = slice(worst.index, worst.index + 1)
+    t_at, b_at = as_float64(t[at]), as_float64(b[at])
+    error, unit, terms = budget.elements(t_at, b_at, at)
+    at_unit = float(unit[0]) if unit.size else 1.0
+    parts = {name: float(values[0]) / at_unit for name, values in terms.items() if values[0] > 0}
     return Reading(
         fmt,
-        ratio,
+        worst.ratio,
         index,
-        float(t.flat[worst]) if t.size else 0.0,
-        float(b.flat[worst]) if b.size else 0.0,
-        float(error.flat[worst]) / at_unit if error.size else 0.0,
+        float(t_at[0]) if t.size else 0.0,
+        float(b_at[0]) if b.size else 0.0,
+        float(error[0]) / at_unit if error.size else 0.0,
         parts,
-        int(np.count_nonzero(error > sum(terms.values()))),
+        worst.over,
         int(b.size),
         tuple(asked),
     )
 
 
-def _worst(error: np.ndarray, terms: dict[str, np.ndarray]) -> tuple[int, float]:
-    if not error.size:
-        return 0, 0.0
-    total = sum(terms.values())
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(error > 0, error / total, 0.0)
-    worst = int(np.argmax(ratio))
-    return worst, float(ratio.flat[worst])
+@dataclass(frozen=True)
+class _Worst:
+    index: int  # flat
+    ratio: float  # error over budget there (np.argmax's choice: the first NaN, else the first largest)
+    over: int  # elements over their budget
+    partial: bool = False  # the look stopped at `index`, the first element over its budget
 
 
-def _finite(values: np.ndarray) -> np.ndarray:
-    return np.where(np.isfinite(values), values, 0.0)
+@dataclass
+class _Budget:
+    """The budget of an output's elements, a block at a time, with the extra runs answered so far."""
+
+    fmt: Format
+    constants: Constants
+    u_acc: float
+    answers: dict[str, np.ndarray] = field(default_factory=dict)  # flat float64, by the run's name
+
+    def elements(self, t: np.ndarray, b: np.ndarray, at: slice) -> tuple[np.ndarray, np.ndarray, dict]:
+        """(|t - b| where both are finite else 0, the ULP, the budget's terms) of the elements `at`."""
+        finite = np.isfinite(t)
+        finite &= np.isfinite(b)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf where both are inf: not compared
+            error = np.abs(t - b)
+        magnitude = np.abs(b)
+        if not finite.all():
+            error[~finite] = 0.0
+            magnitude[~finite] = 0.0
+        c = self.constants
+        unit = self.fmt.spacing(b)
+        if "magnitude" in self.answers:
+            magnitude = np.maximum(magnitude, self.answer("magnitude", at))
+        terms = {"rounding": c.c_out * unit, "fp32 accumulation": c.c_acc * self.u_acc * magnitude}
+        if "spread" in self.answers:
+            terms["conditioning"] = c.c_spread * self.answer("spread", at)
+        if "low" in self.answers:
+            terms[f"the CPU's {self.fmt.name} kernel"] = c.c_low * self.answer("low", at)
+        return error, unit, terms
+
+    def answer(self, name: str, at: slice) -> np.ndarray:
+        values = np.abs(self.answers[name][at])
+        values[~np.isfinite(values)] = 0.0
+        return values
+
+    def worst(self, t: np.ndarray, b: np.ndarray, stop_over: bool = False) -> _Worst:
+        """The worst element; with stop_over, only whether one is over its budget where one is."""
+        best: tuple[int, float] | None = None
+        over = 0
+        for start, (t_block, b_block) in blocks(t, b):
+            error, _, terms = self.elements(t_block, b_block, slice(start, start + t_block.size))
+            total = sum(terms.values())
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # inf: far over a subnormal budget
+                ratio = error / total
+            ratio[~(error > 0)] = 0.0
+            i = int(np.argmax(ratio))
+            if stop_over and not ratio[i] <= 1:
+                return _Worst(start + i, float(ratio[i]), 0, partial=True)
+            best = first_max(best, start + i, float(ratio[i]))
+            over += int(np.count_nonzero(error > total))
+        index, ratio = best or (0, 0.0)
+        return _Worst(index, ratio, over)
