@@ -20,7 +20,7 @@ The dumps (--dump NAME=PATH:DEVICE, repeatable; default the three below):
   commit 8ff00da3; statistics only, so cpu mode, inputs drawn to its statistics): 228 forward and
   159 backward API entries, conv2d on 32x3x224x224 fp32; its benchmark dominates the run.
 
-    python -m bench.timing.standard_cost [--repeats 5] [--warmup 1] [--dump NAME=PATH:DEVICE ...] [--work DIR]
+    python -m bench.timing.standard_cost [--repeats 5] [--warmup 1] [--dump NAME=PATH:DEVICE ...] [-k EXPR] [--work DIR]
 
 run from the repository root with the interpreter that has pytest-msprobe installed; prints a
 markdown table and writes it to bench/timing/results_standard_cost.md (--results to change).
@@ -72,7 +72,7 @@ def parse_dump(text: str) -> tuple[str, Path, str]:
     return name, Path(path).resolve(), device
 
 
-def command(python: str, row: Row, standard: str, out: Path) -> list[str]:
+def command(python: str, row: Row, standard: str, out: Path, keyword: str = "") -> list[str]:
     return [
         python,
         "-m",
@@ -88,6 +88,7 @@ def command(python: str, row: Row, standard: str, out: Path) -> list[str]:
         str(out),
         "--msprobe-standard",
         standard,
+        *(["-k", keyword] if keyword else []),
     ]
 
 
@@ -96,14 +97,14 @@ def outcome(tail: str) -> str:
     return lines[-1].strip("= ") if lines else "no summary line"
 
 
-def bench(rows: list[Row], work: Path, python: str, repeats: int, warmup: int) -> None:
+def bench(rows: list[Row], work: Path, python: str, repeats: int, warmup: int, keyword: str = "") -> None:
     env = clean_env()
     for row in rows:
         for number in range(-warmup, repeats):  # the warm-up pairs (file cache) are not counted
             for standard in STANDARDS:
                 out = work / f"{row.name}_{standard}_{number}".replace(" ", "_")
                 log = out.with_suffix(".log")
-                wall, _, cpu, code, tail = measure(command(python, row, standard, out), work, env, log)
+                wall, _, cpu, code, tail = measure(command(python, row, standard, out, keyword), work, env, log)
                 if code not in (0, 1):
                     raise SystemExit(f"{row.name} {standard}: exit {code}\n{tail}")
                 if number >= 0:
@@ -179,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable, help="the interpreter with pytest-msprobe installed")
     parser.add_argument("--work", help="work dir (default: a new temp dir, removed unless --keep)")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("-k", dest="keyword", default="", help="pytest's -k: a subset of every dump's entries")
     parser.add_argument(
         "--results",
         default=str(Path(__file__).with_name("results_standard_cost.md")),
@@ -189,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = [Row(name, path, device) for name, path, device in dumps]
     with work_dir(args.work, args.keep, "bench_standard_cost_") as work:
         before = load()
-        bench(rows, work, args.python, args.repeats, args.warmup)
+        bench(rows, work, args.python, args.repeats, args.warmup, args.keyword)
         text = table(rows)
         print("\n" + text + "\n")
         if args.results:

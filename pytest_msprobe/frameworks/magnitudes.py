@@ -6,6 +6,13 @@
 - softmax, layer_norm, gelu: their formula subtracts, so the API on |inputs| means nothing;
   the formula with every difference made a sum of magnitudes does (softmax's gradient
   y (g - sum y g) -> y (|g| + sum y |g|)): `formula`.
+- Contractions among them (conv, linear, matmul and the like) first get a cheaper lower bound:
+  the same run in float32 (mkldnn and BLAS have fast float32 kernels, none for float64). Its
+  terms are all nonnegative, so whatever the order, float32 gives M (1 + t) with |t| <= gamma_n =
+  n u / (1 - n u), u = 2^-24, n = the terms of one element + 4 (bias, beta, the scalings, the
+  inputs' own rounding to float32); M32 (1 - 2 n u) is then at most M and at most what float64
+  computes (`lower_bound`). The standard asks the float64 run only where that bound leaves the
+  output over its budget, so the verdict is the float64 one's.
 - Anything else has no magnitude model: the standard measures its conditioning instead (the
   spread of the benchmark under perturbed inputs).
 
@@ -21,13 +28,18 @@ from typing import Any, Callable
 
 import torch
 
-from .torch_engine import Call, Sides, absolute, flat_outputs
+from .torch_engine import Call, Side, Sides, absolute, flat_outputs, floating
 
 SUMS_AND_PRODUCTS = frozenset({
     "linear", "matmul", "__matmul__", "mm", "bmm", "baddbmm", "addmm", "conv1d", "conv2d", "conv3d", "einsum",
     "mean", "sum", "embedding", "add", "__add__", "__radd__", "add_", "mul", "__mul__", "__rmul__", "mul_", "cat",
     "masked_fill", "masked_fill_",
 })  # fmt: skip
+
+CONTRACTIONS = frozenset({
+    "linear", "matmul", "__matmul__", "mm", "bmm", "baddbmm", "addmm", "conv1d", "conv2d", "conv3d",
+})  # fmt: skip
+U_FLOAT32 = 2.0**-24
 
 # The parameters each formula reads, in positional order, with their defaults.
 PARAMETERS: dict[str, tuple[tuple[str, Any], ...]] = {
@@ -114,11 +126,52 @@ FORMULAS: dict[str, Callable[[dict[str, Any], torch.Tensor | None], list]] = {
 }
 
 
+def terms_bound(api: str, inputs: Sequence[torch.Tensor], grad_outputs: Sequence[Any] | None) -> int | None:
+    """At most how many products one element of a contraction's output (forward) or of an input's
+    gradient (backward) sums; None for an API that is no contraction.
+
+    conv: Cin/groups x kernel forward, Cout/groups x kernel for the input's gradient, N x the
+    output's spatial size for the weight's and the bias's. The matmul family: one dimension of an
+    operand or of the gradient (the inner one), or the gradient's size over one of its last two
+    dimensions (a weight's gradient sums over the batch), so each tensor's size over its smallest
+    last dimension bounds it."""
+    name = api.rsplit(".", 1)[-1]
+    if name not in CONTRACTIONS or len(inputs) < 2:
+        return None
+    grads = [g for g in grad_outputs or () if isinstance(g, torch.Tensor)]
+    if name.startswith("conv"):
+        w = inputs[1]
+        channel = -(w.dim() - 1)  # the gradient's channel dimension, batched or not
+        if w.dim() < 3 or 0 in w.shape or any(g.dim() < w.dim() - 1 or not g.shape[channel] for g in grads):
+            return None
+        return max([w.numel() // w.shape[0], w.numel() // w.shape[1], *(g.numel() // g.shape[channel] for g in grads)])
+    # A vector's every element may be a term of one sum (a dot product): its whole size.
+    return max(t.numel() // max(1, min(t.shape[-2:])) if t.dim() >= 2 else t.numel() for t in [*inputs, *grads])
+
+
+def lower_bound(outputs: list, terms: int) -> list:
+    """float32 magnitudes of a contraction of `terms` products made lower bounds of the float64
+    ones (the module docstring); each output in float64."""
+    n = terms + 4
+    factor = 1 - 2 * n * U_FLOAT32
+    return [o.detach().to(torch.float64) * factor if isinstance(o, torch.Tensor) else o for o in outputs]
+
+
 def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
     """The entry's sides with what the dtype standard's extra runs need for this API."""
     kind = family(api)
     if kind == "sum":
-        return replace(sides, magnitude=lambda side: sides.compared_run(absolute(side)), spread=False)
+        exact = replace(sides, magnitude=lambda side: sides.compared_run(absolute(side)), spread=False)
+        grad_outputs = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
+        terms = terms_bound(api, floating(call.args, call.kwargs), grad_outputs)
+        # Only where 2 n u stays small and float32 GEMMs are not allowed a lower precision.
+        if terms is None or 4 * (terms + 4) * U_FLOAT32 > 1 or torch.get_float32_matmul_precision() != "highest":
+            return exact
+
+        def in_float32(side: Side) -> list:
+            return lower_bound(sides.compared_run(replace(absolute(side), floating=torch.float32)), terms)
+
+        return replace(exact, lower_magnitude=in_float32)
     if kind == "formula":
         grad_outputs = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
         return replace(sides, magnitude=lambda side: formula(api, call.args, call.kwargs, grad_outputs))

@@ -464,6 +464,8 @@ class Sides:
     # bench on |inputs| for sums and products, the API's formula), and whether the spread of the
     # bench under perturbed inputs says anything (not for sums and products: the magnitude does).
     magnitude: Callable[[Side], list] | None = None
+    # A lower bound of magnitude, cheaper (a contraction's |A||B| in float32: magnitudes.py).
+    lower_magnitude: Callable[[Side], list] | None = None
     spread: bool = True
     # The bench as the pairs compare it, for the extra runs: where a gradient was judged at a
     # node of the graph, that node's value (by default the bench itself).
@@ -561,8 +563,10 @@ def perturbed(side: Side, relative: float, seed: int) -> Side:
     generator = torch.Generator().manual_seed(seed)
 
     def transform(t: torch.Tensor) -> torch.Tensor:
-        signs = torch.randint(0, 2, t.shape, generator=generator).to(t.dtype) * 2 - 1
-        return t * (1 + relative * signs)
+        # 1 - relative + 2 relative {0, 1}: the same factors as 1 + relative (+-1), drawn in t's dtype
+        # and scaled in place (the same stream as int64 draws; a third of the passes over the tensor).
+        factor = torch.randint(0, 2, t.shape, generator=generator, dtype=t.dtype)
+        return factor.mul_(2 * relative).add_(1 - relative).mul_(t)
 
     return replace(side, transform=transform)
 
@@ -586,6 +590,8 @@ class ExtraBenchRuns:
             magnitude=lambda: self.magnitude(index),
             spread=lambda relative: self.spread(index, relative),
             low=lambda: self.low(index),
+            lower_magnitude=lambda: self.lower_magnitude(index),
+            spread_once=lambda relative: self.spread(index, relative, 1),
         )
 
     def magnitude(self, index: int) -> np.ndarray | None:
@@ -594,12 +600,21 @@ class ExtraBenchRuns:
         compute = self.sides.magnitude
         return self.output(("magnitude",), lambda: compute(self.side), index)
 
-    def spread(self, index: int, relative: float) -> np.ndarray | None:
+    def lower_magnitude(self, index: int) -> np.ndarray | None:
+        """The cheaper lower bound, only beside a float64 benchmark (a float32 one is the bound's
+        own precision) and where it is finite at every element (float32 overflows sooner)."""
+        if self.sides.lower_magnitude is None or self.side.floating != torch.float64:
+            return None
+        compute = self.sides.lower_magnitude
+        found = self.output(("lower magnitude",), lambda: compute(self.side), index)
+        return found if found is not None and np.isfinite(found).all() else None
+
+    def spread(self, index: int, relative: float, seeds: int = SPREAD_SEEDS) -> np.ndarray | None:
         bench = self.output(("bench",), lambda: self.bench, index)
         if not self.sides.spread or bench is None:
             return None
         widest: np.ndarray | None = None
-        for seed in range(SPREAD_SEEDS):
+        for seed in range(seeds):
             side = perturbed(self.side, relative, seed)
             run = self.output(("spread", relative, seed), functools.partial(self.sides.compared_run, side), index)
             if run is None or run.shape != bench.shape:

@@ -175,8 +175,11 @@ def read(
     # is asked then whatever the rest holds. The last look reads the whole output.
     worst = budget.worst(t, b, stop_over=True)
     asked: list[str] = []
+    # Each cheaper answer first: it is at most the full one, so stopping after it gives the same verdict.
     asks: list[tuple[str, Callable[[], np.ndarray | None]]] = [
+        ("magnitude", extra.lower_magnitude),
         ("magnitude", extra.magnitude),
+        ("spread", lambda: extra.spread_once(U_ACC)),
         ("spread", lambda: extra.spread(U_ACC)),
     ]
     if fmt.mantissa_bits < 23:
