@@ -95,7 +95,12 @@ def extra_answers(kept: Kept, output: OutputResult) -> dict[str, Any]:
     extra = kept.extra
     assert extra is not None
     fmt = format_of(output.tested_dtype)
-    answers = {"magnitude": extra.magnitude(output.index), "spread": extra.spread(output.index, U_ACC)}
+    answers = {
+        "lower_magnitude": extra.lower_magnitude(output.index),
+        "magnitude": extra.magnitude(output.index),
+        "spread_once": extra.spread(output.index, U_ACC, 1),
+        "spread": extra.spread(output.index, U_ACC),
+    }
     if fmt is not None and fmt.mantissa_bits < 23:  # the standard asks `low` of fp16/bf16 only
         answers["low"] = extra.low(output.index)
     return {name: None if value is None else torch.from_numpy(value) for name, value in answers.items()}

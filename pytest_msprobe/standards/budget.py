@@ -188,7 +188,8 @@ def read(
         if worst.ratio <= 1:
             break
         answer = ask()
-        asked.append(name)
+        if name not in asked:  # a kind once, its cheaper answer and the full one alike
+            asked.append(name)
         if answer is None:
             continue
         budget.answers[name] = flat(np.broadcast_to(np.asarray(answer, dtype=np.float64), shape))

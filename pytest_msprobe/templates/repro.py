@@ -331,11 +331,15 @@ class ExtraRuns:
                 magnitude=lambda: answers.get("magnitude"),
                 spread=lambda relative: answers.get("spread"),
                 low=lambda: answers.get("low"),
+                lower_magnitude=lambda: answers.get("lower_magnitude"),
+                spread_once=lambda relative: answers.get("spread_once"),
             )
         return types.SimpleNamespace(
             magnitude=lambda: self.magnitude(index),
             spread=lambda relative: self.spread(index, relative),
             low=lambda: self.low(index),
+            lower_magnitude=lambda: self.lower_magnitude(index),
+            spread_once=lambda relative: self.spread(index, relative, 1),
         )
 
     def magnitude(self, index: int) -> np.ndarray | None:
@@ -349,12 +353,31 @@ class ExtraRuns:
             return self.output(("magnitude",), lambda: formula(MAGNITUDE_API, args, kwargs, grads), index)
         return None
 
-    def spread(self, index: int, relative: float) -> np.ndarray | None:
+    def lower_magnitude(self, index: int) -> np.ndarray | None:
+        """A contraction's magnitude in float32 made a lower bound of the float64 one, asked
+        first, where the run asks it (magnitudes.lower_bound; torch_engine.ExtraBenchRuns)."""
+        if self.kind != "sum" or self.side is None or self.side.floating != torch.float64:
+            return None
+        magnitudes = package_module("magnitudes")
+        grads = flat_outputs(self.call["grads"]) if "grads" in self.call else None
+        terms = magnitudes.terms_bound(MAGNITUDE_API, floating(self.call["args"], self.call["kwargs"]), grads)
+        if (
+            terms is None
+            or 4 * (terms + 4) * magnitudes.U_FLOAT32 > 1
+            or torch.get_float32_matmul_precision() != "highest"
+        ):
+            return None
+        side = replace(absolute(self.side), floating=torch.float32)
+        run = functools.partial(run_torch, side, self.call)
+        found = self.output(("lower magnitude",), lambda: magnitudes.lower_bound(run(), terms), index)
+        return found if found is not None and np.isfinite(found).all() else None
+
+    def spread(self, index: int, relative: float, seeds: int = SPREAD_SEEDS) -> np.ndarray | None:
         bench = self.output(("bench",), lambda: self.bench, index)
         if self.kind == "sum" or bench is None or self.side is None:  # a sum's magnitude says it all
             return None
         widest: np.ndarray | None = None
-        for seed in range(SPREAD_SEEDS):
+        for seed in range(seeds):
             side = perturbed(self.side, relative, seed)
             run = self.output(("spread", relative, seed), functools.partial(run_torch, side, self.call), index)
             if run is None or run.shape != bench.shape:
