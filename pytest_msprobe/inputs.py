@@ -205,7 +205,8 @@ class Rebuilder:
         check_statistics(spec, str(dtype).rsplit(".", 1)[-1], lambda key, what: self.error(f"{field_path}.{key}", what))
         kind = self.codec.dtype_kind(dtype_name)
         seed = tensor_seed(self.seed, self.entry, field_path)
-        array = random_array(spec, kind, seed, self.codec.drawn_dtype(dtype) if kind == "f" else np.float64)
+        largest = FLOAT_MAX.get(str(dtype).rsplit(".", 1)[-1], math.inf)
+        array = random_array(spec, kind, seed, self.codec.drawn_dtype(dtype) if kind == "f" else np.float64, largest)
         return self.codec.from_array(array, dtype)
 
     def budget(self, shape: list[int], field_path: str) -> None:
@@ -328,14 +329,15 @@ _SCALARS: dict = {
 # -- random data -------------------------------------------------------------
 
 
-def random_array(spec: dict, kind: str, seed: int, floating: Any = np.float64) -> np.ndarray:
+def random_array(spec: dict, kind: str, seed: int, floating: Any = np.float64, largest: float = math.inf) -> np.ndarray:
     """msprobe's rule, made order-free and inf/NaN-safe.
 
     Floats: uniform in [Min, Max] with Min written into the first element and
     Max into the last, drawn in float64 and rounded once into an array of the
     numpy dtype `floating` (float32 for a float32 tensor: no float64 copy is
     made). Ints: randint(Min, Max + 1). Bools: randint(Min, Max + 1) > 0.
-    A recorded inf/NaN is planted at those two places; the rest stays finite.
+    A recorded inf/NaN is planted at those two places; the rest stays finite. A bound the
+    statistics lack is made up within +-largest, the tensor dtype's largest finite value.
     """
     shape = tuple(spec["shape"])
     rng = np.random.default_rng(seed)
@@ -347,7 +349,7 @@ def random_array(spec: dict, kind: str, seed: int, floating: Any = np.float64) -
     if kind == "i":
         lo, hi = _int_bounds(low, high)
         return np.asarray(rng.integers(lo, hi, size=shape, dtype=np.int64, endpoint=True))
-    lo, hi = _finite_bounds(spec, low, high)
+    lo, hi = _finite_bounds(spec, low, high, largest)
     array = np.empty(shape, dtype=floating)
     flat = array.reshape(-1)
     # A finite bound beyond float32's range (Min_except_inf_nan is not checked) rounds to inf,
@@ -391,8 +393,9 @@ def _int_bounds(low: float | None, high: float | None) -> tuple:
     return min(lo, hi), max(lo, hi)
 
 
-def _finite_bounds(spec: dict, low: float | None, high: float | None) -> tuple:
-    """Finite [lo, hi] for the bulk of a tensor whose Min/Max may be inf, NaN or absent."""
+def _finite_bounds(spec: dict, low: float | None, high: float | None, largest: float = math.inf) -> tuple:
+    """Finite [lo, hi] for the bulk of a tensor whose Min/Max may be inf, NaN or absent; a made-up
+    bound stays within +-largest (float16's Max -38217 alone: Min -65504, not -76434, which is -inf)."""
     low_finite = as_float(spec.get("Min_except_inf_nan"))
     high_finite = as_float(spec.get("Max_except_inf_nan"))
     lo = low if _finite(low) else low_finite if _finite(low_finite) else None
@@ -401,9 +404,9 @@ def _finite_bounds(spec: dict, low: float | None, high: float | None) -> tuple:
         return -1.0, 1.0
     if lo is None:
         assert hi is not None
-        lo = hi - max(1.0, abs(hi))
+        lo = max(hi - max(1.0, abs(hi)), -largest)
     if hi is None:
-        hi = lo + max(1.0, abs(lo))
+        hi = min(lo + max(1.0, abs(lo)), largest)
     return (lo, hi) if lo <= hi else (hi, lo)
 
 

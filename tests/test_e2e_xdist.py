@@ -137,8 +137,8 @@ def test_a_crashed_worker_fails_its_entry_and_the_others_run(pytester, copy_dump
     result.stdout.fnmatch_lines(["Functional.relu.0.forward: the xdist worker gw? crashed while checking this "
                                  "entry on cpu (id ?, unused on cpu): killed by SIGSEGV (a segfault, an abort or "
                                  "the OOM killer in the API)"])
-    result.stdout.fnmatch_lines(["FAILED *::Functional.relu.0.forward - *"])
-    result.stdout.fnmatch_lines(["FAILED *::Functional.relu.0.backward - *"])
+    result.stdout.fnmatch_lines(["FAILED *::Functional.relu.0.forward*"])
+    result.stdout.fnmatch_lines(["FAILED *::Functional.relu.0.backward*"])
     assert "INTERNALERROR" not in result.stdout.str()
     by_api = {row["API Name"]: row for row in read_csv(pytester.path / "xdist", "result")}
     data = json.loads(dump.read_text())["data"]

@@ -135,3 +135,11 @@ def test_the_seed_depends_on_entry_and_field_only():
 def test_random_tensors_get_the_recorded_dtype():
     value = rebuilder(mode=RANDOM).value(tensor_spec(dtype="torch.bfloat16", lo=0.0, hi=4.0), "input_args[0]")
     assert value.dtype == torch.bfloat16 and 0.0 <= float(value.min()) and float(value.max()) <= 4.0
+
+
+@pytest.mark.parametrize("lo, hi", [(None, -38217.0), (38217.0, None)])
+def test_a_bound_the_statistics_lack_stays_within_the_dtype(lo, hi):
+    """float16 with Max -38217 alone: the made-up Min is -65504, not -76434 (which float16 rounds to -inf)."""
+    spec = {"type": "torch.Tensor", "dtype": "torch.float16", "shape": [64], "Min": lo, "Max": hi}
+    value = rebuilder(mode=RANDOM).value(spec, "input_args[0]")
+    assert value.dtype == torch.float16 and bool(torch.isfinite(value).all())
