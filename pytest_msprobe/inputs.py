@@ -202,10 +202,11 @@ class Rebuilder:
         if path is not None:
             return self.load(path, shape, dtype, field_path)
         self.budget(shape, field_path)
-        check_statistics(spec, str(dtype).rsplit(".", 1)[-1], lambda key, what: self.error(f"{field_path}.{key}", what))
+        short = str(dtype).rsplit(".", 1)[-1]  # "float16"
+        check_statistics(spec, short, lambda key, what: self.error(f"{field_path}.{key}", what))
         kind = self.codec.dtype_kind(dtype_name)
         seed = tensor_seed(self.seed, self.entry, field_path)
-        largest = FLOAT_MAX.get(str(dtype).rsplit(".", 1)[-1], math.inf)
+        largest = FLOAT_MAX.get(short, math.inf)
         array = random_array(spec, kind, seed, self.codec.drawn_dtype(dtype) if kind == "f" else np.float64, largest)
         return self.codec.from_array(array, dtype)
 

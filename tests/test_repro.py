@@ -54,6 +54,13 @@ def isolated_env() -> dict:
     return env
 
 
+def isolated_run(args: list, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """A fresh interpreter without site-packages beyond torch and numpy (isolated_env), as the kernel team's."""
+    return subprocess.run(
+        [sys.executable, "-S", *args], cwd=cwd, env=env or isolated_env(), capture_output=True, text=True, timeout=300
+    )
+
+
 def run_alone(folder: Path, fresh: Path, *args: str, env: dict | None = None) -> dict:
     """Copy one repro folder alone to `fresh` and run its repro.py there with --json (`env`: more
     of the environment; a PYTHONPATH goes before the site-packages')."""
@@ -63,14 +70,7 @@ def run_alone(folder: Path, fresh: Path, *args: str, env: dict | None = None) ->
     environment = isolated_env()
     for key, value in (env or {}).items():
         environment[key] = value + os.pathsep + environment[key] if key == "PYTHONPATH" else value
-    done = subprocess.run(
-        [sys.executable, "-S", "repro.py", "--json", *args],
-        cwd=target,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = isolated_run(["repro.py", "--json", *args], target, environment)
     assert done.returncode in (0, 1), done.stderr
     report = json.loads(done.stdout.splitlines()[-1])
     assert done.returncode == (1 if report["status"] == "error" else 0)
@@ -79,14 +79,7 @@ def run_alone(folder: Path, fresh: Path, *args: str, env: dict | None = None) ->
 
 def test_the_isolated_interpreter_has_torch_and_numpy_but_not_pytest_msprobe(tmp_path):
     probe = "import torch, numpy\ntry:\n    import pytest_msprobe\nexcept ImportError:\n    print('absent')\n"
-    done = subprocess.run(
-        [sys.executable, "-S", "-c", probe],
-        cwd=tmp_path,
-        env=isolated_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = isolated_run(["-c", probe], tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "absent"
 
@@ -476,14 +469,7 @@ def test_the_template_runs_its_own_example_and_a_written_script_compiles(tmp_pat
     a, b = torch.randn(3, 4), torch.randn(4, 2)
     torch.save({"args": [a, b], "kwargs": {}}, tmp_path / "inputs.pt")
     shutil.copy(repro.TEMPLATE, tmp_path / "repro.py")
-    done = subprocess.run(
-        [sys.executable, "-S", "repro.py"],
-        cwd=tmp_path,
-        env=isolated_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = isolated_run(["repro.py"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert "verdict: pass" in done.stdout
 

@@ -175,25 +175,26 @@ def read(
     # is asked then whatever the rest holds. The last look reads the whole output.
     worst = budget.worst(t, b, stop_over=True)
     asked: list[str] = []
-    # Each cheaper answer first: it is at most the full one, so stopping after it gives the same verdict.
-    asks: list[tuple[str, Callable[[], np.ndarray | None]]] = [
-        ("magnitude", extra.lower_magnitude),
-        ("magnitude", extra.magnitude),
-        ("spread", lambda: extra.spread_once(U_ACC)),
-        ("spread", lambda: extra.spread(U_ACC)),
+    # Each kind's cheaper answer first: it is at most the full one, so stopping after it gives the
+    # same verdict.
+    asks: list[tuple[str, tuple[Callable[[], np.ndarray | None], ...]]] = [
+        ("magnitude", (extra.lower_magnitude, extra.magnitude)),
+        ("spread", (lambda: extra.spread_once(U_ACC), lambda: extra.spread(U_ACC))),
     ]
     if fmt.mantissa_bits < 23:
-        asks.append(("low", extra.low))
-    for name, ask in asks:
+        asks.append(("low", (extra.low,)))
+    for name, answers in asks:
         if worst.ratio <= 1:
             break
-        answer = ask()
-        if name not in asked:  # a kind once, its cheaper answer and the full one alike
-            asked.append(name)
-        if answer is None:
-            continue
-        budget.answers[name] = flat(np.broadcast_to(np.asarray(answer, dtype=np.float64), shape))
-        worst = budget.worst(t, b, stop_over=True)
+        asked.append(name)
+        for ask in answers:
+            if worst.ratio <= 1:
+                break
+            answer = ask()
+            if answer is None:
+                continue
+            budget.answers[name] = flat(np.broadcast_to(np.asarray(answer, dtype=np.float64), shape))
+            worst = budget.worst(t, b, stop_over=True)
     if worst.partial:
         worst = budget.worst(t, b)
     index = tuple(int(i) for i in np.unravel_index(worst.index, shape)) if shape else ()
