@@ -27,6 +27,10 @@ def _no_answer(*args: float) -> np.ndarray | None:
     return None
 
 
+def _no_terms() -> int | None:
+    return None
+
+
 @dataclass
 class ExtraRuns:
     """More of the benchmark for one output, computed only when a standard asks (an output over
@@ -46,6 +50,7 @@ class ExtraRuns:
     low: Callable[[], np.ndarray | None] = _no_answer
     lower_magnitude: Callable[[], np.ndarray | None] = _no_answer
     spread_once: Callable[[float], np.ndarray | None] = _no_answer
+    terms: Callable[[], int | None] = _no_terms  # how many terms one element sums at most (K), no run
 
 
 @dataclass

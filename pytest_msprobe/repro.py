@@ -103,7 +103,11 @@ def extra_answers(kept: Kept, output: OutputResult) -> dict[str, Any]:
     }
     if fmt is not None and fmt.mantissa_bits < 23:  # the standard asks `low` of fp16/bf16 only
         answers["low"] = extra.low(output.index)
-    return {name: None if value is None else torch.from_numpy(value) for name, value in answers.items()}
+    found: dict[str, Any] = {
+        name: None if value is None else torch.from_numpy(value) for name, value in answers.items()
+    }
+    found["terms"] = extra.terms(output.index)
+    return found
 
 
 def encode(tree: Any) -> Any:

@@ -3,9 +3,16 @@
 - Sums and products (every floating input enters linearly: linear, matmul, conv, sum, mean,
   add, mul, cat, embedding, masked_fill): the benchmark itself on |inputs|, grad_outputs
   included, gives it (|A||B|, sum |x|), forward and backward alike.
-- softmax, layer_norm, gelu: their formula subtracts, so the API on |inputs| means nothing;
-  the formula with every difference made a sum of magnitudes does (softmax's gradient
+- softmax, layer_norm, batch_norm, gelu: their formula subtracts, so the API on |inputs| means
+  nothing; the formula with every difference made a sum of magnitudes does (softmax's gradient
   y (g - sum y g) -> y (|g| + sum y |g|)): `formula`.
+- Pooling and interpolation route each grad_output element to inputs with nonnegative weights
+  that the input chooses (a window's max, its mean, the interpolation's weights): their gradient's
+  magnitude is the benchmark on |grad_output| with the inputs as they are (|x| would move a max
+  pool's argmax); their forward is a sum of |x| like a sum's (`ROUTES`).
+- How many terms one element sums (`terms_of`, K): a correct kernel's partial sums grow with the
+  result where the terms share a sign, and its rounding with them, like sqrt(K) u |b| (the
+  standard's length term).
 - Contractions among them (conv, linear, matmul and the like) first get a cheaper lower bound:
   the same run in float32 (mkldnn and BLAS have fast float32 kernels, none for float64). Its
   terms are all nonnegative, so whatever the order, float32 gives M (1 + t) with |t| <= gamma_n =
@@ -36,6 +43,12 @@ SUMS_AND_PRODUCTS = frozenset({
     "masked_fill", "masked_fill_",
 })  # fmt: skip
 
+ROUTES = frozenset({
+    "max_pool1d", "max_pool2d", "max_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
+    "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+    "interpolate", "upsample", "upsample_nearest", "upsample_bilinear",
+})  # fmt: skip
+
 CONTRACTIONS = frozenset({
     "linear", "matmul", "__matmul__", "mm", "bmm", "baddbmm", "addmm", "conv1d", "conv2d", "conv3d",
 })  # fmt: skip
@@ -45,14 +58,21 @@ U_FLOAT32 = 2.0**-24
 PARAMETERS: dict[str, tuple[tuple[str, Any], ...]] = {
     "softmax": (("input", None), ("dim", -1)),
     "layer_norm": (("input", None), ("normalized_shape", None), ("weight", None), ("bias", None), ("eps", 1e-5)),
+    "batch_norm": (
+        ("input", None), ("running_mean", None), ("running_var", None), ("weight", None), ("bias", None),
+        ("training", False), ("momentum", 0.1), ("eps", 1e-5),
+    ),
     "gelu": (("input", None), ("approximate", "none")),
-}
+}  # fmt: skip
 
 
 def family(api: str) -> str:
-    """ "sum" (a sum or product), "formula" (softmax, layer_norm, gelu) or "" of an API's last name."""
+    """ "sum" (a sum or product), "formula" (softmax, layer_norm, batch_norm, gelu), "routes"
+    (pooling, interpolation) or "" of an API's last name."""
     name = api.rsplit(".", 1)[-1]
-    return "sum" if name in SUMS_AND_PRODUCTS else "formula" if name in PARAMETERS else ""
+    if name in SUMS_AND_PRODUCTS:
+        return "sum"
+    return "formula" if name in PARAMETERS else "routes" if name in ROUTES else ""
 
 
 def formula(api: str, args: Sequence[Any], kwargs: dict[str, Any], grad_outputs: list | None) -> list:
@@ -92,21 +112,60 @@ def _layer_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
     rows = x.reshape(-1, n)
     mean = rows.mean(1, keepdim=True)
     rstd = 1 / torch.sqrt(((rows - mean) ** 2).mean(1, keepdim=True) + p["eps"])
-    centred = (rows.abs() + mean.abs()) * rstd  # x - mean is rounded at the scale of |x| + |mean|
-    weight, bias = p["weight"], p["bias"]
-    w = weight.reshape(1, n).abs() if weight is not None else torch.ones(1, n, dtype=torch.float64)
+    dx, dw, db = _normalised(rows, 1, mean, rstd, p["weight"], p["bias"], None if g is None else g.reshape(-1, n))
+    return [dx.reshape(x.shape)] + [found for found in (dw, db) if found is not None]
+
+
+def _batch_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
+    """Over every dimension but the channel (1): the batch's statistics in training (or without
+    running ones), the running ones else (an affine map: no sum in the gradient of x)."""
+    x = p["input"]
+    rows = x.movedim(1, -1).reshape(-1, x.shape[1]) if x.dim() > 1 else x.reshape(-1, 1)
+    batch = p["training"] or p["running_mean"] is None or p["running_var"] is None
+    if batch:
+        mean = rows.mean(0, keepdim=True)
+        variance = ((rows - mean) ** 2).mean(0, keepdim=True)
+    else:
+        mean, variance = p["running_mean"].reshape(1, -1), p["running_var"].reshape(1, -1)
+    rstd = 1 / torch.sqrt(variance + p["eps"])
+    moved = x.movedim(1, -1).shape if x.dim() > 1 else x.shape
+    grads = None if g is None else g.movedim(1, -1).reshape(rows.shape) if g.dim() > 1 else g.reshape(rows.shape)
+    dx, dw, db = _normalised(rows, 0, mean, rstd, p["weight"], p["bias"], grads, batch)
+    dx = dx.reshape(moved).movedim(-1, 1) if x.dim() > 1 else dx.reshape(x.shape)
     if g is None:
-        b = bias.reshape(1, n).abs() if bias is not None else 0.0
-        return [(centred * w + b).reshape(x.shape)]
-    ag = g.reshape(-1, n).abs()
+        return [dx]
+    # One per floating input, in argument order: the running statistics take no gradient.
+    found = {"input": dx, "weight": dw, "bias": db}
+    return [found.get(name) for name, _ in PARAMETERS["batch_norm"] if isinstance(p[name], torch.Tensor)]
+
+
+def _normalised(
+    rows: torch.Tensor,
+    over: int,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    g: torch.Tensor | None,
+    batch: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(y or dx, dw, db) of a 2-D view normalised over `over` (layer_norm: rows of n, over 1;
+    batch_norm: the channel last, over 0), weight and bias along dim 1. `batch`: the statistics
+    are the view's own, so x's gradient sums through them too."""
+    centred = (rows.abs() + mean.abs()) * rstd  # x - mean is rounded at the scale of |x| + |mean|
+    w = weight.reshape(1, -1).abs() if weight is not None else torch.ones(1, rows.shape[1], dtype=torch.float64)
+    if g is None:
+        b = bias.reshape(1, -1).abs() if bias is not None else 0.0
+        return centred * w + b, None, None
+    ag = g.abs()
     gw = ag * w
-    dx = rstd * (gw + gw.mean(1, keepdim=True) + centred * (gw * centred).mean(1, keepdim=True))
-    found = [dx.reshape(x.shape)]
-    if weight is not None:
-        found.append((ag * centred).sum(0).reshape(weight.shape))
-    if bias is not None:
-        found.append(ag.sum(0).reshape(bias.shape))
-    return found
+    if batch:
+        dx = rstd * (gw + gw.mean(over, keepdim=True) + centred * (gw * centred).mean(over, keepdim=True))
+    else:
+        dx = rstd * gw
+    dw = (ag * centred).sum(0).reshape(weight.shape) if weight is not None else None
+    db = ag.sum(0).reshape(bias.shape) if bias is not None else None
+    return dx, dw, db
 
 
 def _gelu(p: dict[str, Any], g: torch.Tensor | None) -> list:
@@ -122,6 +181,7 @@ def _gelu(p: dict[str, Any], g: torch.Tensor | None) -> list:
 FORMULAS: dict[str, Callable[[dict[str, Any], torch.Tensor | None], list]] = {
     "softmax": _softmax,
     "layer_norm": _layer_norm,
+    "batch_norm": _batch_norm,
     "gelu": _gelu,
 }
 
@@ -149,6 +209,39 @@ def terms_bound(api: str, inputs: Sequence[torch.Tensor], grad_outputs: Sequence
     return max(t.numel() // max(1, min(t.shape[-2:])) if t.dim() >= 2 else t.numel() for t in [*inputs, *grads])
 
 
+def terms_of(
+    api: str, inputs: Sequence[torch.Tensor], grad_outputs: Sequence[Any] | None, index: int, numel: int
+) -> int | None:
+    """At most how many terms one element of output `index` (backward: of floating input `index`'s
+    gradient) sums, `numel` its size; None where the API says nothing or an element sums no more than 1.
+
+    A reduction's output (sum, mean forward) and a gradient summed over the batch (a norm's weight
+    and bias, a linear's or a conv's weight and bias) sum the input's size over their own; conv and
+    linear per output as their shapes say; other contractions `terms_bound`, their every output's."""
+    name = api.rsplit(".", 1)[-1]
+    x = inputs[0] if inputs else None
+    found: int | None = None
+    forward = grad_outputs is None
+    if x is None or numel < 1:
+        return None
+    if (forward and name in ("sum", "mean")) or (not forward and name in ("batch_norm", "layer_norm") and index > 0):
+        found = x.numel() // numel
+    elif name == "linear" and len(inputs) >= 2:
+        rows = x.numel() // max(1, x.shape[-1])
+        found = x.shape[-1] if forward else inputs[1].shape[0] if index == 0 else rows
+    elif name.startswith("conv") and len(inputs) >= 2 and inputs[1].dim() >= 3:
+        w = inputs[1]
+        grads = [g for g in grad_outputs or () if isinstance(g, torch.Tensor)]
+        if forward or index == 0:
+            found = w.numel() // w.shape[0 if forward else 1]
+        elif grads and grads[0].dim() >= w.dim() - 1:
+            g = grads[0]
+            found = g.numel() // g.shape[-(w.dim() - 1)]
+    elif name in CONTRACTIONS:
+        found = terms_bound(api, inputs, grad_outputs)
+    return found if found is not None and found > 1 else None
+
+
 def lower_bound(outputs: list, terms: int) -> list:
     """float32 magnitudes of a contraction of `terms` products made lower bounds of the float64
     ones (the module docstring); each output in float64."""
@@ -160,10 +253,12 @@ def lower_bound(outputs: list, terms: int) -> list:
 def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
     """The entry's sides with what the dtype standard's extra runs need for this API."""
     kind = family(api)
-    if kind == "sum":
+    inputs = floating(call.args, call.kwargs)
+    grad_outputs = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
+    sides = replace(sides, terms=lambda index, numel: terms_of(api, inputs, grad_outputs, index, numel))
+    if kind == "sum" or (kind == "routes" and grad_outputs is None):
         exact = replace(sides, magnitude=lambda side: sides.compared_run(absolute(side)), spread=False)
-        grad_outputs = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
-        terms = terms_bound(api, floating(call.args, call.kwargs), grad_outputs)
+        terms = terms_bound(api, inputs, grad_outputs)
         # Only where 2 n u stays small and float32 GEMMs are not allowed a lower precision.
         if terms is None or 4 * (terms + 4) * U_FLOAT32 > 1 or torch.get_float32_matmul_precision() != "highest":
             return exact
@@ -172,7 +267,10 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
             return lower_bound(sides.compared_run(replace(absolute(side), floating=torch.float32)), terms)
 
         return replace(exact, lower_magnitude=in_float32)
+    if kind == "routes":
+        return replace(
+            sides, magnitude=lambda side: sides.compared_run(replace(side, grad_transform=torch.abs)), spread=False
+        )
     if kind == "formula":
-        grad_outputs = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
         return replace(sides, magnitude=lambda side: formula(api, call.args, call.kwargs, grad_outputs))
     return sides

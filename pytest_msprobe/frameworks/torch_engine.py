@@ -173,6 +173,7 @@ class Side:
     autocast: torch.dtype | None = None
     reference: bool = False  # run the bench callable (for torch_npu ops, the CPU reference)
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None  # on every floating tensor placed (extra runs)
+    grad_transform: Callable[[torch.Tensor], torch.Tensor] | None = None  # then on the grad_outputs alone
 
     def place(self, value: Any) -> Any:
         if isinstance(value, Device):
@@ -185,6 +186,14 @@ class Side:
             value = value.detach().to(self.autocast)
         placed = value.detach().to(device=self.device, dtype=self.floating or value.dtype, copy=True)
         return placed if self.transform is None else self.transform(placed)
+
+    def place_grad(self, value: Any) -> Any:
+        placed = self.place(value)
+        return (
+            placed
+            if self.grad_transform is None or not isinstance(placed, torch.Tensor)
+            else self.grad_transform(placed)
+        )
 
 
 def tested_side(device: str, call: Call) -> Side:
@@ -266,7 +275,7 @@ def gradients(side: Side, call: Call, grad_outputs: list, watch: Callable[[list,
     outs = [o for o in flat_outputs(out) if isinstance(o, torch.Tensor) and o.requires_grad]
     if not outs:
         raise Unsupported("the forward outputs take no grad")
-    grads = [side.place(g) if isinstance(g, torch.Tensor) else None for g in flat_outputs(grad_outputs)]
+    grads = [side.place_grad(g) if isinstance(g, torch.Tensor) else None for g in flat_outputs(grad_outputs)]
     chosen = [(o, g) for o, g in zip(outs, grads) if g is not None]
     if not chosen:
         raise Unsupported("the backward entry records no grad_output for a differentiable output")
@@ -467,6 +476,8 @@ class Sides:
     # A lower bound of magnitude, cheaper (a contraction's |A||B| in float32: magnitudes.py).
     lower_magnitude: Callable[[Side], list] | None = None
     spread: bool = True
+    # (output index, its size) -> how many terms one element sums at most, where the API says (magnitudes.terms_of).
+    terms: Callable[[int, int], int | None] | None = None
     # The bench as the pairs compare it, for the extra runs: where a gradient was judged at a
     # node of the graph, that node's value (by default the bench itself).
     compared_bench: Callable[[Side], list] | None = None
@@ -592,7 +603,14 @@ class ExtraBenchRuns:
             low=lambda: self.low(index),
             lower_magnitude=lambda: self.lower_magnitude(index),
             spread_once=lambda relative: self.spread(index, relative, 1),
+            terms=lambda: self.terms(index),
         )
+
+    def terms(self, index: int) -> int | None:
+        bench = self.bench[index] if index < len(self.bench) else None
+        if self.sides.terms is None or not isinstance(bench, torch.Tensor):
+            return None
+        return self.sides.terms(index, bench.numel())
 
     def magnitude(self, index: int) -> np.ndarray | None:
         if self.sides.magnitude is None:

@@ -1,13 +1,17 @@
 """What a correct kernel may get wrong at each element of an output: the dtype standard's budget.
 
-    budget_i = c_out ulp_i  +  c_acc u_acc m_i  +  c_spread S_i  +  c_low L_i
+    budget_i = c_out ulp_i  +  c_acc u_acc m_i  +  c_length u_acc sqrt(K) |b_i|  +  c_spread S_i  +  c_low L_i
 
     ulp_i   the spacing of the tested dtype at the correctly rounded benchmark (the subnormal
             spacing below the normal range): the final rounding (0.5) and a 1-ULP math library (1)
     m_i     max(|b_i|, M_i): the magnitude of the terms a correct kernel rounds at fp32 (u_acc =
             2^-24, as Ascend's cube unit and CUDA's tensor cores accumulate fp16/bf16/fp32): M is
             the benchmark on |inputs| for sums and products (|A||B|, sum |x|), the API's formula
-            on magnitudes for softmax, layer_norm and gelu, else |b_i| alone
+            on magnitudes for softmax, layer_norm, batch_norm and gelu, |grad_output| routed as the
+            input chooses for pooling's gradient, else |b_i| alone
+    K       how many terms one element sums, where the API says (conv, linear, matmul, sum, mean,
+            a norm's weight gradient): where the terms share a sign a correct kernel's partial sums
+            grow with the result, and what it rounds with them (no extra run)
     S_i     max over seeds of |b(inputs x (1 + u_acc r)) - b_i|, r = +-1 at random: what the
             computation's conditioning makes of intermediate rounding, for what is not a sum
     L_i     |the API on the CPU in the tested dtype - b_i|, bf16/fp16 only: what PyTorch's own
@@ -127,6 +131,7 @@ class Constants:
     c_acc: float = 32.0  # correct kernels need 18.8 at most (fp32 sums in order, K = 1024); TF32 636
     c_spread: float = 8.0  # correct kernels need 2.4 at most
     c_low: float = 2.0  # correct kernels need 1.0 at most
+    c_length: float = 2.0  # correct kernels need 1.34 at most (fp32 sums in order of 262,144 same-sign terms)
     band: float = 1.1  # a warning up to this many times the budget: half the width that holds no deficit
 
 
@@ -170,7 +175,7 @@ def read(
     """
     t, b = flat(tested), flat(bench)
     shape = np.shape(bench)
-    budget = _Budget(fmt, constants, max(fmt.accumulation, accumulation or 0.0))
+    budget = _Budget(fmt, constants, max(fmt.accumulation, accumulation or 0.0), extra.terms())
     # While an extra run may still be asked, a look stops at the first element over its budget: it
     # is asked then whatever the rest holds. The last look reads the whole output.
     worst = budget.worst(t, b, stop_over=True)
@@ -232,6 +237,7 @@ class _Budget:
     fmt: Format
     constants: Constants
     u_acc: float
+    terms: int | None = None  # K: how many terms one element sums at most
     answers: dict[str, np.ndarray] = field(default_factory=dict)  # flat float64, by the run's name
 
     def elements(self, t: np.ndarray, b: np.ndarray, at: slice) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -240,15 +246,16 @@ class _Budget:
         finite &= np.isfinite(b)
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf where both are inf: not compared
             error = np.abs(t - b)
-        magnitude = np.abs(b)
+        size = np.abs(b)
         if not finite.all():
             error[~finite] = 0.0
-            magnitude[~finite] = 0.0
+            size[~finite] = 0.0
         c = self.constants
         unit = self.fmt.spacing(b)
-        if "magnitude" in self.answers:
-            magnitude = np.maximum(magnitude, self.answer("magnitude", at))
+        magnitude = np.maximum(size, self.answer("magnitude", at)) if "magnitude" in self.answers else size
         terms = {"rounding": c.c_out * unit, "fp32 accumulation": c.c_acc * self.u_acc * magnitude}
+        if self.terms:
+            terms[f"partial sums of {self.terms} terms"] = c.c_length * self.u_acc * math.sqrt(self.terms) * size
         if "spread" in self.answers:
             terms["conditioning"] = c.c_spread * self.answer("spread", at)
         if "low" in self.answers:

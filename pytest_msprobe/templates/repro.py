@@ -159,6 +159,7 @@ class Side:
     autocast: torch.dtype | None = None  # floating inputs rounded to this dtype first, as autocast does
     reference: bool = False  # run `bench` (the benchmark's callable) instead of the tested API
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None  # on every floating tensor (extra runs)
+    grad_transform: Callable[[torch.Tensor], torch.Tensor] | None = None  # then on the grad_outputs alone
 
     def place(self, value: Any) -> Any:
         if isinstance(value, torch.device):  # a device argument: the side's device
@@ -171,6 +172,14 @@ class Side:
             value = value.detach().to(self.autocast)
         placed = value.detach().to(device=self.device, dtype=self.floating or value.dtype, copy=True)
         return placed if self.transform is None else self.transform(placed)
+
+    def place_grad(self, value: Any) -> Any:
+        placed = self.place(value)
+        return (
+            placed
+            if self.grad_transform is None or not isinstance(placed, torch.Tensor)
+            else self.grad_transform(placed)
+        )
 
 
 def autocast_dtype(fp32: bool) -> torch.dtype | None:
@@ -227,7 +236,7 @@ def run_torch(side: Side, call: dict) -> list:
         return flat_outputs(call_on(side, call, False)[0])
     out, leaves = call_on(side, call, True)
     outs = [o for o in flat_outputs(out) if isinstance(o, torch.Tensor) and o.requires_grad]
-    grads = [side.place(g) if isinstance(g, torch.Tensor) else None for g in flat_outputs(call["grads"])]
+    grads = [side.place_grad(g) if isinstance(g, torch.Tensor) else None for g in flat_outputs(call["grads"])]
     chosen = [(o, g) for o, g in zip(outs, grads) if g is not None]
     wanted = [leaf for leaf in leaves if leaf.requires_grad]
     # d/do of sum(o * g) is g: backward with grad_outputs g, as the run computed it.
@@ -321,18 +330,22 @@ class ExtraRuns:
 
     @functools.cached_property
     def kind(self) -> str:
-        """ "sum", "formula" or "": how the API's magnitude is had (frameworks/magnitudes.py)."""
+        """ "sum", "formula", "routes" or "": how the API's magnitude is had (frameworks/magnitudes.py)."""
         return package_module("magnitudes").family(MAGNITUDE_API) if MAGNITUDE_API else ""
 
     def for_output(self, index: int) -> Any:
         if index in self.saved:
-            answers = {name: None if value is None else value.numpy() for name, value in self.saved[index].items()}
+            answers = {
+                name: value.numpy() if isinstance(value, torch.Tensor) else value
+                for name, value in self.saved[index].items()
+            }
             return types.SimpleNamespace(
                 magnitude=lambda: answers.get("magnitude"),
                 spread=lambda relative: answers.get("spread"),
                 low=lambda: answers.get("low"),
                 lower_magnitude=lambda: answers.get("lower_magnitude"),
                 spread_once=lambda relative: answers.get("spread_once"),
+                terms=lambda: answers.get("terms"),
             )
         return types.SimpleNamespace(
             magnitude=lambda: self.magnitude(index),
@@ -340,12 +353,27 @@ class ExtraRuns:
             low=lambda: self.low(index),
             lower_magnitude=lambda: self.lower_magnitude(index),
             spread_once=lambda relative: self.spread(index, relative, 1),
+            terms=lambda: self.terms(index),
         )
 
+    def terms(self, index: int) -> int | None:
+        """How many terms one element of the output sums at most, where the API says (magnitudes.terms_of)."""
+        bench = self.bench[index] if index < len(self.bench) else None
+        if not MAGNITUDE_API or not isinstance(bench, torch.Tensor):
+            return None
+        grads = flat_outputs(self.call["grads"]) if "grads" in self.call else None
+        inputs = floating(self.call["args"], self.call["kwargs"])
+        return package_module("magnitudes").terms_of(MAGNITUDE_API, inputs, grads, index, bench.numel())
+
     def magnitude(self, index: int) -> np.ndarray | None:
-        if self.kind == "sum":  # the benchmark on |inputs|
+        backward = "grads" in self.call
+        if self.kind == "sum" or (self.kind == "routes" and not backward):  # the benchmark on |inputs|
             assert self.side is not None
             return self.output(("magnitude",), functools.partial(run_torch, absolute(self.side), self.call), index)
+        if self.kind == "routes":  # the benchmark on |grad_outputs|, the inputs as they are
+            assert self.side is not None
+            side = replace(self.side, grad_transform=torch.abs)
+            return self.output(("magnitude",), functools.partial(run_torch, side, self.call), index)
         if self.kind == "formula":  # the API's formula on magnitudes
             grads = flat_outputs(self.call["grads"]) if "grads" in self.call else None
             formula = package_module("magnitudes").formula
@@ -374,7 +402,7 @@ class ExtraRuns:
 
     def spread(self, index: int, relative: float, seeds: int = SPREAD_SEEDS) -> np.ndarray | None:
         bench = self.output(("bench",), lambda: self.bench, index)
-        if self.kind == "sum" or bench is None or self.side is None:  # a sum's magnitude says it all
+        if self.kind in ("sum", "routes") or bench is None or self.side is None:  # the magnitude says it all
             return None
         widest: np.ndarray | None = None
         for seed in range(seeds):
