@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import deficits as d
 import numpy as np
 import pytest
 import torch
@@ -16,7 +17,7 @@ from conftest import DATA, read_csv, run_msprobe
 from pytest_msprobe.compare import ExtraRuns
 from pytest_msprobe.dump import EntryName
 from pytest_msprobe.frameworks.magnitudes import family, formula, terms_of, with_magnitudes
-from pytest_msprobe.frameworks.torch_engine import Call, Side, Sides, gradients
+from pytest_msprobe.frameworks.torch_engine import Call, ExtraBenchRuns, Side, Sides, forward, gradients
 from pytest_msprobe.standards.budget import FORMATS, read
 
 RESNET = DATA / "public" / "gpu_resnet" / "dump.json"
@@ -127,3 +128,103 @@ def test_the_resnet_steps_long_sums_batch_norms_and_pooling_pass_in_cpu_mode(pyt
     assert weight["Status"] == "pass" and weight["Shape"] == "[64, 3, 7, 7]"
     assert {row["Status"] for row in rows.values()} == {"pass"}
     assert math.isfinite(float(weight["MaxRelativeErr"]))
+
+
+# -- what the new terms must not let through: deficient CNN kernels stay errors ----------------
+
+
+def _judged(api: str, fn, args: list, tested: list[torch.Tensor], grad: torch.Tensor | None = None) -> list[str]:
+    """The dtype standard's status of each output (backward: each floating input's gradient) that a
+    kernel under test computed, with the extra runs the plugin would ask, on its float64 benchmark."""
+    direction = "forward" if grad is None else "backward"
+    api_type, short = api.split(".", 1)
+    name = EntryName(f"{api}.0.{direction}", api_type, short, 0, direction)
+    call = Call(name, fn, fn, args, {}, [], grad_flags=[True] * len(args))
+    compute = (lambda side: forward(side, call)) if grad is None else (lambda side: gradients(side, call, [grad]))
+    grads = None if grad is None else [grad]
+    sides = with_magnitudes(Sides(bench=compute, tested=list, pair=lambda t, b: [], grad_outputs=grads), api, call)
+    side = Side("cpu", torch.float64, None, True)
+    bench = sides.bench(side)
+    extra = ExtraBenchRuns(call, sides, side, bench)
+    fmt = FORMATS["float32"]
+    return [
+        read(t.double().numpy(), b.numpy(), fmt, extra.for_output(i)).status(1.1)
+        for i, (t, b) in enumerate(zip(tested, bench))
+        if t is not None
+    ]
+
+
+def _activations(shape: tuple[int, ...], mean: float, seed: int = 0) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)) + mean
+
+
+def _batch_norm_fp32(
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, variance: str = "two-pass", rsqrt_bits: int = 0
+):
+    """batch_norm in training as a kernel might compute it in fp32: statistics over N, H, W, the
+    variance in two passes or one (E[x^2] - E[x]^2), rstd exact in fp32 or to `rsqrt_bits` bits."""
+    dims = (0, 2, 3)
+    mean = x.mean(dims, keepdim=True)
+    if variance == "two-pass":
+        var = ((x - mean) ** 2).mean(dims, keepdim=True)
+    else:
+        var = (x * x).mean(dims, keepdim=True) - mean * mean
+    rstd = torch.rsqrt(var + 1e-5)
+    if rsqrt_bits:
+        mantissa, exponent = torch.frexp(rstd.double())
+        rstd = torch.ldexp(torch.round(mantissa * 2.0**rsqrt_bits) / 2.0**rsqrt_bits, exponent).float()
+    return (x - mean) * rstd * w.reshape(1, -1, 1, 1) + b.reshape(1, -1, 1, 1)
+
+
+def test_batch_norm_deficits_are_errors_and_a_correct_fp32_kernel_passes():
+    x = _activations((8, 16, 12, 12), mean=10.0)  # a channel mean ten times its spread
+    w, b = torch.rand(16) + 0.5, torch.randn(16)
+    args = [x, None, None, w, b, True, 0.1, 1e-5]
+    kernels = {
+        "torch's fp32": F.batch_norm(*args),
+        "fp32 two-pass": _batch_norm_fp32(x, w, b),
+        "one-pass variance": _batch_norm_fp32(x, w, b, variance="one-pass"),
+        "12-bit rsqrt": _batch_norm_fp32(x, w, b, rsqrt_bits=12),
+    }
+    found = {kind: _judged("Functional.batch_norm", F.batch_norm, args, [y])[0] for kind, y in kernels.items()}
+    assert found == {
+        "torch's fp32": "pass",
+        "fp32 two-pass": "pass",
+        "one-pass variance": "error",
+        "12-bit rsqrt": "error",
+    }
+
+
+def test_a_batch_norm_gradient_missing_a_term_is_an_error():
+    x, grad = _activations((8, 16, 12, 12), mean=1.0), _activations((8, 16, 12, 12), mean=0.0, seed=1)
+    w, b = torch.rand(16) + 0.5, torch.randn(16)
+    leaves = [x.clone().requires_grad_(), w.clone().requires_grad_(), b.clone().requires_grad_()]
+    correct = torch.autograd.grad(F.batch_norm(leaves[0], None, None, leaves[1], leaves[2], True), leaves, grad)
+    dims = (0, 2, 3)
+    rstd = torch.rsqrt(x.var(dims, unbiased=False, keepdim=True) + 1e-5)
+    missing = rstd * w.reshape(1, -1, 1, 1) * (grad - grad.mean(dims, keepdim=True))  # without x-hat mean(g x-hat)
+    args = [x, None, None, w, b, True, 0.1, 1e-5]
+    assert _judged("Functional.batch_norm", F.batch_norm, args, list(correct), grad) == ["pass"] * 3
+    assert _judged("Functional.batch_norm", F.batch_norm, args, [missing], grad)[0] == "error"
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_hf32_conv_operands_are_an_error_and_fp32_passes(direction):
+    """ResNet's layers: K = 64 x 9 = 576 forward and for the input's gradient, 4 x 8 x 8 = 256 for the
+    weight's; operands rounded to 10 mantissa bits as the cube unit's HF32 does."""
+    x, w = _activations((4, 64, 8, 8), mean=1.0), torch.randn(64, 64, 3, 3) * 0.05
+    hf32 = [d.round_mantissa(t.double(), 10, "away").float() for t in (x, w)]
+    if direction == "forward":
+        statuses = [
+            _judged("Functional.conv2d", F.conv2d, [x, w, None, 1, 1], [y])[0]
+            for y in (F.conv2d(x, w, None, 1, 1), F.conv2d(*hf32, None, 1, 1))
+        ]
+    else:
+        grad = _activations((4, 64, 8, 8), mean=0.0, seed=2)
+        statuses = []
+        for operands in ((x, w), hf32):
+            leaves = [t.clone().requires_grad_() for t in operands]
+            found = torch.autograd.grad(F.conv2d(*leaves, None, 1, 1), leaves, grad)
+            judged = _judged("Functional.conv2d", F.conv2d, [x, w, None, 1, 1], list(found), grad)
+            statuses.append("error" if "error" in judged else judged[0] if set(judged) == {judged[0]} else "mixed")
+    assert statuses == ["pass", "error"]
