@@ -278,7 +278,9 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
         return replace(exact, lower_magnitude=in_float32)
     if kind == "routes":
         return replace(
-            sides, magnitude=lambda side: sides.compared_run(replace(side, grad_transform=torch.abs)), spread=False
+            sides,
+            magnitude=lambda side: sides.compared_run(replace(side, grad_transform=torch.Tensor.abs_)),
+            spread=False,
         )
     if kind == "formula":
         return replace(sides, magnitude=lambda side: formula(api, call.args, call.kwargs, grad_outputs))
