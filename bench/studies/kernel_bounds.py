@@ -6,13 +6,16 @@ recomputed in float64 from the recorded inputs like the plugin's benchmark. For 
 one (a correct CPU kernel), every control of tests/deficits.py (correct kernels that compute differently)
 and every deficit (kernels that lose precision), each against a per-element budget
 
-    budget_i = c_out * ulp_i + c_acc * u_acc * m_i + c_spread * S_i + c_low * L_i
+    budget_i = c_out * ulp_i + c_acc * u_acc * m_i + c_length * u_acc * sqrt(K) * |b_i| + c_spread * S_i + c_low * L_i
 
     ulp_i   the ULP of the tested dtype at the correctly rounded benchmark (subnormal spacing below
             the normal range): the final rounding and a 1-ULP math library
     m_i     max(|b_i|, M_i), M the probe "abs" (the API on |inputs|, grad_outputs included: |A||B|,
             sum |x|) for sums and products, the probe "formula" (the API's own formula with every
             difference made a sum of magnitudes) for softmax, layer_norm and gelu's gradient, else |b_i|
+    K       how many terms one element sums, as the plugin's magnitudes.terms_of says (conv, linear,
+            matmul, sum, mean, a norm's weight gradient; none elsewhere): where the terms share a sign
+            a correct kernel's partial sums grow with the result, and what it rounds with them
     S_i     the probe "spread": max over 3 seeds of |b(inputs x (1 + u_acc r)) - b|, r = +-1 at random,
             for every API that is not a sum or product: conditioning
     L_i     the probe "low": |the API on the CPU in the tested dtype - b|, bf16/fp16 outputs only:
@@ -48,6 +51,7 @@ import torch
 import torch.nn.functional as F
 
 from pytest_msprobe.compare import ExtraRuns
+from pytest_msprobe.frameworks import magnitudes as package_magnitudes
 from pytest_msprobe.standards import budget as package
 from tests import deficits as d
 
@@ -362,6 +366,7 @@ class Case:
     family: str
     dtype: str  # fp32, bf16, fp16
     k: int | None
+    terms: int | None  # K as the plugin's magnitudes.terms_of gives it (the length term)
     bench: np.ndarray
     unit: np.ndarray  # the ULP of each element: the spacing of the dtype at the rounded benchmark
     probes: dict[str, np.ndarray]  # T_i per probe, u_acc already in for abs and formula
@@ -402,6 +407,34 @@ def reduction_length(entry: d.Entry, position: int) -> int | None:
     if entry.api == "conv2d" and entry.direction == d.FORWARD:
         return int(np.prod(a[1].shape[1:]))
     return None
+
+
+def terms_at(entry: d.Entry, position: int, numel: int) -> int | None:
+    """K of the output at `position` as the plugin asks it (magnitudes.terms_of): a gradient by the
+    index of its input among the floating ones, found through the recorded layout."""
+    inputs = tensors(entry.args) + tensors(list(entry.kwargs.values()))
+    floating = [t for t in inputs if t.is_floating_point()]
+    grads = None
+    index: int | None = position
+    if entry.direction == d.BACKWARD:
+        grads = [g for g in entry.grad_outputs if isinstance(g, torch.Tensor)]
+        stand_ins = [torch.empty(t.shape, dtype=torch.float64) for t in inputs]  # gradients as outputs() lays them out
+        family = d.family_of(entry.api)
+        try:
+            layout = (
+                d.recorded_layout(family, d.bind(family, entry.args, entry.kwargs), stand_ins)
+                if family is not None
+                else by_shape(entry, list(stand_ins))
+            )
+        except d.NotApplicable:
+            return None
+        value = layout[position] if position < len(layout) else None
+        whose = (value, value._base) if value is not None else ()
+        mine = next((i for i, g in enumerate(stand_ins) if any(g is v for v in whose)), None)
+        index = None if mine is None else sum(1 for t in inputs[:mine] if t.is_floating_point())
+    if index is None:
+        return None
+    return package_magnitudes.terms_of(entry.name, floating, grads, index, numel)
 
 
 def collect(name: str, root: Path, timing: Timing, log: Callable[[str], None]) -> list[Case]:
@@ -521,6 +554,7 @@ def entry_cases(dump: str, entry: d.Entry, timing: Timing) -> list[Case]:
             family_name(entry.api, entry.direction),
             dtype,
             reduction_length(entry, position),
+            terms_at(entry, position, b.numel()),
             bn,
             d.ulp(d.rnd(b, recorded.dtype), recorded.dtype).numpy(),
             probes,
@@ -552,12 +586,16 @@ class Rule:
     c_acc: float = package.Constants.c_acc  # u_acc x the magnitude of the terms
     c_spread: float = package.Constants.c_spread  # the benchmark's spread at u_acc
     c_low: float = package.Constants.c_low  # PyTorch's CPU kernel in the tested dtype (bf16/fp16 only)
+    c_length: float = package.Constants.c_length  # u_acc sqrt(K) |b|: partial sums that grow with the result
     spread: str = "spread"  # the probe: 3 seeds ("spread") or one ("spread1")
     low_forward: bool = True  # the low probe for forward outputs too (else gradients only)
 
     def describe(self) -> str:
-        return f"{self.c_out:g} ulp + {self.c_acc:g} u_acc m + {self.c_spread:g} S" + (
-            f" + {self.c_low:g} L (bf16/fp16{'' if self.low_forward else ' gradients'})" if self.c_low else ""
+        terms = f"{self.c_out:g} ulp + {self.c_acc:g} u_acc m + {self.c_length:g} u_acc sqrt(K) |b|"
+        return (
+            terms
+            + f" + {self.c_spread:g} S"
+            + (f" + {self.c_low:g} L (bf16/fp16{'' if self.low_forward else ' gradients'})" if self.c_low else "")
         )
 
 
@@ -570,7 +608,7 @@ def with_constant(rule: Rule, name: str, value: float) -> Rule:
     return Rule(**values)
 
 
-STRICT = replace(RULE, c_spread=0.0, c_low=0.0)  # the check before any probe: m = |b|, no spread
+STRICT = replace(RULE, c_spread=0.0, c_low=0.0)  # the check before any probe: m = |b|, no spread (K needs none)
 
 
 def probe(case: Case, name: str) -> np.ndarray:
@@ -592,6 +630,8 @@ def magnitude(case: Case, rule: Rule) -> np.ndarray:
 
 def budget(case: Case, rule: Rule) -> np.ndarray:
     total = rule.c_out * case.unit + rule.c_acc * U_ACC * magnitude(case, rule)
+    if rule.c_length and case.terms:
+        total = total + rule.c_length * U_ACC * math.sqrt(case.terms) * np.abs(case.bench)
     if rule.c_spread and case.api not in SUMS_AND_PRODUCTS:
         total = total + rule.c_spread * probe(case, rule.spread)
     if rule.c_low and case.dtype != "fp32" and (rule.low_forward or case.family.endswith("grad")):
@@ -784,7 +824,7 @@ def sensitivity(cases: list[Case], rule: Rule) -> list[str]:
         "not passing: which",
     )
     variants = [("recommended", rule)]
-    for name in ("c_out", "c_acc", "c_spread", "c_low"):
+    for name in ("c_out", "c_acc", "c_length", "c_spread", "c_low"):
         value = getattr(rule, name)
         variants += [
             (f"{name} x 0.5", with_constant(rule, name, value / 2)),
@@ -818,7 +858,7 @@ def knees(cases: list[Case], rule: Rule) -> list[str]:
     def fails(r: Rule) -> bool:
         return any(verdict(c, v, r)[0] != "pass" for c in cases for v in correct_variants(c))
 
-    for name in ("c_out", "c_acc", "c_spread", "c_low"):
+    for name in ("c_out", "c_acc", "c_length", "c_spread", "c_low"):
         low, high = 0.0, 4 * getattr(rule, name)
         if fails(with_constant(rule, name, low)):
             for _ in range(24):
@@ -876,36 +916,45 @@ def length_table(cases: list[Case], rule: Rule) -> list[str]:
     return rows
 
 
+LENGTHS = (1024, 4096, 16384, 65536, 262144, 1048576)
+TERM_MEANS = (0.0, 0.3, 1.0, None)  # the operands' mean over their std; None: |N(0, 1)|, every term positive
+
+
 def synthetic_lengths(rule: Rule) -> list[str]:
-    """TF32 against fp32 kernels over K, random-sign and same-sign data: what c_acc each needs."""
+    """fp32 sums of K products (a linear's 8x8 outputs) in four orders, and TF32 operands, against the
+    rule: the c_length each correct kernel needs (at the rule's other constants) and TF32's ratio."""
     rows = head(
-        "data",
+        "operands' mean / std",
         "K",
-        "sequential fp32: need",
-        "pairwise fp32: need",
-        "blocked fp32: need",
-        "TF32: need / band",
-        "TF32 / sequential",
+        "largest b / m",
+        "need c_length: sequential",
+        "pairwise",
+        "blocked",
+        "torch (BLAS)",
+        f"TF32: ratio at c_length {rule.c_length:g}",
     )
-    for data in ("random sign", "same sign"):
-        for k in (256, 1024, 4096, 16384):
+    for mean in TERM_MEANS:
+        for k in LENGTHS:
             g = torch.Generator().manual_seed(k)
             x, w = torch.randn(8, k, generator=g), torch.randn(8, k, generator=g)
-            if data == "same sign":
-                x, w = x.abs(), w.abs()
+            x, w = (x.abs(), w.abs()) if mean is None else (x + mean, w + mean)
             entry = d.call_entry("Functional.linear", [x, w])
-            exact = first(d.run(d.EXACT, entry))
-            unit = d.ulp(d.rnd(exact, torch.float32), torch.float32).numpy()
-            t = U_ACC * (x.double().abs() @ w.double().abs().T).numpy()
-            needs = {}
-            for kind in ("sequential", "pairwise", "blocked", "tf32"):
-                error = np.abs(first(d.compute(kind, entry)).double().numpy() - exact.numpy())
-                band = BAND if kind == "tf32" else 1.0
-                needs[kind] = need(error, unit, band * rule.c_out, t) / band
+            exact = first(d.run(d.EXACT, entry)).numpy()
+            unit = d.ulp(d.rnd(torch.from_numpy(exact), torch.float32), torch.float32).numpy()
+            m = (x.double().abs() @ w.double().abs().T).numpy()
+            fixed = rule.c_out * unit + rule.c_acc * U_ACC * m  # the budget without the length term
+            length = U_ACC * math.sqrt(k) * np.abs(exact)
+            needs = []
+            for kind in ("sequential", "pairwise", "blocked", "torch"):
+                computed = x @ w.T if kind == "torch" else first(d.compute(kind, entry))
+                needs.append(need(np.abs(computed.double().numpy() - exact), fixed, 1.0, length))
+            tf32 = np.abs(first(d.compute("tf32", entry)).double().numpy() - exact)
+            ratio_tf32 = float(np.max(tf32 / (fixed + rule.c_length * length)))
+            data = "same sign" if mean is None else f"{mean:g}"
             rows.append(
-                f"| {data} | {k} | {fmt(needs['sequential'])} | {fmt(needs['pairwise'])} "
-                f"| {fmt(needs['blocked'])} | {fmt(needs['tf32'])} "
-                f"| {fmt(needs['tf32'] / max(needs['sequential'], 1e-300))} |"
+                f"| {data} | {k} | {fmt(float(np.max(np.abs(exact) / m)))} | "
+                + " | ".join(fmt(n) for n in needs)
+                + f" | {'**' if ratio_tf32 > BAND else ''}{fmt(ratio_tf32)}{'**' if ratio_tf32 > BAND else ''} |"
             )
     return rows
 
@@ -960,6 +1009,7 @@ def _synthetic_case(entry: d.Entry, exact: torch.Tensor, values: dict[str, torch
         "layer_norm",
         SHORT[str(entry.dtype)],
         None,
+        None,  # a layer_norm's x-gradient and output: no K
         bn,
         d.ulp(d.rnd(exact, entry.dtype), entry.dtype).numpy(),
         probes,
@@ -1067,12 +1117,17 @@ def package_check(cases: list[Case], rule: Rule) -> list[str]:
     its extra runs answered by this study's probes, against this study's verdict."""
     agree = disagree = 0
     worst_gap = 0.0
-    constants = package.Constants(rule.c_out, rule.c_acc, rule.c_spread, rule.c_low, BAND)
+    constants = package.Constants(rule.c_out, rule.c_acc, rule.c_spread, rule.c_low, rule.c_length, BAND)
     for case in cases:
         m = magnitude(case, rule)
         spread = probe(case, rule.spread) if case.api not in SUMS_AND_PRODUCTS else None
         low = probe(case, "low") if case.dtype != "fp32" else None
-        extra = ExtraRuns(magnitude=lambda m=m: m, spread=lambda _u, s=spread: s, low=lambda low=low: low)
+        extra = ExtraRuns(
+            magnitude=lambda m=m: m,
+            spread=lambda _u, s=spread: s,
+            low=lambda low=low: low,
+            terms=lambda k=case.terms: k,
+        )
         fmt = package.format_of(case.dtype)
         assert fmt is not None
         for variant, error in case.variants.items():
@@ -1142,7 +1197,7 @@ def main(argv: list[str] | None = None) -> None:
             probes_table(cases, RULE.c_out),
         ),
         ("The abs probe over K (matmul-like outputs of the dumps)", length_table(cases, RULE)),
-        ("TF32 against fp32 kernels over K (synthetic linear, 8x8 outputs)", synthetic_lengths(RULE)),
+        ("Partial sums over K: fp32 kernels and TF32 (synthetic linear, 8x8 outputs)", synthetic_lengths(RULE)),
         ("One-pass variance where the mean dominates (synthetic layer_norm, 32 rows of 256)", one_pass_large_mean()),
         (
             "Cost of the probes: seconds on one thread, best of 3, over the benchmark's",

@@ -117,7 +117,8 @@ def _layer_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
     rows = x.reshape(-1, n)
     mean = rows.mean(1, keepdim=True)
     rstd = 1 / torch.sqrt(((rows - mean) ** 2).mean(1, keepdim=True) + p["eps"])
-    dx, dw, db = _normalised(rows, 1, mean, rstd, p["weight"], p["bias"], None if g is None else g.reshape(-1, n))
+    grads = None if g is None else g.reshape(-1, n)
+    dx, dw, db = _normalised(rows, (1,), (0,), (1, n), mean, rstd, p["weight"], p["bias"], grads)
     return [dx.reshape(x.shape)] + [found for found in (dw, db) if found is not None]
 
 
@@ -125,18 +126,18 @@ def _batch_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
     """Over every dimension but the channel (1): the batch's statistics in training (or without
     running ones), the running ones else (an affine map: no sum in the gradient of x)."""
     x = p["input"]
-    rows = x.movedim(1, -1).reshape(-1, x.shape[1]) if x.dim() > 1 else x.reshape(-1, 1)
+    over = tuple(d for d in range(x.dim()) if d != 1)
+    shape = (1, -1, *[1] * (x.dim() - 2)) if x.dim() > 1 else (-1,)
     batch = p["training"] or p["running_mean"] is None or p["running_var"] is None
+    buffer = None
     if batch:
-        mean = rows.mean(0, keepdim=True)
-        variance = ((rows - mean) ** 2).mean(0, keepdim=True)
+        mean = x.mean(over, keepdim=True)
+        buffer = torch.sub(x, mean)
+        variance = buffer.square_().mean(over, keepdim=True)
     else:
-        mean, variance = p["running_mean"].reshape(1, -1), p["running_var"].reshape(1, -1)
-    rstd = 1 / torch.sqrt(variance + p["eps"])
-    moved = x.movedim(1, -1).shape if x.dim() > 1 else x.shape
-    grads = None if g is None else g.movedim(1, -1).reshape(rows.shape) if g.dim() > 1 else g.reshape(rows.shape)
-    dx, dw, db = _normalised(rows, 0, mean, rstd, p["weight"], p["bias"], grads, batch)
-    dx = dx.reshape(moved).movedim(-1, 1) if x.dim() > 1 else dx.reshape(x.shape)
+        mean, variance = p["running_mean"].reshape(shape), p["running_var"].reshape(shape)
+    rstd = (variance + p["eps"]).rsqrt_()
+    dx, dw, db = _normalised(x, over, over, shape, mean, rstd, p["weight"], p["bias"], g, batch, buffer)
     if g is None:
         return [dx]
     # One per floating input, in argument order: the running statistics take no gradient.
@@ -145,31 +146,39 @@ def _batch_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
 
 
 def _normalised(
-    rows: torch.Tensor,
-    over: int,
+    x: torch.Tensor,
+    over: tuple[int, ...],
+    across: tuple[int, ...],
+    shape: tuple[int, ...],
     mean: torch.Tensor,
     rstd: torch.Tensor,
     weight: torch.Tensor | None,
     bias: torch.Tensor | None,
     g: torch.Tensor | None,
     batch: bool = True,
+    buffer: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """(y or dx, dw, db) of a 2-D view normalised over `over` (layer_norm: rows of n, over 1;
-    batch_norm: the channel last, over 0), weight and bias along dim 1. `batch`: the statistics
-    are the view's own, so x's gradient sums through them too."""
-    centred = (rows.abs() + mean.abs()) * rstd  # x - mean is rounded at the scale of |x| + |mean|
-    w = weight.reshape(1, -1).abs() if weight is not None else torch.ones(1, rows.shape[1], dtype=torch.float64)
+    """(y or dx, dw, db) of x normalised over the dimensions `over` (layer_norm: rows of n, over 1;
+    batch_norm: every dimension but the channel), weight and bias of `shape` once broadcast, their
+    gradients summed `across`. `batch`: the statistics are x's own, so x's gradient sums through
+    them too. In place where a temporary would be the size of x (batch_norm's are hundreds of MB),
+    `buffer` one of that size free to be written."""
+    centred = torch.abs(x, out=buffer) if buffer is not None else x.abs()
+    centred.add_(mean.abs()).mul_(rstd)  # x - mean is rounded at the scale of |x| + |mean|
+    w = weight.reshape(shape).abs() if weight is not None else None
     if g is None:
-        b = bias.reshape(1, -1).abs() if bias is not None else 0.0
-        return centred * w + b, None, None
+        y = centred if w is None else centred.mul_(w)
+        return (y if bias is None else y.add_(bias.reshape(shape).abs())), None, None
     ag = g.abs()
-    gw = ag * w
-    if batch:
-        dx = rstd * (gw + gw.mean(over, keepdim=True) + centred * (gw * centred).mean(over, keepdim=True))
-    else:
-        dx = rstd * gw
-    dw = (ag * centred).sum(0).reshape(weight.shape) if weight is not None else None
-    db = ag.sum(0).reshape(bias.shape) if bias is not None else None
+    db = ag.sum(across).reshape(bias.shape) if bias is not None else None
+    product = ag * centred
+    dw = product.sum(across).reshape(weight.shape) if weight is not None else None
+    gw = ag if w is None else ag.mul_(w)
+    if not batch:
+        return gw.mul_(rstd), dw, db
+    weighted = (product if w is None else product.mul_(w)).mean(over, keepdim=True)  # of |g| w centred
+    del product
+    dx = centred.mul_(weighted).add_(gw).add_(gw.mean(over, keepdim=True)).mul_(rstd)
     return dx, dw, db
 
 
@@ -303,7 +312,9 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
         return replace(exact, lower_magnitude=in_float32)
     if kind == "routes":
         return replace(
-            sides, magnitude=lambda side: sides.compared_run(replace(side, grad_transform=torch.abs)), spread=False
+            sides,
+            magnitude=lambda side: sides.compared_run(replace(side, grad_transform=torch.Tensor.abs_)),
+            spread=False,
         )
     if kind == "formula":
         return replace(sides, magnitude=lambda side: formula(api, call.args, call.kwargs, grad_outputs))

@@ -571,7 +571,7 @@ def probe_of(
 def absolute(side: Side) -> Side:
     """The side with every floating tensor (inputs and grad_outputs) made |x|: a sum's or a
     product's benchmark then gives the magnitude of the terms it adds (|A||B|, sum |x|)."""
-    return replace(side, transform=torch.abs)
+    return replace(side, transform=torch.Tensor.abs_)  # in place: `place` hands over a fresh copy
 
 
 def perturbed(side: Side, relative: float, seed: int) -> Side:
