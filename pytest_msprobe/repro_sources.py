@@ -7,9 +7,9 @@ executes each as a module of its own (templates/repro.py, `package_module`).
 
 - reductions.py, the block iteration the budget reads an output with;
 - standards/budget.py, whole: the per-element budget (numpy only);
-- frameworks/magnitudes.py, its formulas (softmax, layer_norm, gelu), the list of sums and
-  products and a contraction's float32 lower bound; not `with_magnitudes`, which wires them to
-  the engine;
+- frameworks/magnitudes.py, its formulas (softmax, layer_norm, batch_norm, gelu, cross_entropy),
+  the list of sums and products and a contraction's float32 lower bound; not `with_magnitudes`,
+  which wires them to the engine;
 - standards/dtype.py, its message (`_message`, `CONSTANTS`).
 
 A module's imports of the package are dropped. What the kept code uses of them must be
@@ -61,6 +61,7 @@ PARTS = (
                 "_batch_norm",
                 "_normalised",
                 "_gelu",
+                "_cross_entropy",
                 "ROUTES",
                 "terms_of",
                 "FORMULAS",

@@ -1,11 +1,12 @@
 """Deficient kernels, and correct kernels that merely differ, computed from an entry's recorded inputs.
 
-A *deficit* is what a real kernel that loses precision computes: TF32/HF32 GEMM operands, accumulation
-in fp16/bf16, tanh GELU for erf GELU, a 12-bit rsqrt estimate in layer_norm, a one-pass E[x^2]-E[x]^2
-variance, a softmax denominator summed in the low dtype, a gradient missing a term. A *control* is a
-correct kernel that computes differently: another summation order, a 1-ULP math library, online
-softmax, Welford layer_norm. Every kind returns an entry's outputs laid out as msprobe records them
-(for a backward entry, its recorded gradients), in the entry's dtype.
+A *deficit* is what a real kernel that loses precision computes: TF32/HF32 GEMM (and convolution)
+operands, accumulation in fp16/bf16 (GEMMs, reductions, batch statistics, pooling gradients where
+windows overlap), tanh GELU for erf GELU, a 12-bit rsqrt estimate in layer_norm and batch_norm, a
+one-pass E[x^2]-E[x]^2 variance, a softmax denominator summed in the low dtype, a gradient missing a
+term. A *control* is a correct kernel that computes differently: another summation order, a 1-ULP
+math library, online softmax, Welford layer_norm and batch_norm. Every kind returns an entry's outputs
+laid out as msprobe records them (for a backward entry, its recorded gradients), in the entry's dtype.
 
 The arithmetic is simulated in float64 with explicit roundings: a value "in fp32" is a float64 that
 holds an fp32 number. A product of two fp32 (or narrower) numbers is exact in float64, so rounding
@@ -85,9 +86,10 @@ class Kernel:
     softmax: str = "standard"  # standard or online (blocks of BLOCK, running max and rescaled sum)
     gemm_inputs: str | None = None  # tf32 (ties to even) or hf32 (ties away): operands cut to 10 bits
     gelu: str = "erf"  # erf or tanh
-    rsqrt_bits: int | None = None  # significant bits of layer_norm's rstd (an estimate), None: fp32
+    rsqrt_bits: int | None = None  # significant bits of a norm's rstd (an estimate), None: fp32
     variance: str = "two_pass"  # two_pass, welford, one_pass (E[x^2] - E[x]^2 summed in the low dtype)
-    drop_term: bool = False  # backward: layer_norm without mean(g*w), softmax without the dot term
+    drop_term: bool = False  # backward: layer_norm without mean(g*w), batch_norm without mean(g),
+    #                          softmax without the dot term
     exact: bool = False  # float64 throughout: the benchmark
     ulp_noise: bool = False  # the exact result rounded, then moved by -1, 0 or +1 ULP at random
 
@@ -108,9 +110,11 @@ class Kind:
 
 _BOTH = frozenset({FORWARD, BACKWARD})
 _GEMM = frozenset({"linear", "matmul", "conv"})
-_SUMS = _GEMM | {"layer_norm", "embedding", "cross_entropy", "reduction"}
+_NORMS = frozenset({"layer_norm", "batch_norm"})
+_POOLS = frozenset({"max_pool", "adaptive_avg_pool"})  # their gradients sum where windows overlap
+_SUMS = _GEMM | _NORMS | _POOLS | {"embedding", "cross_entropy", "reduction"}
 _ALL_SUMS = _SUMS | {"softmax"}
-_MATH = frozenset({"gelu", "softmax", "layer_norm", "cross_entropy"})
+_MATH = frozenset({"gelu", "softmax", "cross_entropy"}) | _NORMS
 
 
 def _kind(
@@ -150,7 +154,8 @@ KINDS: dict[str, Kind] = {
             True,
             _SUMS,
             Kernel(accumulate="low"),
-            "every partial sum of GEMMs and reductions rounded to the entry's dtype, in order",
+            "every partial sum of GEMMs and reductions (a norm's statistics, a pooling gradient's overlapping "
+            "windows) rounded to the entry's dtype, in order",
             dtypes=LOW,
         ),
         _kind(
@@ -163,13 +168,13 @@ KINDS: dict[str, Kind] = {
             dtypes=LOW,
         ),
         _kind("gelu_tanh", True, ["gelu"], Kernel(gelu="tanh"), "tanh-approximated GELU for erf GELU"),
-        _kind("rsqrt12", True, ["layer_norm"], Kernel(rsqrt_bits=12), "layer_norm's rstd from a 12-bit rsqrt estimate"),
+        _kind("rsqrt12", True, _NORMS, Kernel(rsqrt_bits=12), "a norm's rstd from a 12-bit rsqrt estimate"),
         _kind(
             "one_pass_variance",
             True,
-            ["layer_norm"],
+            _NORMS,
             Kernel(variance="one_pass"),
-            "layer_norm's variance as E[x^2] - E[x]^2, both sums and the difference in the entry's dtype",
+            "a norm's variance as E[x^2] - E[x]^2, both sums and the difference in the entry's dtype",
         ),
         _kind(
             "softmax_sum_low",
@@ -182,13 +187,14 @@ KINDS: dict[str, Kind] = {
         _kind(
             "missing_term",
             True,
-            ["layer_norm", "softmax"],
+            [*_NORMS, "softmax"],
             Kernel(drop_term=True),
-            "input gradient without a term: layer_norm without mean(g*w), softmax without the dot term",
+            "input gradient without a term: layer_norm without mean(g*w), batch_norm without mean(g), softmax "
+            "without the dot term",
             directions=[BACKWARD],
         ),
         # controls
-        _kind("sequential", False, _ALL_SUMS, Kernel(), "fp32 sums in order (two-pass layer_norm)"),
+        _kind("sequential", False, _ALL_SUMS, Kernel(), "fp32 sums in order (two-pass norms)"),
         _kind("reverse", False, _ALL_SUMS, Kernel(order="reverse"), "fp32 sums in reverse order"),
         _kind("pairwise", False, _ALL_SUMS, Kernel(order="pairwise"), "fp32 pairwise (tree) sums"),
         _kind(
@@ -213,7 +219,7 @@ KINDS: dict[str, Kind] = {
             "online softmax: blocks of 16, running max, rescaled fp32 sum",
             directions=[FORWARD],
         ),
-        _kind("welford", False, ["layer_norm"], Kernel(variance="welford"), "Welford mean and variance in fp32"),
+        _kind("welford", False, _NORMS, Kernel(variance="welford"), "Welford mean and variance in fp32"),
     )
 }
 DEFICITS = [k for k in KINDS.values() if k.deficit]
@@ -268,11 +274,16 @@ class Arith:
             return _sequential(_sequential(_blocks(t), acc), acc)
         raise ValueError(f"unknown summation order {order!r}")
 
+    def operands(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A GEMM's operands as the kernel reads them (TF32/HF32: cut to 10 mantissa bits)."""
+        if not self.kernel.gemm_inputs:
+            return a, b
+        ties = "even" if self.kernel.gemm_inputs == "tf32" else "away"
+        return round_mantissa(a, 10, ties), round_mantissa(b, 10, ties)
+
     def gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """a (..., M, K) @ b (..., K, N), in the accumulator's precision (not yet rounded to the output)."""
-        if self.kernel.gemm_inputs:
-            ties = "even" if self.kernel.gemm_inputs == "tf32" else "away"
-            a, b = round_mantissa(a, 10, ties), round_mantissa(b, 10, ties)
+        a, b = self.operands(a, b)
         if self.mid == F64:
             return torch.matmul(a, b)
         return self.sum(a.unsqueeze(-1) * b.unsqueeze(-3), dim=-2)
@@ -305,6 +316,9 @@ FAMILIES = {
     "conv2d": "conv",
     "softmax": "softmax",
     "layer_norm": "layer_norm",
+    "batch_norm": "batch_norm",
+    "max_pool2d": "max_pool",
+    "adaptive_avg_pool2d": "adaptive_avg_pool",
     "gelu": "gelu",
     "embedding": "embedding",
     "cross_entropy": "cross_entropy",
@@ -317,6 +331,9 @@ PARAMS = {
     "conv": ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
     "softmax": ("input", "dim"),
     "layer_norm": ("input", "normalized_shape", "weight", "bias", "eps"),
+    "batch_norm": ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"),
+    "max_pool": ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"),
+    "adaptive_avg_pool": ("input", "output_size"),
     "gelu": ("input", "approximate"),
     "embedding": ("input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"),
     "cross_entropy": (
@@ -342,7 +359,11 @@ DEFAULTS = {
     "ignore_index": -100,
     "label_smoothing": 0.0,
     "keepdim": False,
+    "training": False,
+    "ceil_mode": False,
+    "return_indices": False,
 }
+FAMILY_DEFAULTS = {"max_pool": {"stride": None}}  # max_pool2d's stride defaults to its kernel_size
 
 
 def family_of(api: str) -> str | None:
@@ -352,7 +373,8 @@ def family_of(api: str) -> str | None:
 def bind(family: str, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     names = PARAMS[family]
     bound = dict(DEFAULTS)
-    bound.update({n: None for n in names if n not in DEFAULTS})
+    bound.update(FAMILY_DEFAULTS.get(family, {}))
+    bound.update({n: None for n in names if n not in bound})
     bound.update(zip(names, args))
     bound.update({k: v for k, v in kwargs.items() if k in names})
     if family == "matmul" and "other" not in kwargs and len(args) < 2 and "mat2" in kwargs:
@@ -487,6 +509,94 @@ def layer_norm_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
     return [ar.result(y).reshape(p["input"].shape)]
 
 
+def _channels(x: torch.Tensor) -> torch.Tensor:
+    """(N, C, ...) -> (C, N*...): batch_norm's statistics are over every dimension but the channel."""
+    return x.movedim(1, 0).reshape(x.shape[1], -1)
+
+
+def _unchannels(rows: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    return rows.reshape(shape[1], shape[0], *shape[2:]).movedim(0, 1)
+
+
+def _batch_stats(ar: Arith, p: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(the input as channel rows, mean, rstd): a training batch_norm's batch statistics."""
+    if not p["training"] and p["running_mean"] is not None and p["running_var"] is not None:
+        raise NotApplicable("batch_norm with running statistics is an affine map: no sum, no statistics")
+    if p["input"].dim() < 2:
+        raise NotApplicable("batch_norm of a vector")
+    rows = _channels(p["input"])
+    mean, rstd = _stats(ar, rows, rows.shape[1], p["eps"])
+    return rows, mean, rstd
+
+
+def batch_norm_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    rows, mean, rstd = _batch_stats(ar, p)
+    y = ar.r(ar.r(rows - mean) * rstd)
+    if p["weight"] is not None:
+        y = ar.r(y * p["weight"].reshape(-1, 1))
+    if p["bias"] is not None:
+        y = ar.r(y + p["bias"].reshape(-1, 1))
+    return [ar.result(_unchannels(y, p["input"].shape))]
+
+
+def _max_pool_indices(p: dict) -> torch.Tensor:
+    """The input element each window chose (the first of its largest, as the kernels choose)."""
+    x = p["input"]
+    if x.dim() != 4 or p["return_indices"]:
+        raise NotApplicable("max_pool2d of a 3-D input or returning indices is not modelled")
+    stride = p["stride"] if p["stride"] not in (None, []) else p["kernel_size"]
+    _, index = F.max_pool2d(
+        x, p["kernel_size"], stride, p["padding"], p["dilation"], ceil_mode=p["ceil_mode"], return_indices=True
+    )  # float64 compares as the tested dtype does: the same values, the same argmax
+    return index
+
+
+def max_pool_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
+    """Each grad_output element added to the input element its window chose, in output order: where
+    windows overlap one element sums the gradients of every window that chose it."""
+    x = p["input"]
+    n, c = x.shape[:2]
+    index = _max_pool_indices(p).reshape(n, c, -1).permute(2, 0, 1)  # (L, N, C)
+    terms = torch.zeros((index.shape[0], n, c, x[0, 0].numel()), dtype=F64)
+    terms.scatter_(-1, index.unsqueeze(-1), g.reshape(n, c, -1).permute(2, 0, 1).unsqueeze(-1))
+    return [ar.result(ar.sum(terms, 0).reshape(x.shape))]
+
+
+def _adaptive_windows(p: dict) -> tuple[list[tuple[slice, slice]], tuple[int, int]]:
+    """Each output element's window over the input's last two dimensions, row-major (PyTorch's
+    bounds), and the output's size."""
+    x, size = p["input"], p["output_size"]
+    if x.dim() != 4:
+        raise NotApplicable("adaptive_avg_pool2d of a 3-D input is not modelled")
+    (h, wd), (oh, ow) = x.shape[2:], _pair(size)
+    oh, ow = oh or h, ow or wd  # None keeps the input's size
+
+    def bounds(i: int, out: int, size: int) -> slice:
+        return slice(i * size // out, -(-(i + 1) * size // out))
+
+    return [(bounds(i, oh, h), bounds(j, ow, wd)) for i in range(oh) for j in range(ow)], (oh, ow)
+
+
+def adaptive_avg_pool_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    x, (windows, size) = p["input"], _adaptive_windows(p)
+    means = []
+    for rows, cols in windows:
+        window = x[:, :, rows, cols].reshape(x.shape[0], x.shape[1], -1)
+        means.append(ar.racc(ar.sum(window, -1) / window.shape[-1]))
+    return [ar.result(torch.stack(means, -1).reshape(*x.shape[:2], *size))]
+
+
+def adaptive_avg_pool_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
+    """Each window's gradient over its area added to every element of the window, window by window."""
+    x, (windows, _) = p["input"], _adaptive_windows(p)
+    g = g.reshape(x.shape[0], x.shape[1], -1)
+    terms = torch.zeros((len(windows), *x.shape), dtype=F64)
+    for k, (rows, cols) in enumerate(windows):
+        area = (rows.stop - rows.start) * (cols.stop - cols.start)
+        terms[k, :, :, rows, cols] = ar.r(g[:, :, k] / area)[:, :, None, None]
+    return [ar.result(ar.sum(terms, 0))]
+
+
 def _gelu(x: torch.Tensor, how: str) -> torch.Tensor:
     if how == "tanh":
         inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
@@ -562,23 +672,39 @@ def matmul_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.
 
 
 def conv_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
-    cols, w2, _ = _conv_columns(p)
+    cols, _, _ = _conv_columns(p)
     n, o = g.shape[:2]
     g2 = g.reshape(n, o, -1)  # (N, O, L)
     # dW: one GEMM over the batch and the positions, K = N * L
     dw = ar.gemm(g2.permute(1, 0, 2).reshape(o, -1), cols.permute(0, 2, 1).reshape(-1, cols.shape[1]))
     db = ar.sum(g2.permute(1, 0, 2).reshape(o, -1), 1) if p["bias"] is not None else None
-    x = p["input"]
-    dcols = ar.gemm(w2.T.unsqueeze(0), g2)  # (N, C*kh*kw, L); fold's overlap sums are exact here
-    dx = F.fold(
-        dcols,
-        tuple(x.shape[2:]),
-        tuple(p["weight"].shape[-2:]),
+    dx = ar.sum(_conv_input_terms(ar, p, g), 0)
+    return [ar.result(dx), ar.result(dw).reshape(p["weight"].shape), None if db is None else ar.result(db)]
+
+
+def _conv_input_terms(ar: Arith, p: dict, g: torch.Tensor) -> torch.Tensor:
+    """The products the input's gradient sums, (O*kh*kw, N, C, H, W): one reduction of K = O*kh*kw
+    terms per input element, as an implicit-GEMM kernel sums them (a term is 0 where the kernel
+    offset reads no output position: adding it changes no rounded sum)."""
+    x, w = p["input"], p["weight"]
+    n, c, h, wd = x.shape
+    o, taps = w.shape[0], w.shape[2] * w.shape[3]
+    # The input element each (kernel offset, output position) reads: an unfolded index image, -1 in the padding.
+    where = torch.arange(1, h * wd + 1, dtype=F64).reshape(1, 1, h, wd)
+    unfolded = F.unfold(
+        where,
+        tuple(w.shape[-2:]),
         dilation=_pair(p["dilation"]),
         padding=_pair(p["padding"]),
         stride=_pair(p["stride"]),
     )
-    return [ar.result(dx), ar.result(dw).reshape(p["weight"].shape), None if db is None else ar.result(db)]
+    read = unfolded[0].long() - 1  # (taps, L)
+    weights, grads = ar.operands(w.reshape(o, c, taps), g.reshape(n, o, -1))
+    products = weights.permute(0, 2, 1)[:, :, None, :, None] * grads.permute(1, 0, 2)[:, None, :, None, :]
+    terms = torch.zeros((o, taps, n, c, h * wd + 1), dtype=F64)  # the last column takes the padding's
+    index = read.masked_fill(read < 0, h * wd)[None, :, None, None, :].expand(products.shape)
+    terms.scatter_(-1, index, products)  # one offset reads each element at most once
+    return terms[..., : h * wd].reshape(o * taps, n, c, h, wd)
 
 
 def softmax_backward(ar: Arith, p: dict, g: torch.Tensor, y: torch.Tensor | None) -> list[torch.Tensor | None]:
@@ -610,6 +736,24 @@ def layer_norm_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[to
     return [dx, dw, db]
 
 
+def batch_norm_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
+    """The gradients of input, weight and bias (the running statistics take none)."""
+    rows, mean, rstd = _batch_stats(ar, p)
+    n = rows.shape[1]
+    g = _channels(g)
+    xhat = ar.r(ar.r(rows - mean) * rstd)
+    sum_g = ar.sum(g, 1).unsqueeze(1)  # the bias's gradient
+    sum_gx = ar.sum(g * xhat, 1).unsqueeze(1)  # the weight's
+    a, c = ar.r(sum_g / n), ar.r(sum_gx / n)
+    inner = ar.r(g - ar.r(xhat * c)) if ar.kernel.drop_term else ar.r(ar.r(g - a) - ar.r(xhat * c))
+    w = p["weight"]
+    scale = ar.r(rstd * w.reshape(-1, 1)) if w is not None else rstd
+    dx = ar.result(_unchannels(ar.r(scale * inner), p["input"].shape))
+    dw = ar.result(sum_gx[:, 0]).reshape(w.shape) if w is not None else None
+    db = ar.result(sum_g[:, 0]).reshape(p["bias"].shape) if p["bias"] is not None else None
+    return [dx, dw, db]
+
+
 def gelu_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
     if p["approximate"] != "none":
         raise NotApplicable("the recorded GELU is already the tanh approximation")
@@ -631,6 +775,8 @@ FORWARD_FNS: dict[str, Callable] = {
     "conv": conv_forward,
     "softmax": softmax_forward,
     "layer_norm": layer_norm_forward,
+    "batch_norm": batch_norm_forward,
+    "adaptive_avg_pool": adaptive_avg_pool_forward,
     "gelu": gelu_forward,
     "cross_entropy": cross_entropy_forward,
 }
@@ -640,6 +786,9 @@ BACKWARD_FNS: dict[str, Callable] = {
     "conv": conv_backward,
     "softmax": softmax_backward,
     "layer_norm": layer_norm_backward,
+    "batch_norm": batch_norm_backward,
+    "max_pool": max_pool_backward,
+    "adaptive_avg_pool": adaptive_avg_pool_backward,
     "gelu": gelu_backward,
     "embedding": embedding_backward,
 }
@@ -667,6 +816,7 @@ def recorded_layout(family: str | None, p: dict, grads: Sequence[torch.Tensor | 
 
 
 API_ROOTS = {"Functional": F, "Torch": torch, "Tensor": torch.Tensor}
+NO_GRAD = frozenset({"running_mean", "running_var"})  # batch_norm updates them in place: no leaves
 
 
 def torch_kernel(entry: Entry, threads: int | None = None) -> list[torch.Tensor | None]:
@@ -675,20 +825,22 @@ def torch_kernel(entry: Entry, threads: int | None = None) -> list[torch.Tensor 
     fn = getattr(API_ROOTS[entry.name.split(".", 1)[0]], entry.api)
     dtype = entry.dtype
 
-    def place(x: Any) -> Any:
+    def place(x: Any, name: str = "") -> Any:
         if isinstance(x, list):
             return [place(v) for v in x]
         if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
             return x
         if dtype in LOW and x.dtype.itemsize > dtype.itemsize:
             x = x.to(dtype)
-        return x.detach().clone().requires_grad_(entry.direction == BACKWARD)
+        return x.detach().clone().requires_grad_(entry.direction == BACKWARD and name not in NO_GRAD)
 
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
-        args, kwargs = [place(a) for a in entry.args], {k: place(v) for k, v in entry.kwargs.items()}
+        names = PARAMS.get(entry.family or "", ())
+        args = [place(a, names[i] if i < len(names) else "") for i, a in enumerate(entry.args)]
+        kwargs = {k: place(v, k) for k, v in entry.kwargs.items()}
         with torch.set_grad_enabled(entry.direction == BACKWARD):
             out = fn(*args, **kwargs)
         if entry.direction == FORWARD:
@@ -1112,6 +1264,9 @@ GRAD_PARAMS = {
     "conv": ("input", "weight", "bias"),
     "softmax": ("input",),
     "layer_norm": ("input", "weight", "bias"),
+    "batch_norm": ("input", "weight", "bias"),
+    "max_pool": ("input",),
+    "adaptive_avg_pool": ("input",),
     "gelu": ("input",),
     "embedding": ("weight",),
 }
@@ -1123,12 +1278,12 @@ def reported_index(entry: Entry, position: int) -> int:
     if entry.direction == FORWARD or entry.family not in GRAD_PARAMS:
         return position
     p = bind(entry.family, entry.args, entry.kwargs)
-    present = [name for name in GRAD_PARAMS[entry.family] if isinstance(p[name], torch.Tensor)]
     if entry.family == "linear":  # addmm's order: bias, input, weight (transposed)
         recorded = ["bias", "input", "weight"] if p["bias"] is not None else ["input", "weight"]
     else:
         recorded = list(GRAD_PARAMS[entry.family])
-    floating = [name for name in present if p[name].is_floating_point()]
+    # Every floating input counts, those that take no gradient too (batch_norm's running statistics).
+    floating = [n for n in PARAMS[entry.family] if isinstance(p[n], torch.Tensor) and p[n].is_floating_point()]
     return floating.index(recorded[position])
 
 

@@ -386,3 +386,137 @@ def test_material_is_twice_beyond_every_correct_kernel_at_some_element():
     assert not d.material(within, exact, correct)
     assert d.material(beyond, exact, correct)
     assert not d.material(beyond, exact, [(exact * (1 + 4 * one_ulp)).to(torch.bfloat16)])
+
+
+# -- the CNN's kernels: conv2d, batch_norm in training, pooling ------------------------------------
+
+CNN = {dtype: DATA / f"cnn_{dtype}" for dtype in ("fp32", "bf16", "fp16")}
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_exact_kernels_of_the_cnn_dump_are_the_float64_benchmark(dtype):
+    """conv2d (3x3 and 1x1, stride 1 and 2, with and without bias), batch_norm in training,
+    max_pool2d, adaptive_avg_pool2d and linear: float64 as torch computes them, forward and backward,
+    in the layout msprobe records (batch_norm: input, weight, bias; conv2d: None for the images)."""
+    root = CNN[dtype]
+    data = json.loads((root / "dump.json").read_text())["data"]
+    checked = set()
+    for name in data:
+        entry = d.load_entry(root, name, data)
+        try:
+            ours = d.run(d.EXACT, entry)
+        except d.NotApplicable:
+            continue
+        ref = _torch_float64_cnn(entry)
+        for a, b in zip(ours, ref):
+            if a is not None and b is not None:
+                assert a.shape == b.shape, name
+                assert float((a - b).abs().max()) <= 1e-12 * float(b.abs().max()) + 1e-300, name
+                checked.add((entry.api, entry.direction))
+    apis = {"conv2d", "batch_norm", "adaptive_avg_pool2d", "linear"}
+    assert checked >= {(api, direction) for api in apis for direction in (d.FORWARD, d.BACKWARD)}
+    assert ("max_pool2d", d.BACKWARD) in checked
+
+
+def _torch_float64_cnn(entry: d.Entry):
+    names = d.PARAMS[entry.family]
+    args = [
+        a.detach().double().requires_grad_(names[i] not in d.NO_GRAD)
+        if isinstance(a, torch.Tensor) and a.is_floating_point()
+        else a
+        for i, a in enumerate(entry.args)
+    ]
+    result = getattr(F, entry.api)(*args, **entry.kwargs)
+    if entry.direction == d.FORWARD:
+        return [result.detach()]
+    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    grads = torch.autograd.grad((result * entry.grad_outputs[0].double()).sum(), leaves, allow_unused=True)
+    return d.recorded_layout(entry.family, d.bind(entry.family, args, entry.kwargs), list(grads))
+
+
+def _batch_norm_entry(dtype: torch.dtype, mean: float = 0.0, backward: bool = False) -> d.Entry:
+    x = seeded(20, 4, 8, 16, 16, mean=mean).to(dtype)
+    w, b = (1 + seeded(21, 8, scale=0.1)).to(dtype), seeded(22, 8, scale=0.1).to(dtype)
+    stats = [torch.zeros(8, dtype=dtype), torch.ones(8, dtype=dtype)]
+    args = [x, *stats, w, b, True, 0.1, 1e-5]
+    if not backward:
+        return d.call_entry("Functional.batch_norm", args)
+    g = seeded(23, 4, 8, 16, 16, mean=0.3).to(dtype)
+    return d.call_entry("Functional.batch_norm", args, direction=d.BACKWARD, grad_output=g)
+
+
+def test_cnn_batch_norm_one_pass_variance_cancels_when_the_mean_dominates():
+    """Channels of mean 30 and std 1 over 1,024 elements: E[x^2] - E[x]^2 in fp32 keeps about
+    2^-24 * 900 of the variance 1, the two-pass and Welford kernels lose only their sums' rounding."""
+    entry = _batch_norm_entry(torch.float32, mean=30.0)
+    exact = bench(entry)
+    one_pass = float((out("one_pass_variance", entry) - exact).abs().max())
+    for control in ("sequential", "welford", "pairwise"):
+        assert one_pass > 10 * float((out(control, entry) - exact).abs().max()), control
+    assert d.expected_verdict("one_pass_variance", entry, d.compute("one_pass_variance", entry))[0] == d.ERROR
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cnn_batch_norm_statistics_summed_in_the_low_dtype_are_material(dtype):
+    for backward in (False, True):
+        entry = _batch_norm_entry(dtype, mean=1.0, backward=backward)
+        verdict, separation = d.expected_verdict("accumulate_low", entry, d.compute("accumulate_low", entry))
+        assert verdict == d.ERROR and separation > 8, (backward, separation)
+
+
+def test_cnn_batch_norm_gradient_missing_its_mean_term_is_off_by_exactly_that_term():
+    entry = _batch_norm_entry(torch.float32, mean=0.5, backward=True)
+    x, w = entry.args[0].double(), entry.args[3].double()
+    g = entry.grad_outputs[0].double()
+    gap = out("missing_term", entry) - out("sequential", entry)
+    dims = (0, 2, 3)
+    rstd = 1 / torch.sqrt(x.var(dims, unbiased=False, keepdim=True) + 1e-5)
+    term = rstd * w.reshape(1, -1, 1, 1) * g.mean(dims, keepdim=True)
+    assert torch.allclose(gap, term.expand_as(gap), rtol=1e-4, atol=1e-6)
+    assert d.changed("missing_term", entry, d.compute("missing_term", entry)) == [0]  # dw and db keep their terms
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_cnn_conv_input_gradient_sums_every_kernel_tap_in_one_reduction(stride):
+    """An implicit-GEMM kernel sums O x kh x kw products per input element (not O, then the taps
+    exactly): the terms add up to torch's input gradient, an interior element has all of them."""
+    x, w = seeded(24, 2, 3, 9, 9), seeded(25, 5, 3, 3, 3)
+    g = seeded(26, 2, 5, *F.conv2d(x, w, None, stride, 1).shape[2:])
+    p = d.bind("conv", [x, w, None, stride, 1], {})
+    terms = d._conv_input_terms(d.Arith(d.EXACT, torch.float64), p, g)
+    assert terms.shape == (5 * 9, 2, 3, 9, 9)
+    leaf = x.clone().requires_grad_()
+    (expected,) = torch.autograd.grad(F.conv2d(leaf, w, None, stride, 1), [leaf], g)
+    assert torch.allclose(terms.sum(0), expected, rtol=1e-12, atol=1e-12)
+    # Stride 1: every tap of every output channel reads an interior element; stride 2: at most 2 x 2 taps.
+    assert int((terms != 0).sum(0).max()) == 5 * (9 if stride == 1 else 4)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_the_cpu_max_pool_gradient_of_the_cnn_sums_overlapping_windows_in_the_low_dtype(dtype):
+    """PyTorch's own bf16/fp16 CPU max_pool2d backward is the accumulate_low deficit bit for bit
+    (80 ULP off at a cancelling element in bf16): a corpus cannot plant it there (separation 1),
+    while an fp32 sum of the windows is within its final rounding."""
+    entry = d.load_entry(CNN[dtype], "Functional.max_pool2d.0.backward")
+    low, exact = d.compute("accumulate_low", entry)[0], bench(entry)
+    assert torch.equal(low, entry.recorded[0])
+    sequential = out("sequential", entry)
+    assert not torch.equal(sequential, low.double())
+    units = d.ulp(d.rnd(exact, entry.dtype), entry.dtype)
+    assert float(((sequential - exact).abs() / units).max()) <= 0.5
+    assert float(((low.double() - exact).abs() / units).max()) >= 4
+    assert d.expected_verdict("accumulate_low", entry, [low])[0] == d.PASS
+
+
+def test_cnn_kinds_apply_to_conv_batch_norm_and_pooling():
+    fp32, bf16 = (d.plan_all(CNN[name]) for name in ("fp32", "bf16"))
+    kinds = {(entry.split(".")[1], entry.rsplit(".", 1)[1], kind) for entry, kind in fp32 + bf16}
+    for direction in (d.FORWARD, d.BACKWARD):
+        for kind in ("tf32", "hf32", "accumulate_low", "accumulate_low_blocked", "sequential", "reverse", "pairwise"):
+            assert ("conv2d", direction, kind) in kinds
+        for kind in ("rsqrt12", "one_pass_variance", "accumulate_low", "welford", "blocked", "ulp1"):
+            assert ("batch_norm", direction, kind) in kinds
+        assert ("adaptive_avg_pool2d", direction, "accumulate_low") in kinds
+    assert ("batch_norm", d.BACKWARD, "missing_term") in kinds
+    assert ("max_pool2d", d.BACKWARD, "accumulate_low") in kinds
+    assert not any(api == "max_pool2d" and direction == d.FORWARD for api, direction, _ in kinds)  # exact: a max

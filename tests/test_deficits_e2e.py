@@ -7,7 +7,8 @@ the failed items. Every material deficit (separation above deficits.SEPARABLE: m
 far from the benchmark as every correct kernel at some element) must be an error, forward and
 backward, but for the few EXCEPTIONS named below with the verdict they get and why: the ones
 bench/studies/kernel_bounds.md lists as beyond a per-element rule (a one-pass variance on centred
-fp32 rows). The warning band (1.1x) holds none: a 12-bit rsqrt in a bf16/fp16 layer_norm, 1.21 to
+fp32 rows), the CNN's fp32 one-pass batch_norm variances on near-centred channels and two 12-bit
+rsqrt fp16 batch_norm gradients that are barely material, each with its measured ratio. The warning band (1.1x) holds none: a 12-bit rsqrt in a bf16/fp16 layer_norm, 1.21 to
 1.6 times its budget, is an error.
 The correct kernels behind a separation are the recorded one, every control and, for bf16/fp16,
 PyTorch's own CPU kernel at 1, 2, 4 and 8 threads: a clean dump may have been written at any of
@@ -27,18 +28,37 @@ from conftest import DUMPS, read_csv, run_msprobe
 
 MATERIAL = d.SEPARABLE  # separation above which a deficit must be an error
 # The material deficits that are no error, by (dump, output, kind): the verdict they get, and why.
-# Each is within 7x of a correct kernel at every element (separation 3 to 6.9), and each is
+# The GPT's are within 7x of a correct kernel at every element (separation 3 to 6.9), and each is
 # listed in kernel_bounds.md, "Exceptions" and "Where separation is impossible".
 _CENTRED = "one-pass variance on centred fp32 rows: E[x^2] - E[x]^2 loses nothing there (ratio 0.1-0.5)"
+# The CNN's batch_norm channels have |mean|/std of 0.35-1 (median) and 2.05 at most: an fp32 one-pass
+# variance there is 6-37 ULP off where the correct kernels are 1-3 ULP (separation 2.2-33), inside
+# 32 u_acc times batch_norm's magnitude, which allows 24-38 ULP (ratio 0.09-0.96, budget.read).
+_NEAR_CENTRED = "one-pass variance on near-centred fp32 channels (|mean|/std <= 2.05): ratio 0.09-0.96"
+# 2^-12 is finer than fp16's unit 2^-11: 1.75-10 ULP off where PyTorch's fp16 CPU kernel is 0.5-10 ULP
+# off (separation 2.13-2.14, ratio 0.82-0.84; 8 more rsqrt12 outputs of the fp16 CNN are immaterial).
+_RSQRT_FP16 = "a 12-bit rsqrt in an fp16 batch_norm gradient, barely material: ratio 0.82-0.84"
 EXCEPTIONS: dict[tuple[str, str, str], tuple[str, str]] = {
     **{
         ("gpt_fp32", f"Functional.layer_norm.{n}.{output}", "one_pass_variance"): ("pass", _CENTRED)
         for n in range(3)
         for output in ("forward.output.0", "backward.output.0", "backward.output.1")
     },
+    **{
+        ("cnn_fp32", f"Functional.batch_norm.{output}", "one_pass_variance"): ("pass", _NEAR_CENTRED)
+        for output in (
+            *(f"{n}.forward.output.0" for n in (1, 2, 3, 4)),
+            *(f"{n}.backward.output.0" for n in range(5)),
+            *(f"{n}.backward.output.3" for n in (0, 1, 2, 4)),
+        )
+    },
+    **{("cnn_fp16", f"Functional.batch_norm.{n}.backward.output.0", "rsqrt12"): ("pass", _RSQRT_FP16) for n in (2, 4)},
 }
 CPU_THREADS = (1, 2, 4, 8)
 GPT = ("gpt_fp32", "gpt_bf16", "gpt_fp16")  # K up to 1024: the corpora take a minute each to compute
+# A ResNet-like CNN (conv2d, batch_norm in training, max_pool2d, adaptive_avg_pool2d): 9-10 copies of
+# each dump, about 40 s each to compute and run.
+CNN = ("cnn_fp32", "cnn_bf16", "cnn_fp16")
 SMALL = ("gpt512_fp32", "gpt512_bf16", "gpt512_fp16", "pt_tensor_L1", "pt_tensor_L1_bf16")
 DIRECTIONS = {"forward": "Forward Test Success", "backward": "Backward Test Success"}
 
@@ -150,7 +170,7 @@ ISSUE_KINDS = {
 }
 
 
-@pytest.mark.parametrize("name", [*SMALL, *(pytest.param(name, marks=pytest.mark.slow) for name in GPT)])
+@pytest.mark.parametrize("name", [*SMALL, *(pytest.param(name, marks=pytest.mark.slow) for name in (*GPT, *CNN))])
 def test_every_material_deficit_is_an_error_and_every_control_passes(pytester, corpora, name):
     """Every (entry, kind) that applies to the dump, forward and backward, one kind per entry in
     each copy of it, one run per copy in recorded mode."""
@@ -175,6 +195,29 @@ def test_the_gpt_corpora_hold_every_deficit_of_the_issue_as_an_error(corpora):
     assert not missing
 
 
+# The deficits of the issue that apply to a CNN's layers, by family: the CNN corpora must require each to be an
+# error, forward and backward. Pooling is not among them: PyTorch's own bf16/fp16 max_pool2d gradient sums
+# overlapping windows in the low dtype (accumulate_low bit for bit, test_deficits), so planting it there changes
+# nothing, and a 4x4 adaptive average (16 terms) summed in bf16/fp16 stays within 1.1x of a correct kernel.
+CNN_KINDS = {
+    "conv2d": ("tf32", "hf32", "accumulate_low", "accumulate_low_blocked"),
+    "batch_norm": ("accumulate_low", "rsqrt12", "one_pass_variance"),
+}
+
+
+@pytest.mark.slow
+def test_the_cnn_corpora_hold_every_deficit_of_the_issue_as_an_error(corpora):
+    required = set()
+    for name in CNN:
+        for planted in (p for c in corpora(name) for p in c.planted):
+            if any(expected(name, planted, i) == "error" for i in planted.reported):
+                api, direction = planted.entry.split(".")[1], planted.entry.rsplit(".", 1)[1]
+                required.add((api, planted.kind, direction))
+    wanted = {(api, kind, direction) for api, kinds in CNN_KINDS.items() for kind in kinds for direction in DIRECTIONS}
+    wanted.add(("batch_norm", "missing_term", "backward"))
+    assert not wanted - required
+
+
 @pytest.mark.parametrize("device", ["recorded", "cpu"])
 def test_the_clean_dumps_have_no_error(pytester, copy_dump, device):
     dumps = [copy_dump(name) for name in (*SMALL, *GPT)]
@@ -184,6 +227,18 @@ def test_the_clean_dumps_have_no_error(pytester, copy_dump, device):
     for dump in dumps:
         rows = read_csv(pytester.path / "out" / dump.parent.name, "result")
         assert rows, dump.parent.name
+        statuses = {row[column] for row in rows for column in DIRECTIONS.values()}
+        assert "error" not in statuses, dump.parent.name
+
+
+@pytest.mark.parametrize("device", ["recorded", "cpu"])
+def test_the_clean_cnn_dumps_have_no_error(pytester, copy_dump, device):
+    dumps = [copy_dump(name) for name in CNN]
+    result = run_msprobe(pytester, dumps, "--msprobe-device", device, "--msprobe-standard", "dtype")
+    assert result.parseoutcomes().get("failed", 0) == 0, [line for line in result.outlines if "FAILED" in line]
+    for dump in dumps:
+        rows = read_csv(pytester.path / "out" / dump.parent.name, "result")
+        assert len(rows) == 22, dump.parent.name
         statuses = {row[column] for row in rows for column in DIRECTIONS.values()}
         assert "error" not in statuses, dump.parent.name
 

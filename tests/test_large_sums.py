@@ -228,3 +228,29 @@ def test_hf32_conv_operands_are_an_error_and_fp32_passes(direction):
             judged = _judged("Functional.conv2d", F.conv2d, [x, w, None, 1, 1], list(found), grad)
             statuses.append("error" if "error" in judged else judged[0] if set(judged) == {judged[0]} else "mixed")
     assert statuses == ["pass", "error"]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_the_cross_entropy_magnitude_bounds_the_loss_and_its_gradient(reduction):
+    """Confident rows (p = 0.99 at the target) make the gradient p - 1 cancel: a correct fp32 kernel
+    is off by u p / N there, 100 ULP of that small element (tests/data/cnn_fp32's cross_entropy, in
+    cpu mode). The formula's (p + onehot) |g| / N is at least |the gradient| everywhere, and the loss's
+    |max| + log sum exp(x - max) + |x_t| at least |the loss|; an ignored row has no magnitude."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(6, 10, generator=g, dtype=torch.float64) * 4
+    target = torch.randint(0, 10, (6,), generator=g)
+    x[torch.arange(6), target] += 8.0
+    target[5] = -100
+    kwargs = {"reduction": reduction}
+    loss = F.cross_entropy(x, target, **kwargs)
+    (magnitude,) = formula("Functional.cross_entropy", [x, target], kwargs, None)
+    assert family("Functional.cross_entropy") == "formula"
+    assert magnitude.shape == loss.shape and bool((magnitude >= loss.abs() * (1 - 1e-12)).all())
+    leaf = x.clone().requires_grad_()
+    grad = torch.randn(loss.shape, generator=g, dtype=torch.float64)
+    (exact,) = torch.autograd.grad(F.cross_entropy(leaf, target, **kwargs), [leaf], grad)
+    (found,) = formula("Functional.cross_entropy", [x, target], kwargs, [grad])
+    assert found.shape == exact.shape and bool((found >= exact.abs() * (1 - 1e-12)).all())
+    assert bool((found[5] == 0).all())
+    with pytest.raises(ValueError):
+        formula("Functional.cross_entropy", [x, target], {"label_smoothing": 0.1}, None)

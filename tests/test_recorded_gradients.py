@@ -100,3 +100,15 @@ def test_a_gradient_closer_to_a_node_is_judged_at_that_node():
     assert list(found.matched) == [0]
     value, note = found.elsewhere[0]
     assert torch.equal(value, node.value) and "NllLossBackward0 (its input 0)" in note
+
+
+def test_batch_norms_gradients_are_its_inputs_that_take_one_however_far():
+    """msprobe records batch_norm's (input, weight, bias) gradients at positions 0, 1, 2: the running
+    statistics (inputs 1 and 2) take none. A gross weight gradient (a cnn_bf16 one summed in bf16 is
+    0.34 away) is the weight's, judged there, not a stray that fits neither weight nor bias."""
+    bench = [torch.ones(3, 2, dtype=torch.float64), None, None, grad(1.0, 2.0), grad(-3.0, 1.0)]
+    recorded = [torch.ones(3, 2), torch.tensor([1.5, 2.5]), torch.tensor([-3.0, 1.0])]
+    specs = [{"shape": [3, 2]}, {"shape": [2]}, {"shape": [2]}]
+    found = attribute(recorded, specs, bench, [], [])
+    assert sorted(found.matched) == [0, 3, 4] and not found.strays and not found.elsewhere
+    assert torch.equal(found.matched[3], recorded[1])

@@ -1,7 +1,8 @@
 """What a correct kernel may get wrong at each element, measured against deficient kernels.
 
 Every output of every entry of real msprobe dumps (the GPT dumps in fp32, bf16 and fp16 at seq 48 and
-512, and the two older shipped dumps), forward and backward (the recorded gradients that match an input),
+512, the CNN step in the same dtypes, and the two older shipped dumps), forward and backward (the recorded
+gradients that match an input),
 recomputed in float64 from the recorded inputs like the plugin's benchmark. For each output: the recorded
 one (a correct CPU kernel), every control of tests/deficits.py (correct kernels that compute differently)
 and every deficit (kernels that lose precision), each against a per-element budget
@@ -66,6 +67,9 @@ DUMPS = {
     "gpt512_fp16": DATA / "gpt512_fp16",
     "pt_tensor_L1": ROOT / "examples" / "pt_tensor_L1",
     "pt_tensor_L1_bf16": DATA / "pt_tensor_L1_bf16",
+    "cnn_fp32": DATA / "cnn_fp32",
+    "cnn_bf16": DATA / "cnn_bf16",
+    "cnn_fp16": DATA / "cnn_fp16",
 }
 U_ACC = 2.0**-24
 SEEDS = 3
@@ -84,6 +88,9 @@ FAMILY = {
     "bmm": "matmul",
     "softmax": "softmax",
     "layer_norm": "layer_norm",
+    "batch_norm": "batch_norm",
+    "max_pool2d": "pooling",
+    "adaptive_avg_pool2d": "pooling",
     "mean": "reduction",
     "sum": "reduction",
     "cross_entropy": "reduction",
@@ -108,7 +115,12 @@ SUMS_AND_PRODUCTS = {
     "cat",
     "masked_fill",
 }
-FORMULA = {"softmax", "layer_norm", "gelu"}  # see magnitudes
+FORMULA = {"softmax", "layer_norm", "gelu", "batch_norm"}  # see magnitudes
+# Pooling routes each grad_output element to inputs its input chooses: the magnitude of its gradient is
+# the benchmark on |grad_output| with the inputs as they are, its forward's a sum of |x| (the "formula"
+# probe here, frameworks/magnitudes.py: ROUTES); no spread, as for sums.
+ROUTES = {"max_pool2d", "adaptive_avg_pool2d"}
+NO_SPREAD = SUMS_AND_PRODUCTS | ROUTES
 
 
 def _scaled(t: torch.Tensor) -> torch.Tensor:
@@ -228,7 +240,8 @@ def outputs(entry: d.Entry, side: Side) -> list[torch.Tensor | None]:
             else:
                 out = fn(*args, **kwargs)
         return [o.detach().double() if isinstance(o, torch.Tensor) else None for o in d.flat(list_of(out))]
-    leaves = [t.detach().clone().requires_grad_(True) for t in tensors(args) + tensors(list(kwargs.values()))]
+    placed = tensors(args) + tensors(list(kwargs.values()))
+    leaves = [t.detach().clone().requires_grad_(takes) for t, takes in zip(placed, takes_gradient(entry))]
     it = iter(leaves)
     args = tree(args, lambda t: next(it))
     kwargs = {k: tree(v, lambda t: next(it)) for k, v in kwargs.items()}
@@ -239,12 +252,24 @@ def outputs(entry: d.Entry, side: Side) -> list[torch.Tensor | None]:
     outs = [o for o in d.flat(list_of(out)) if isinstance(o, torch.Tensor) and o.requires_grad]
     grads_out = [side.place(g) for g in entry.grad_outputs if isinstance(g, torch.Tensor)]
     loss = torch.stack([(o * g.to(o.dtype)).sum().to(torch.float64) for o, g in zip(outs, grads_out)]).sum()
-    grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+    grads = torch.autograd.grad(loss, [t for t in leaves if t.requires_grad], allow_unused=True)
     per_input: list[torch.Tensor | None] = [None if g is None else g.detach().double() for g in grads]
     family = d.family_of(entry.api)
     if family is not None:
         return d.recorded_layout(family, d.bind(family, tree(entry.args, lambda t: t), entry.kwargs), per_input)
     return by_shape(entry, per_input)
+
+
+def takes_gradient(entry: d.Entry) -> list[bool]:
+    """One flag per floating tensor of the call, as `outputs` places them: batch_norm's running
+    statistics take no gradient (autograd refuses them; msprobe records input, weight, bias)."""
+    names = d.PARAMS.get(entry.family or "", ())
+    flags = []
+    for i, arg in enumerate(entry.args):
+        flags += [i >= len(names) or names[i] not in d.NO_GRAD] * len(tensors(arg))
+    for key, value in entry.kwargs.items():
+        flags += [key not in d.NO_GRAD] * len(tensors(value))
+    return flags
 
 
 def list_of(out: Any) -> list:
@@ -317,6 +342,15 @@ def magnitudes(entry: d.Entry) -> list[torch.Tensor | None]:
         dw = (ag * centred).sum(0).reshape(p["weight"].shape) if p["weight"] is not None else None
         db = ag.sum(0).reshape(p["bias"].shape) if p["bias"] is not None else None
         return [dx.reshape(p["input"].shape), dw, db]
+    if family == "batch_norm":  # the plugin's formula, in the recorded layout (input, weight, bias)
+        grads = None if entry.direction == d.FORWARD else [g]
+        found = package_magnitudes.formula(entry.api, entry.args, entry.kwargs, grads)
+        return found if grads is None else [v for v in found if v is not None]
+    if entry.api in ROUTES:
+        if entry.direction == d.FORWARD:
+            return outputs(entry, Side("abs", lambda t: t.double().abs()))
+        assert g is not None
+        return outputs(replace(entry, grad_outputs=[g.abs()]), Side("bench", lambda t: t.double()))
     if family == "gelu":
         x = p["input"]
         if entry.direction == d.FORWARD:  # x/2 + x/2 erf(x/sqrt 2): the two halves cancel for x << 0
@@ -623,7 +657,7 @@ def magnitude(case: Case, rule: Rule) -> np.ndarray:
         return m
     if case.api in SUMS_AND_PRODUCTS:
         return np.maximum(m, probe(case, "abs") / U_ACC)
-    if case.api in FORMULA:
+    if case.api in FORMULA or case.api in ROUTES:
         return np.maximum(m, probe(case, "formula") / U_ACC)
     return m
 
@@ -632,7 +666,7 @@ def budget(case: Case, rule: Rule) -> np.ndarray:
     total = rule.c_out * case.unit + rule.c_acc * U_ACC * magnitude(case, rule)
     if rule.c_length and case.terms:
         total = total + rule.c_length * U_ACC * math.sqrt(case.terms) * np.abs(case.bench)
-    if rule.c_spread and case.api not in SUMS_AND_PRODUCTS:
+    if rule.c_spread and case.api not in NO_SPREAD:
         total = total + rule.c_spread * probe(case, rule.spread)
     if rule.c_low and case.dtype != "fp32" and (rule.low_forward or case.family.endswith("grad")):
         total = total + rule.c_low * probe(case, "low")
@@ -1067,7 +1101,7 @@ def time_probes(names: Iterable[str], cases: list[Case], repeats: int = 3) -> li
                     asked += 1
                     base = ["abs"] if entry.api in SUMS_AND_PRODUCTS else ["formula"]
                     base += ["low"] if entry.dtype in d.LOW else []
-                    spread = [] if entry.api in SUMS_AND_PRODUCTS else ["spread"]
+                    spread = [] if entry.api in NO_SPREAD else ["spread"]
                     total["rule"] += sum(seconds[k] for k in base + spread)
                     cheaper = [k for k in base + spread if k != "low" or direction == d.BACKWARD]
                     total["rule1"] += sum(seconds[k] for k in cheaper)
@@ -1120,7 +1154,7 @@ def package_check(cases: list[Case], rule: Rule) -> list[str]:
     constants = package.Constants(rule.c_out, rule.c_acc, rule.c_spread, rule.c_low, rule.c_length, BAND)
     for case in cases:
         m = magnitude(case, rule)
-        spread = probe(case, rule.spread) if case.api not in SUMS_AND_PRODUCTS else None
+        spread = probe(case, rule.spread) if case.api not in NO_SPREAD else None
         low = probe(case, "low") if case.dtype != "fp32" else None
         extra = ExtraRuns(
             magnitude=lambda m=m: m,

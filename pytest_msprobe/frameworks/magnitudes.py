@@ -3,9 +3,10 @@
 - Sums and products (every floating input enters linearly: linear, matmul, conv, sum, mean,
   add, mul, cat, embedding, masked_fill): the benchmark itself on |inputs|, grad_outputs
   included, gives it (|A||B|, sum |x|), forward and backward alike.
-- softmax, layer_norm, batch_norm, gelu: their formula subtracts, so the API on |inputs| means
-  nothing; the formula with every difference made a sum of magnitudes does (softmax's gradient
-  y (g - sum y g) -> y (|g| + sum y |g|)): `formula`.
+- softmax, layer_norm, batch_norm, gelu, cross_entropy: their formula subtracts, so the API on
+  |inputs| means nothing; the formula with every difference made a sum of magnitudes does
+  (softmax's gradient y (g - sum y g) -> y (|g| + sum y |g|), cross_entropy's (p - onehot) g / N
+  -> (p + onehot) |g| / N): `formula`.
 - Pooling and interpolation route each grad_output element to inputs with nonnegative weights
   that the input chooses (a window's max, its mean, the interpolation's weights): their gradient's
   magnitude is the benchmark on |grad_output| with the inputs as they are (|x| would move a max
@@ -63,11 +64,15 @@ PARAMETERS: dict[str, tuple[tuple[str, Any], ...]] = {
         ("training", False), ("momentum", 0.1), ("eps", 1e-5),
     ),
     "gelu": (("input", None), ("approximate", "none")),
+    "cross_entropy": (
+        ("input", None), ("target", None), ("weight", None), ("size_average", None), ("ignore_index", -100),
+        ("reduce", None), ("reduction", "mean"), ("label_smoothing", 0.0),
+    ),
 }  # fmt: skip
 
 
 def family(api: str) -> str:
-    """ "sum" (a sum or product), "formula" (softmax, layer_norm, batch_norm, gelu), "routes"
+    """ "sum" (a sum or product), "formula" (softmax, layer_norm, batch_norm, gelu, cross_entropy), "routes"
     (pooling, interpolation) or "" of an API's last name."""
     name = api.rsplit(".", 1)[-1]
     if name in SUMS_AND_PRODUCTS:
@@ -187,11 +192,40 @@ def _gelu(p: dict[str, Any], g: torch.Tensor | None) -> list:
     ]
 
 
+def _cross_entropy(p: dict[str, Any], g: torch.Tensor | None) -> list:
+    """Class indices over (N, C) logits, no class weights or label smoothing (others raise: no
+    magnitude). The loss lse - x_t, lse = max + log sum exp(x - max); its gradient (p - onehot) g / N,
+    which cancels where a row is confident (p near 1 at its target)."""
+    x, target = p["input"], p["target"]
+    if (
+        x.dim() != 2
+        or target.is_floating_point()
+        or p["weight"] is not None
+        or p["label_smoothing"]
+        or p["size_average"] is not None
+        or p["reduce"] is not None
+        or p["reduction"] not in ("mean", "sum", "none")
+    ):
+        raise ValueError("cross_entropy with class probabilities, weights, label smoothing or legacy reductions")
+    kept = target != p["ignore_index"]
+    labels = torch.where(kept, target, torch.zeros_like(target)).long()
+    scale = 1.0 / max(1, int(kept.sum())) if p["reduction"] == "mean" else 1.0
+    if g is None:
+        top = x.amax(1)
+        rows = top.abs() + torch.log(torch.exp(x - top[:, None]).sum(1)) + x.gather(1, labels[:, None])[:, 0].abs()
+        rows = rows * kept
+        return [rows if p["reduction"] == "none" else rows.sum() * scale]
+    onehot = torch.zeros_like(x).scatter_(1, labels[:, None], 1.0)
+    per_row = g.abs().reshape(-1, 1) if p["reduction"] == "none" else g.abs().reshape(1, 1)
+    return [(torch.softmax(x, 1) + onehot) * per_row * kept[:, None] * scale]
+
+
 FORMULAS: dict[str, Callable[[dict[str, Any], torch.Tensor | None], list]] = {
     "softmax": _softmax,
     "layer_norm": _layer_norm,
     "batch_norm": _batch_norm,
     "gelu": _gelu,
+    "cross_entropy": _cross_entropy,
 }
 
 

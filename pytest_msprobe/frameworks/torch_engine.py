@@ -440,9 +440,14 @@ def shapes_of(values: list) -> list[list[int] | None]:
 
 def input_of(position: int, shape: list, shapes: list, taken: dict) -> int | None:
     """The input a gradient recorded at `position` with `shape` belongs to: the input at
-    that position when the shape agrees, else the one free input of that shape."""
+    that position when the shape agrees, else the position-th of the inputs that take a gradient
+    (msprobe records batch_norm's as input, weight, bias: its running statistics take none), else
+    the one free input of that shape."""
     if position < len(shapes) and shapes[position] == shape and position not in taken:
         return position
+    taking = [i for i, s in enumerate(shapes) if s is not None]
+    if position < len(taking) and shapes[taking[position]] == shape and taking[position] not in taken:
+        return taking[position]
     candidates = [i for i, s in enumerate(shapes) if s == shape and i not in taken]
     return candidates[0] if len(candidates) == 1 else None
 
