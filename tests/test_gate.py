@@ -16,11 +16,11 @@ import torch
 
 from conftest import DATA, read_csv, run_msprobe
 
-# Three fp32 outputs of examples/pt_tensor_L1 made a little too large: 1.07 to 1.08 times what the
+# Three fp32 outputs of examples/pt_tensor_L1 made a little too large: 1.02 times what the
 # dtype standard allows a correct kernel at their worst element (1.5 ULP plus 32 x 2^-24 of |b|
 # for the fp32 accumulation, plus the conditioning's share for relu and flatten), so within its
-# warning band (up to 1.1x): warnings, not errors. (3e-6 of each is 1.2 to 1.5x: errors.)
-WARNED_BY = {"Tensor.__add__.0.forward": 2.1e-6, "Functional.relu.0.forward": 2.6e-6, "Tensor.flatten.0.forward": 2.6e-6}
+# warning band (up to 1.04x): warnings, not errors. (3e-6 of each is 1.2 to 1.5x: errors.)
+WARNED_BY = {"Tensor.__add__.0.forward": 1.98e-6, "Functional.relu.0.forward": 2.45e-6, "Tensor.flatten.0.forward": 2.45e-6}
 WARNED = tuple(WARNED_BY)
 
 

@@ -18,7 +18,7 @@ from pytest_msprobe.compare import ExtraRuns
 from pytest_msprobe.dump import EntryName
 from pytest_msprobe.frameworks.magnitudes import family, formula, terms_of, with_magnitudes
 from pytest_msprobe.frameworks.torch_engine import Call, ExtraBenchRuns, Side, Sides, forward, gradients
-from pytest_msprobe.standards.budget import FORMATS, read
+from pytest_msprobe.standards.budget import FORMATS, Constants, read
 
 RESNET = DATA / "public" / "gpu_resnet" / "dump.json"
 
@@ -90,7 +90,7 @@ def test_a_fp32_sum_in_order_of_262144_same_sign_terms_passes_and_a_bf16_roundin
     without = read(in_order, exact, fmt, ExtraRuns())
     assert without.ratio > 1  # what the standard said before it knew K
     assert read(in_order, exact, fmt, length).ratio <= 1
-    assert read(in_bf16, exact, fmt, length).status(1.1) == "error"
+    assert read(in_bf16, exact, fmt, length).status(Constants().band) == "error"
 
 
 def test_max_pool_gradient_magnitude_routes_the_absolute_grad_output():
@@ -148,7 +148,7 @@ def _judged(api: str, fn, args: list, tested: list[torch.Tensor], grad: torch.Te
     extra = ExtraBenchRuns(call, sides, side, bench)
     fmt = FORMATS["float32"]
     return [
-        read(t.double().numpy(), b.numpy(), fmt, extra.for_output(i)).status(1.1)
+        read(t.double().numpy(), b.numpy(), fmt, extra.for_output(i)).status(Constants().band)
         for i, (t, b) in enumerate(zip(tested, bench))
         if t is not None
     ]

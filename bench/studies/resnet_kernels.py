@@ -27,7 +27,7 @@ import torch
 from pytest_msprobe.dump import parse_entry_name, read_dump
 from pytest_msprobe.frameworks import OutputPair, RunOptions, Tested
 from pytest_msprobe.frameworks.pytorch import PyTorch
-from pytest_msprobe.standards.budget import U_ACC, format_of, read
+from pytest_msprobe.standards.budget import U_ACC, Constants, format_of, read
 
 ROOT = Path(__file__).resolve().parents[2]
 DUMP = ROOT / "tests" / "data" / "public" / "gpu_resnet" / "dump.json"
@@ -51,7 +51,7 @@ def readings(pair: OutputPair, api: str) -> dict[str, str]:
     now = read(tested, bench, fmt, extra)
     error = np.abs(tested - bench)
     unit = fmt.spacing(bench)
-    found = {"now": f"{now.status(1.1)} {now.ratio:.3g}"}
+    found = {"now": f"{now.status(Constants().band)} {now.ratio:.3g}"}
     terms = extra.terms()
     magnitude = extra.magnitude() if api in ("batch_norm", "max_pool2d") else None
     if magnitude is not None:

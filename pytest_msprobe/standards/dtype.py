@@ -5,7 +5,7 @@ fixed MaxAbsErr of 1e-4 cannot tell from a fault. This standard judges every ele
 output against its own budget (standards/budget.py): the final rounding in the tested dtype at
 that element, plus what the computation amplifies of the fp32 accumulation a correct kernel is
 allowed (Ascend's cube unit and CUDA's tensor cores accumulate fp16/bf16/fp32 in fp32). An
-output whose worst element is within its budget passes; up to 1.1 times it, a warning; beyond,
+output whose worst element is within its budget passes; up to 1.04 times it, a warning; beyond,
 an error. So a bf16 matmul accumulated in bf16, a TF32 GEMM, a tanh GELU for an erf one or a
 gradient missing a term fail, and other summation orders, 1-ULP math libraries, online softmax
 or Welford's layer_norm pass (bench/studies/kernel_bounds.md).
