@@ -48,7 +48,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.timing.collect import ROOT, clean_env, load, machine, measure, write_floor_plugin
+from bench.timing.collect import MODULE_TYPES, ROOT, clean_env, load, machine, measure, write_floor_plugin
 from bench.timing.workdir import work_dir
 
 EXAMPLE = ROOT / "examples" / "pt_tensor_L1"
@@ -108,9 +108,10 @@ def replicate_dump(source: Path, target: Path, apis: int) -> Path:
 
 
 def counts(dump: Path) -> tuple[int, int]:
-    """(entries, API calls) of a dump."""
+    """(entries, API calls) of a dump; a module's entries (a mix-level dump's) are entries, not API calls."""
     data = json.loads(dump.read_text())["data"]
-    return len(data), len({name.rsplit(".", 1)[0] for name in data})
+    calls = {name.rsplit(".", 1)[0] for name in data}
+    return len(data), len({call for call in calls if call.split(".", 1)[0] not in MODULE_TYPES})
 
 
 # ---------------------------------------------------------------- commands
@@ -122,23 +123,33 @@ def pytest_outcome(tail: str) -> str:
 
 
 def msprobe_outcome(out: Path) -> str:
-    """Its result CSV's statuses, forward and (where the dump has backward entries) backward, with the
-    Messages of the rows not passed: how msprobe failed on an API is a result too."""
+    """Its result CSV's statuses, forward and (where the dump has backward entries) backward, and its details
+    CSV's statuses per output with the Messages of those not passed: how msprobe failed is a result too."""
     results = sorted(out.glob("accuracy_checking_result_*.csv"))
     if not results:
         return "no result CSV"
-    with open(results[-1], newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = read_csv(results[-1])
     parts = [f"{len(rows)} APIs"]
     for column, say in (("Forward Test Success", "forward"), ("Backward Test Success", "backward")):
-        tally = Counter(row.get(column) or "" for row in rows)
-        if set(tally) - {"", "N/A"} or column.startswith("Forward"):
-            parts.append(f"{say}: " + ", ".join(f"{n} {s or '(empty)'}" for s, n in sorted(tally.items())))
-    messages = Counter((row.get("Message") or "").strip() for row in rows)
-    messages.pop("", None)
-    if messages:
-        parts.append("messages: " + "; ".join(f"{n} x {m!r}" for m, n in messages.most_common(8)))
+        tally = Counter((row.get(column) or "").strip() or "blank (not checked)" for row in rows)
+        parts.append(f"{say}: {counted(tally)}")
+    details = sorted(out.glob("accuracy_checking_details_*.csv"))
+    if details:
+        outputs = read_csv(details[-1])
+        parts.append(f"{len(outputs)} outputs: {counted(Counter(row.get('Status', '').strip() for row in outputs))}")
+        messages = Counter(row.get("Message", "").strip()[:120] for row in outputs if row.get("Status") != "pass")
+        if messages:
+            parts.append(f"not passed: {', '.join(f'{n} x {m!r}' for m, n in messages.most_common(6))}")
     return "; ".join(parts)
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8-sig") as handle:  # msprobe writes a byte order mark
+        return list(csv.DictReader(handle))
+
+
+def counted(tally: Counter) -> str:
+    return ", ".join(f"{n} {status}" for status, n in sorted(tally.items()))
 
 
 def thread_env(env: dict[str, str], threads: int) -> dict[str, str]:
