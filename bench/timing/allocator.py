@@ -215,7 +215,7 @@ def write_results(path: Path, args, text: str, kinds: dict, loads: str, modes: S
     settings = "; ".join(f"{kind}: `{' '.join(f'{k}={v}' for k, v in env.items())}`" for kind, env in kinds.items())
     if args.dump:
         title = f"on every entry of {args.dump}"
-        what = f"every entry of {args.dump} in each run ({', '.join(modes)}); the {args.standard} standard, "
+        what = f"Every entry of {args.dump} in each run ({', '.join(modes)}); the {args.standard} standard, "
         what += "random inputs"
     else:
         title = "on the conv entries of a ResNet step"
