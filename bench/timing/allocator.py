@@ -8,6 +8,9 @@ interleaved, --repeats rounds:
           --msprobe-mode random --msprobe-standard dtype -k backward (its first --calls conv2d calls)
 - -n 2:   the same on its first --xdist-calls calls with -n 2 (the workers inherit the allocator)
 
+or, with --dump PATH, on every entry of that dump (no -k; the whole ResNet step, say), with
+--standard's standard (dtype unless told).
+
 under each allocator, set by the environment the process starts with:
 
 - glibc as started:          LD_PRELOAD= (set and empty: -n 2's workers are not given tcmalloc either;
@@ -26,6 +29,12 @@ before it; each kind's ratios to glibc as started are taken round by round (the 
 the median ratio is given. The result rows of every run must be the same: the allocator moves no value.
 
     python -m bench.timing.allocator [--calls 8] [--xdist-calls 16] [--repeats 2] [--kinds K,...] [--xdist-kinds K,...]
+        [--dump PATH --standard basic|dtype]
+
+e.g. the whole ResNet step under -n 2 only, glibc against tcmalloc:
+
+    python -m bench.timing.allocator --dump tests/data/public/gpu_resnet --standard basic --calls -1
+        --xdist-calls 0 --repeats 1 --results bench/timing/results_allocator_step.md
 
 run from the repository root with the interpreter that has pytest-msprobe installed; prints markdown
 tables and writes them to bench/timing/results_allocator.md (--results to change).
@@ -75,12 +84,13 @@ def kind_env(kind: str) -> dict[str, str] | None:
     return env
 
 
-def command(python: str, dump: Path, out: Path, workers: int) -> list[str]:
+def command(python: str, dump: Path, out: Path, workers: int, standard: str, whole: bool) -> list[str]:
+    """whole: every entry of the dump; else its backward entries (conv_dump's)."""
     return [
         python,
         *("-m", "pytest", "-q", "-p", "no:cacheprovider", *(("-n", str(workers)) if workers > 1 else ())),
         *("--msprobe-dump", str(dump), "--msprobe-device", "cpu", "--msprobe-mode", "random"),
-        *("--msprobe-standard", "dtype", "-k", "backward", "--msprobe-out", str(out)),
+        *("--msprobe-standard", standard, *(() if whole else ("-k", "backward")), "--msprobe-out", str(out)),
     ]
 
 
@@ -96,8 +106,9 @@ def bench(modes: dict[str, tuple[Path, int, list[str]]], kinds: dict[str, dict[s
                 env = clean_env(str(ROOT))
                 env.update(extra)
                 before = load()
-                run = measure(command(args.python, dump, out, workers), work, env, work / "run.log")
-                run["load"] = before
+                cmd = command(args.python, dump, out, workers, args.standard, bool(args.dump))
+                run = measure(cmd, work, env, work / "run.log")
+                run["load"] = f"{before}/{load()}"
                 run["outcome"] = pytest_outcome(run["tail"])
                 if run["rc"] not in (0, 1) or "error" in run["outcome"]:
                     raise SystemExit(f"{mode} {kind}: exit {run['rc']}:\n{run['tail']}")
@@ -140,10 +151,23 @@ def tables(runs: dict, modes: dict, kinds: dict) -> str:
     return "\n".join(lines)
 
 
+def the_dump(args, folder: Path, calls: int) -> Path:
+    if not args.dump:
+        return conv_dump(folder, calls)
+    given = Path(args.dump).resolve()
+    return given if given.is_file() else given / "dump.json"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=8, help="conv2d calls of the serial runs (0: all 53)")
+    parser.add_argument(
+        "--calls", type=int, default=8, help="conv2d calls of the serial runs (0: all 53, or all --dump; -1: none)"
+    )
     parser.add_argument("--xdist-calls", type=int, default=16, help="conv2d calls of the -n 2 runs (0: all, -1: none)")
+    parser.add_argument(
+        "--dump", help="every entry of this dump (its folder or dump.json) instead of conv2d calls (0 or -1 above)"
+    )
+    parser.add_argument("--standard", default="dtype", choices=("basic", "dtype"))
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated, of the serial runs")
     parser.add_argument("--xdist-kinds", default=",".join([BASE, "tcmalloc"]), help="comma-separated, of the -n 2 runs")
@@ -166,12 +190,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             kinds[kind] = env
     if BASE not in kinds:
         raise SystemExit(f"--kinds must name {BASE!r}, the yardstick")
-    serial_kinds = [kind for kind in args.kinds.split(",") if kind in kinds]
+    serial_kinds = [kind for kind in dict.fromkeys([BASE, *args.kinds.split(",")]) if kind in kinds]
     xdist_kinds = [kind for kind in dict.fromkeys([BASE, *args.xdist_kinds.split(",")]) if kind in kinds]
     with work_dir(args.work, args.keep, "bench_allocator_") as work:
-        modes = {"serial": (conv_dump(work / "serial", args.calls), 1, serial_kinds)}
+        modes: dict[str, tuple[Path, int, list[str]]] = {}
+        if args.calls >= 0:
+            modes["serial"] = (the_dump(args, work / "serial", args.calls), 1, serial_kinds)
         if args.xdist_calls >= 0:
-            modes["-n 2"] = (conv_dump(work / "xdist", args.xdist_calls), 2, xdist_kinds)
+            modes["-n 2"] = (the_dump(args, work / "xdist", args.xdist_calls), 2, xdist_kinds)
         loads = [load()]
         runs = bench(modes, kinds, work, args)
         loads.append(load())
@@ -180,20 +206,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             text += f"\n\nNot measured (not installed): {', '.join(missing)}."
         print("\n" + text + "\n")
         if args.results:
-            write_results(Path(args.results), args, text, kinds, " / ".join(loads))
+            write_results(Path(args.results), args, text, kinds, " / ".join(loads), list(modes))
     return 0
 
 
-def write_results(path: Path, args, text: str, kinds: dict, loads: str) -> None:
+def write_results(path: Path, args, text: str, kinds: dict, loads: str, modes: Sequence[str]) -> None:
     when = time.strftime("%Y-%m-%d %H:%M")
     settings = "; ".join(f"{kind}: `{' '.join(f'{k}={v}' for k, v in env.items())}`" for kind, env in kinds.items())
+    if args.dump:
+        title = f"on every entry of {args.dump}"
+        what = f"Every entry of {args.dump} in each run ({', '.join(modes)}); the {args.standard} standard, "
+        what += "random inputs"
+    else:
+        title = "on the conv entries of a ResNet step"
+        what = (
+            f"serial: the first {args.calls or 'all 53'} conv2d calls; -n 2: the first {args.xdist_calls or 'all 53'}; "
+            f"the {args.standard} standard, random inputs, backward entries"
+        )
     lines = [
-        "# The allocator under the plugin, on the conv entries of a ResNet step",
+        f"# The allocator under the plugin, {title}",
         "",
         f"Written by `python -m bench.timing.allocator {shlex.join(sys.argv[1:])}`".rstrip() + f" on {when}; "
         f"machine: {machine()}, {len(os.sched_getaffinity(0))} of them in the bench's CPU affinity; 1-minute "
-        f"load average before / after: {loads}. serial: the first {args.calls or 'all 53'} conv2d calls; -n 2: the "
-        f"first {args.xdist_calls or 'all 53'}; the dtype standard, random inputs, backward entries. "
+        f"load average before / after: {loads}. {what}. "
         f"{args.repeats} rounds, the kinds interleaved in each; the ratios are the median of each round's ratio "
         f"to the run of glibc as started in the same round. The environments: {settings}.",
         "",
