@@ -62,6 +62,7 @@ PARTS = (
                 "_normalised",
                 "_gelu",
                 "_cross_entropy",
+                "_attention",
                 "ROUTES",
                 "terms_of",
                 "FORMULAS",

@@ -244,6 +244,19 @@ def test_the_clean_cnn_dumps_have_no_error(pytester, copy_dump, device):
         assert "error" not in statuses, dump.parent.name
 
 
+def test_the_pytorch_statistics_and_mix_dumps_have_no_error_in_cpu_mode(pytester, copy_dump):
+    """Random inputs drawn to pt_stats_L1's statistics and pt_tensor_mix's tensors, PyTorch's CPU kernels
+    as the device: correct kernels, so no error (scaled_dot_product_attention's gradient was 1.3x its budget
+    before its magnitude formula)."""
+    dumps = [copy_dump("pt_stats_L1"), copy_dump("pt_tensor_mix")]
+    result = run_msprobe(pytester, dumps, "--msprobe-device", "cpu", "--msprobe-standard", "dtype")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 0 and outcomes["passed"] > 60
+    rows = read_csv(pytester.path / "out" / "pt_stats_L1", "details")
+    attention = [row for row in rows if row["API Name"].startswith("Functional.scaled_dot_product_attention.0.")]
+    assert len(attention) == 4 and {row["Status"] for row in attention} == {"pass"}
+
+
 # -- allowances: what a team declares it accepts (msprobe_tolerances) ---------------------------
 
 

@@ -254,3 +254,24 @@ def test_the_cross_entropy_magnitude_bounds_the_loss_and_its_gradient(reduction)
     assert bool((found[5] == 0).all())
     with pytest.raises(ValueError):
         formula("Functional.cross_entropy", [x, target], {"label_smoothing": 0.1}, None)
+
+
+@pytest.mark.parametrize("masking", ["none", "causal", "bool mask"])
+def test_the_attention_magnitude_bounds_its_output_and_gradients(masking):
+    """softmax(Q K^T s) V with every difference a sum of magnitudes is at least |the result|,
+    forward and each of Q's, K's and V's gradients (the triangle inequality)."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 5, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    kwargs: dict = {"is_causal": masking == "causal"}
+    if masking == "bool mask":
+        kwargs["attn_mask"] = torch.rand(5, 5, generator=g) > 0.3
+        kwargs["attn_mask"][:, 0] = True  # no row without a key
+    api = "Functional.scaled_dot_product_attention"
+    (magnitude,) = formula(api, [q, k, v], kwargs, None)
+    out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+    assert bool((magnitude >= out.abs() * (1 - 1e-12)).all())
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    grad = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    exact = torch.autograd.grad(F.scaled_dot_product_attention(*leaves, **kwargs), leaves, grad)
+    for found, value in zip(formula(api, [q, k, v], kwargs, [grad]), exact):
+        assert found.shape == value.shape and bool((found >= value.abs() * (1 - 1e-12)).all())

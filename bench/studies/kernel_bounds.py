@@ -115,7 +115,7 @@ SUMS_AND_PRODUCTS = {
     "cat",
     "masked_fill",
 }
-FORMULA = {"softmax", "layer_norm", "gelu", "batch_norm", "cross_entropy"}  # see magnitudes
+FORMULA = {"softmax", "layer_norm", "gelu", "batch_norm", "cross_entropy", "scaled_dot_product_attention"}
 # Pooling routes each grad_output element to inputs its input chooses: the magnitude of its gradient is
 # the benchmark on |grad_output| with the inputs as they are, its forward's a sum of |x| (the "formula"
 # probe here, frameworks/magnitudes.py: ROUTES); no spread, as for sums.
@@ -349,6 +349,13 @@ def magnitudes(entry: d.Entry) -> list[torch.Tensor | None]:
         except ValueError as exc:  # a variant the formula does not model: no magnitude, as in the plugin
             raise d.NotApplicable(str(exc)) from exc
         return found if grads is None else [v for v in found if v is not None]
+    if entry.api == "scaled_dot_product_attention":  # the plugin's formula, matched to the recorded gradients
+        grads = None if entry.direction == d.FORWARD else [g]
+        try:
+            found = package_magnitudes.formula(entry.api, entry.args, entry.kwargs, grads)
+        except ValueError as exc:
+            raise d.NotApplicable(str(exc)) from exc
+        return found if grads is None else by_shape(entry, found)
     if entry.api in ROUTES:
         if entry.direction == d.FORWARD:
             return outputs(entry, Side("abs", lambda t: t.double().abs()))

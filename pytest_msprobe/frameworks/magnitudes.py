@@ -3,10 +3,10 @@
 - Sums and products (every floating input enters linearly: linear, matmul, conv, sum, mean,
   add, mul, cat, embedding, masked_fill): the benchmark itself on |inputs|, grad_outputs
   included, gives it (|A||B|, sum |x|), forward and backward alike.
-- softmax, layer_norm, batch_norm, gelu, cross_entropy: their formula subtracts, so the API on
-  |inputs| means nothing; the formula with every difference made a sum of magnitudes does
-  (softmax's gradient y (g - sum y g) -> y (|g| + sum y |g|), cross_entropy's (p - onehot) g / N
-  -> (p + onehot) |g| / N): `formula`.
+- softmax, layer_norm, batch_norm, gelu, cross_entropy, scaled_dot_product_attention: their
+  formula subtracts, so the API on |inputs| means nothing; the formula with every difference made
+  a sum of magnitudes does (softmax's gradient y (g - sum y g) -> y (|g| + sum y |g|),
+  cross_entropy's (p - onehot) g / N -> (p + onehot) |g| / N): `formula`.
 - Pooling and interpolation route each grad_output element to inputs with nonnegative weights
   that the input chooses (a window's max, its mean, the interpolation's weights): their gradient's
   magnitude is the benchmark on |grad_output| with the inputs as they are (|x| would move a max
@@ -67,6 +67,10 @@ PARAMETERS: dict[str, tuple[tuple[str, Any], ...]] = {
     "cross_entropy": (
         ("input", None), ("target", None), ("weight", None), ("size_average", None), ("ignore_index", -100),
         ("reduce", None), ("reduction", "mean"), ("label_smoothing", 0.0),
+    ),
+    "scaled_dot_product_attention": (
+        ("query", None), ("key", None), ("value", None), ("attn_mask", None), ("dropout_p", 0.0),
+        ("is_causal", False), ("scale", None), ("enable_gqa", False),
     ),
 }  # fmt: skip
 
@@ -220,12 +224,41 @@ def _cross_entropy(p: dict[str, Any], g: torch.Tensor | None) -> list:
     return [(torch.softmax(x, 1) + onehot) * per_row * kept[:, None] * scale]
 
 
+def _attention(p: dict[str, Any], g: torch.Tensor | None) -> list:
+    """softmax(Q K^T scale + mask) V with softmax's magnitudes: the output P |V| plus what the
+    scores' own rounding (the terms |Q| |K|^T |scale| each sums) moves through P; the gradients
+    P^T |g| for V, and for Q and K the softmax gradient's P (|dP| + sum P |dP|) with |dP| = |g| |V|^T,
+    through |K| and |Q|. Without dropout or grouped heads (others raise: no magnitude)."""
+    q, k, v, mask = p["query"], p["key"], p["value"], p["attn_mask"]
+    if p["dropout_p"] or p["enable_gqa"] or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
+        raise ValueError("scaled_dot_product_attention with dropout or grouped heads")
+    scale = abs(p["scale"]) if p["scale"] is not None else 1 / math.sqrt(q.shape[-1])
+    scores = q @ k.transpose(-2, -1) * scale
+    if p["is_causal"]:
+        rows, columns = scores.shape[-2:]
+        scores = scores.masked_fill(~torch.ones(rows, columns, dtype=torch.bool).tril(), float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    probs = torch.softmax(scores, -1)
+    aq, ak, av = q.abs(), k.abs(), v.abs()
+    if g is None:
+        moved = probs * (aq @ ak.transpose(-2, -1) * scale)  # P times the magnitude of each score's terms
+        return [probs @ av + moved @ av + moved.sum(-1, keepdim=True) * (probs @ v).abs()]
+    ag = g.abs()
+    dp = ag @ av.transpose(-2, -1)
+    ds = probs * (dp + (probs * dp).sum(-1, keepdim=True))
+    found = [ds @ ak * scale, ds.transpose(-2, -1) @ aq * scale, probs.transpose(-2, -1) @ ag]
+    # One per floating input, in argument order: a floating mask's gradient has no model here.
+    return found + ([None] if mask is not None and mask.is_floating_point() else [])
+
+
 FORMULAS: dict[str, Callable[[dict[str, Any], torch.Tensor | None], list]] = {
     "softmax": _softmax,
     "layer_norm": _layer_norm,
     "batch_norm": _batch_norm,
     "gelu": _gelu,
     "cross_entropy": _cross_entropy,
+    "scaled_dot_product_attention": _attention,
 }
 
 
