@@ -275,3 +275,20 @@ def test_the_attention_magnitude_bounds_its_output_and_gradients(masking):
     exact = torch.autograd.grad(F.scaled_dot_product_attention(*leaves, **kwargs), leaves, grad)
     for found, value in zip(formula(api, [q, k, v], kwargs, [grad]), exact):
         assert found.shape == value.shape and bool((found >= value.abs() * (1 - 1e-12)).all())
+
+
+def test_tf32_attention_operands_are_an_error_and_fp32_passes_with_the_formula():
+    """The attention formula makes room for what fp32 rounds, not for TF32's 10-bit operands: 64 queries
+    and keys of 64, forward and the three gradients."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 64, 64, generator=g) for _ in range(3))
+    tf32 = [d.round_mantissa(t.double(), 10).float() for t in (q, k, v)]
+    api = "Functional.scaled_dot_product_attention"
+    fn = F.scaled_dot_product_attention
+    assert _judged(api, fn, [q, k, v], [fn(q, k, v)]) == ["pass"]
+    assert _judged(api, fn, [q, k, v], [fn(*tf32)]) == ["error"]
+    grad = torch.randn(2, 4, 64, 64, generator=g)
+    for operands, expected in (((q, k, v), "pass"), (tf32, "error")):
+        leaves = [t.clone().requires_grad_() for t in operands]
+        found = torch.autograd.grad(fn(*leaves), leaves, grad)
+        assert _judged(api, fn, [q, k, v], list(found), grad) == [expected] * 3
