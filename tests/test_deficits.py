@@ -271,22 +271,26 @@ def test_welford_layer_norm_is_a_correct_layer_norm(seed, mean):
 def test_exact_kernel_is_the_float64_benchmark_in_msprobe_s_layout():
     """The float64 kernel of every modelled entry of the GPT dump matches torch in float64, in the
     layout msprobe records (linear: bias, input, weight transposed)."""
-    root = GPT["bf16"]
+    assert len(_exact_against(GPT["bf16"], _torch_float64)) >= 30
+
+
+def _exact_against(root, reference) -> list[tuple[str, str]]:
+    """(api, direction) of every output of the dump's modelled entries whose float64 kernel
+    (deficits.EXACT) was compared with `reference`'s float64 torch, each found equal."""
     data = json.loads((root / "dump.json").read_text())["data"]
-    checked = 0
+    checked = []
     for name in data:
         entry = d.load_entry(root, name, data)
         try:
             ours = d.run(d.EXACT, entry)
         except d.NotApplicable:
             continue
-        ref = _torch_float64(entry)
-        for a, b in zip(ours, ref):
+        for a, b in zip(ours, reference(entry)):
             if a is not None and b is not None:
                 assert a.shape == b.shape, name
                 assert float((a - b).abs().max()) <= 1e-12 * float(b.abs().max()) + 1e-300, name
-                checked += 1
-    assert checked >= 30
+                checked.append((entry.api, entry.direction))
+    return checked
 
 
 def _torch_float64(entry: d.Entry):
@@ -398,21 +402,7 @@ def test_exact_kernels_of_the_cnn_dump_are_the_float64_benchmark(dtype):
     """conv2d (3x3 and 1x1, stride 1 and 2, with and without bias), batch_norm in training,
     max_pool2d, adaptive_avg_pool2d and linear: float64 as torch computes them, forward and backward,
     in the layout msprobe records (batch_norm: input, weight, bias; conv2d: None for the images)."""
-    root = CNN[dtype]
-    data = json.loads((root / "dump.json").read_text())["data"]
-    checked = set()
-    for name in data:
-        entry = d.load_entry(root, name, data)
-        try:
-            ours = d.run(d.EXACT, entry)
-        except d.NotApplicable:
-            continue
-        ref = _torch_float64_cnn(entry)
-        for a, b in zip(ours, ref):
-            if a is not None and b is not None:
-                assert a.shape == b.shape, name
-                assert float((a - b).abs().max()) <= 1e-12 * float(b.abs().max()) + 1e-300, name
-                checked.add((entry.api, entry.direction))
+    checked = set(_exact_against(CNN[dtype], _torch_float64_cnn))
     apis = {"conv2d", "batch_norm", "adaptive_avg_pool2d", "linear"}
     assert checked >= {(api, direction) for api in apis for direction in (d.FORWARD, d.BACKWARD)}
     assert ("max_pool2d", d.BACKWARD) in checked

@@ -116,6 +116,7 @@ SUMS_AND_PRODUCTS = {
     "masked_fill",
 }
 FORMULA = {"softmax", "layer_norm", "gelu", "batch_norm", "cross_entropy", "scaled_dot_product_attention"}
+PLUGIN_FORMULAS = {"batch_norm", "cross_entropy", "scaled_dot_product_attention"}  # magnitudes() asks the plugin
 # Pooling routes each grad_output element to inputs its input chooses: the magnitude of its gradient is
 # the benchmark on |grad_output| with the inputs as they are, its forward's a sum of |x| (the "formula"
 # probe here, frameworks/magnitudes.py: ROUTES); no spread, as for sums.
@@ -342,20 +343,18 @@ def magnitudes(entry: d.Entry) -> list[torch.Tensor | None]:
         dw = (ag * centred).sum(0).reshape(p["weight"].shape) if p["weight"] is not None else None
         db = ag.sum(0).reshape(p["bias"].shape) if p["bias"] is not None else None
         return [dx.reshape(p["input"].shape), dw, db]
-    if family in ("batch_norm", "cross_entropy"):  # the plugin's formula, in the recorded layout
+    if entry.api in PLUGIN_FORMULAS:  # the plugin's own formula, in the layout msprobe records
         grads = None if entry.direction == d.FORWARD else [g]
         try:
             found = package_magnitudes.formula(entry.api, entry.args, entry.kwargs, grads)
         except ValueError as exc:  # a variant the formula does not model: no magnitude, as in the plugin
             raise d.NotApplicable(str(exc)) from exc
-        return found if grads is None else [v for v in found if v is not None]
-    if entry.api == "scaled_dot_product_attention":  # the plugin's formula, matched to the recorded gradients
-        grads = None if entry.direction == d.FORWARD else [g]
-        try:
-            found = package_magnitudes.formula(entry.api, entry.args, entry.kwargs, grads)
-        except ValueError as exc:
-            raise d.NotApplicable(str(exc)) from exc
-        return found if grads is None else by_shape(entry, found)
+        if grads is None:
+            return found
+        # batch_norm's running statistics take no gradient (msprobe records input, weight, bias);
+        # attention's gradients are matched to the recorded ones by shape, as outputs() matches them.
+        attention = entry.api == "scaled_dot_product_attention"
+        return by_shape(entry, found) if attention else [v for v in found if v is not None]
     if entry.api in ROUTES:
         if entry.direction == d.FORWARD:
             return outputs(entry, Side("abs", lambda t: t.double().abs()))

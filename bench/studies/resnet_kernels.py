@@ -26,6 +26,7 @@ import torch
 
 from pytest_msprobe.dump import parse_entry_name, read_dump
 from pytest_msprobe.frameworks import OutputPair, RunOptions, Tested
+from pytest_msprobe.frameworks.magnitudes import family
 from pytest_msprobe.frameworks.pytorch import PyTorch
 from pytest_msprobe.standards.budget import U_ACC, Constants, format_of, read
 
@@ -53,7 +54,7 @@ def readings(pair: OutputPair, api: str) -> dict[str, str]:
     unit = fmt.spacing(bench)
     found = {"now": f"{now.status(Constants().band)} {now.ratio:.3g}"}
     terms = extra.terms()
-    magnitude = extra.magnitude() if api in ("batch_norm", "max_pool2d") else None
+    magnitude = extra.magnitude() if family(api) in ("formula", "routes") else None  # the models studied here
     if magnitude is not None:
         found["c_acc over the model"] = f"{need(error, 1.5 * unit, U_ACC * np.maximum(np.abs(bench), magnitude)):.3g}"
     if terms:
