@@ -10,16 +10,26 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import pytest
 
-# pytester's in-process runs forget the modules a run imported, and torch does
-# not survive a second import in one process: import it once, up front.
-import pytest_msprobe.frameworks.torch_engine  # noqa: F401
 
-# MindSpore likewise, where it is installed: imported once, in PyNative mode,
-# with kernel errors raised at the op that caused them (launch_blocking).
-if importlib.util.find_spec("mindspore") is not None:
-    from pytest_msprobe.frameworks import mindspore as ms_framework
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """pytester's in-process runs forget the modules a run imported, and torch does not survive a
+    second import in one process: import it once, up front, for the test suite. MindSpore likewise,
+    where it is installed: in PyNative mode, with kernel errors raised at the op that caused them
+    (launch_blocking).
 
-    ms_framework.mindspore()
+    Not in a run of the plugin itself from the checkout (the README's main command loads this file
+    through testpaths): the plugin sets the threads and torch's huge pages before torch is
+    imported, and a hook of this file that imported it at load would come first."""
+    if config.getoption("msprobe_dump", None) or config.getini("msprobe_dump"):
+        return
+    import pytest_msprobe.frameworks.torch_engine  # noqa: F401
+
+    if importlib.util.find_spec("mindspore") is not None:
+        from pytest_msprobe.frameworks import mindspore as ms_framework
+
+        ms_framework.mindspore()
+
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
