@@ -72,6 +72,7 @@ class Metrics:
     worst_index: tuple[int, ...] | None = None
     worst_tested: float | None = None
     worst_bench: float | None = None
+    nonfinite: tuple[int, int] = (0, 0)  # (NaN where the other side has none, inf where it differs)
 
     def where(self) -> str:
         """` at [0, 6] (tested -0.63, bench -0.63)`: the worst element, for a message."""
@@ -87,10 +88,12 @@ def is_floating(dtype: str) -> bool:
 
 
 def metrics(tested: np.ndarray, bench: np.ndarray) -> Metrics:
-    """Cosine, MaxAbsErr and MaxRelativeErr over the finite elements of both (block by block: reductions.py)."""
+    """Cosine, MaxAbsErr and MaxRelativeErr over the finite elements of both, and the NaN and inf
+    that do not match (one pass, block by block: reductions.py)."""
     found = reductions.errors(tested, bench)
+    nonfinite = (found.nan_off, found.inf_off)
     if found.count == 0:
-        return Metrics(None, 0.0, 0.0)
+        return Metrics(None, 0.0, 0.0, nonfinite=nonfinite)
     index = np.unravel_index(found.worst, np.shape(tested)) if np.ndim(tested) else ()
     return Metrics(
         cosine=reductions.cosine(tested, bench, found),
@@ -99,6 +102,7 @@ def metrics(tested: np.ndarray, bench: np.ndarray) -> Metrics:
         worst_index=tuple(int(i) for i in index),
         worst_tested=found.worst_tested,
         worst_bench=found.worst_bench,
+        nonfinite=nonfinite,
     )
 
 
@@ -126,9 +130,9 @@ def _kind_name(kind: str) -> str:
     return {"f": "floating", "b": "bool", "i": "integer"}[kind]
 
 
-def nonfinite_mismatch(tested: np.ndarray, bench: np.ndarray) -> list[str]:
+def nonfinite_mismatch(m: Metrics) -> list[str]:
     """Where NaN and inf do not sit at the same places on both sides."""
-    nan_off, inf_off = reductions.nonfinite_offsets(tested, bench)
+    nan_off, inf_off = m.nonfinite
     faults = []
     if nan_off:
         faults.append(f"NaN at {nan_off} position(s) where the other side has none")
@@ -155,7 +159,7 @@ def compare(c: Comparison, standard: Standard) -> tuple[Metrics, Verdict]:
     if _kind(c.tested) != "f":
         wrong = exact_mismatch(c)
         return m, Verdict(ERROR if wrong else PASS, wrong, severity=math.inf if wrong else 0.0)
-    faults = nonfinite_mismatch(c.tested, c.bench)
+    faults = nonfinite_mismatch(m)
     if faults:
         return m, Verdict(ERROR, faults, severity=math.inf, nonfinite=True)
     return m, standard.judge(c, m)

@@ -1,12 +1,13 @@
-"""Reductions over a tested output and its benchmark, block by block: one pass over memory each.
+"""Reductions over a tested output and its benchmark, block by block: one pass over memory.
 
 An output of a real model's entry holds 10^7 to 10^8 elements. Whole-array numpy expressions
 (|t - b|, finiteness masks, scaled copies) each allocate hundreds of MB, fault them in and pass
-over them again. Here every quantity is computed on blocks of BLOCK elements, small enough to stay
-in the cache, with the same float64 operations element by element: the values are those of the
-whole-array expressions. Maxima, their first index and counts do not depend on the blocking; the
-one sum whose rounding depends on its order, the cosine's dot products, is still taken by numpy
-over whole arrays, as before.
+over them again. Here one pass computes every quantity on blocks of BLOCK elements, small enough
+to stay in the cache, with the same float64 operations element by element: the values are those
+of the whole-array expressions. Maxima, their first index and counts do not depend on the
+blocking. The cosine's dot products are sums whose rounding depends on their order: each block's
+by numpy's own loop (einsum), then the blocks' in order, so a row does not depend on the
+machine (BLAS's dot split its sum by its thread count, which moved the last digits).
 
 Arrays of any real dtype are read as float64 a block at a time (a float32 output is never copied
 whole). No framework here: numpy arrays in, floats out.
@@ -53,9 +54,14 @@ def finite_pairs(t: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return t[where], b[where], where
 
 
+# Dot products of values up to 2^400 in size neither overflow nor, down to 2^-400, lose their
+# squares to underflow: where each side's largest value is within that range, the cosine needs no scaling.
+SAFE_SCALE = (2.0**-400, 2.0**400)
+
+
 @dataclass
 class Errors:
-    """What one pass over the finite pairs of an output finds."""
+    """What one pass over an output and its bench finds."""
 
     count: int = 0  # finite pairs
     max_abs: float = -1.0  # max |t - b| (-1 before the first pair)
@@ -63,17 +69,28 @@ class Errors:
     worst_tested: float = 0.0
     worst_bench: float = 0.0
     max_rel: float = 0.0  # max |t - b| / |b| (REL_EPS where b is 0)
-    scale: float = 0.0  # max |t|, |b|: the cosine's scale
+    scale: tuple[float, float] = (0.0, 0.0)  # max |t| and max |b|: the cosine's scales
+    dots: tuple[float, float, float] = (0.0, 0.0, 0.0)  # t.b, t.t, b.b over the finite pairs
+    nan_off: int = 0  # NaN where the other side has none
+    inf_off: int = 0  # inf where the other side differs
 
 
 def errors(tested: np.ndarray, bench: np.ndarray) -> Errors:
-    """MaxAbsErr (where first), MaxRelativeErr and the largest magnitude over the finite pairs."""
+    """MaxAbsErr (where first), MaxRelativeErr, the largest magnitude and the cosine's dot products
+    over the finite pairs, and the NaN and inf that do not match, in one pass."""
     found = Errors()
+    tb = tt = bb = 0.0
     for start, (t, b) in blocks(flat(tested), flat(bench)):
+        finite_t, finite_b = t, b
         t, b, where = finite_pairs(t, b)
+        if where is not None:
+            found.nan_off, found.inf_off = _nonfinite(finite_t, finite_b, found.nan_off, found.inf_off)
         if not t.size:
             continue
         found.count += t.size
+        tb += float(np.einsum("i,i->", t, b))
+        tt += float(np.einsum("i,i->", t, t))
+        bb += float(np.einsum("i,i->", b, b))
         diff = np.subtract(t, b)
         np.abs(diff, out=diff)
         i = int(np.argmax(diff))
@@ -82,45 +99,50 @@ def errors(tested: np.ndarray, bench: np.ndarray) -> Errors:
             found.worst = start + (i if where is None else int(where[i]))
             found.worst_tested, found.worst_bench = float(t[i]), float(b[i])
         magnitude = np.abs(b)
-        found.scale = max(found.scale, float(magnitude.max()))
+        largest_b = float(magnitude.max())
         np.copyto(magnitude, REL_EPS, where=magnitude == 0)
         with np.errstate(over="ignore"):  # a huge error over a tiny bench value: MaxRelativeErr inf
             np.divide(diff, magnitude, out=diff)
         found.max_rel = max(found.max_rel, float(diff.max()))
-        found.scale = max(found.scale, float(np.abs(t, out=magnitude).max()))
+        largest_t = float(np.abs(t, out=magnitude).max())
+        found.scale = (max(found.scale[0], largest_t), max(found.scale[1], largest_b))
+    found.dots = (tb, tt, bb)
     return found
+
+
+def _nonfinite(t: np.ndarray, b: np.ndarray, nan_off: int, inf_off: int) -> tuple[int, int]:
+    t_nan, b_nan = np.isnan(t), np.isnan(b)
+    t_inf, b_inf = np.isinf(t), np.isinf(b)
+    nan_off += int(np.count_nonzero(t_nan != b_nan))
+    inf_off += int(np.count_nonzero((t_inf | b_inf) & ~(t_nan | b_nan) & (t != b)))
+    return nan_off, inf_off
 
 
 def cosine(tested: np.ndarray, bench: np.ndarray, found: Errors) -> float | None:
     """Cosine similarity of the finite pairs (`found` by `errors`); None where undefined (one
-    element, a zero vector). Scaled first: the squares of large fp32 values overflow float64 sums.
-    The scaled copies are whole arrays so that numpy's dot products sum in the order they always did."""
-    if found.count <= 1 or found.scale == 0.0:
+    element, a zero vector). Where a side's largest value is beyond SAFE_SCALE, each side is scaled
+    by a power of two first, in a second pass: exactly, and the cosine does not change with it."""
+    if found.count <= 1 or found.scale == (0.0, 0.0):
         return None
-    scaled_t, scaled_b = np.empty(found.count), np.empty(found.count)
-    at = 0
-    for _, (t, b) in blocks(flat(tested), flat(bench)):
-        t, b, _ = finite_pairs(t, b)
-        np.divide(t, found.scale, out=scaled_t[at : at + t.size])
-        np.divide(b, found.scale, out=scaled_b[at : at + t.size])
-        at += t.size
-    norm_t, norm_b = float(np.sqrt(np.dot(scaled_t, scaled_t))), float(np.sqrt(np.dot(scaled_b, scaled_b)))
+    tb, tt, bb = found.dots
+    if not all(SAFE_SCALE[0] <= scale <= SAFE_SCALE[1] for scale in found.scale):
+        tb, tt, bb = _scaled_dots(tested, bench, *(-math.frexp(scale)[1] for scale in found.scale))
+    norm_t, norm_b = math.sqrt(tt), math.sqrt(bb)
     if norm_t == 0.0 or norm_b == 0.0:
         return None
-    return float(np.clip(np.dot(scaled_t, scaled_b) / (norm_t * norm_b), -1.0, 1.0))
+    return float(np.clip(tb / (norm_t * norm_b), -1.0, 1.0))
 
 
-def nonfinite_offsets(tested: np.ndarray, bench: np.ndarray) -> tuple[int, int]:
-    """(NaN where the other side has none, inf where the other side differs): element counts."""
-    nan_off = inf_off = 0
+def _scaled_dots(tested: np.ndarray, bench: np.ndarray, shift_t: int, shift_b: int) -> tuple[float, float, float]:
+    """The dot products of the finite pairs, the tested values times 2^shift_t, the bench's 2^shift_b."""
+    tb = tt = bb = 0.0
     for _, (t, b) in blocks(flat(tested), flat(bench)):
-        if np.isfinite(t).all() and np.isfinite(b).all():
-            continue
-        t_nan, b_nan = np.isnan(t), np.isnan(b)
-        t_inf, b_inf = np.isinf(t), np.isinf(b)
-        nan_off += int(np.count_nonzero(t_nan != b_nan))
-        inf_off += int(np.count_nonzero((t_inf | b_inf) & ~(t_nan | b_nan) & (t != b)))
-    return nan_off, inf_off
+        t, b, _ = finite_pairs(t, b)
+        t, b = np.ldexp(t, shift_t), np.ldexp(b, shift_b)
+        tb += float(np.einsum("i,i->", t, b))
+        tt += float(np.einsum("i,i->", t, t))
+        bb += float(np.einsum("i,i->", b, b))
+    return tb, tt, bb
 
 
 def first_max(best: tuple[int, float] | None, index: int, value: float) -> tuple[int, float]:

@@ -5,7 +5,7 @@ copy kept beside it: when a repro folder is written, the source of the modules b
 from the installed package, cut to what the script needs, and written into the script, which
 executes each as a module of its own (templates/repro.py, `package_module`).
 
-- reductions.py, the block iteration the budget reads an output with;
+- reductions.py, the metrics' pass and the block iteration the budget reads an output with;
 - standards/budget.py, whole: the per-element budget (numpy only);
 - frameworks/magnitudes.py, its formulas (softmax, layer_norm, batch_norm, gelu, cross_entropy),
   the list of sums and products and a contraction's float32 lower bound; not `with_magnitudes`,
@@ -42,8 +42,14 @@ class Part:
     uses: tuple[str, ...] = ()  # parts written before whose names it may use
 
 
+# The metrics' one pass (errors, cosine) and the block iteration the budget reads with.
+REDUCTIONS = frozenset({
+    "BLOCK", "REL_EPS", "SAFE_SCALE", "flat", "as_float64", "blocks", "first_max", "finite_pairs", "Errors", "errors",
+    "_nonfinite", "cosine", "_scaled_dots",
+})  # fmt: skip
+
 PARTS = (
-    Part("reductions", "pytest_msprobe.reductions", frozenset({"BLOCK", "flat", "as_float64", "blocks", "first_max"})),
+    Part("reductions", "pytest_msprobe.reductions", REDUCTIONS),
     Part("budget", "pytest_msprobe.standards.budget", uses=("reductions",)),
     Part(
         "magnitudes",

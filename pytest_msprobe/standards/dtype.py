@@ -83,7 +83,7 @@ class DtypeStandard:
     def within_budget(self, c: Comparison, m: Metrics) -> bool:
         """Whether the output passes this standard with no warning band: under the basic
         standard, a failure this is true of is rounding alone, not a fault."""
-        if incomparable(c) or nonfinite_mismatch(c.tested, c.bench) or format_of(c.tested_dtype) is None:
+        if incomparable(c) or nonfinite_mismatch(m) or format_of(c.tested_dtype) is None:
             return False
         return DtypeStandard(self.tolerances, warning=False).judge(c, m).status == PASS
 

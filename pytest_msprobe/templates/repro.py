@@ -554,14 +554,40 @@ def to_array(value: Any) -> tuple[np.ndarray, str] | None:
 
 
 def metrics(tested: np.ndarray, bench: np.ndarray) -> dict[str, Any]:
-    """Cosine, MaxAbsErr and MaxRelativeErr over the finite elements of both."""
+    """Cosine, MaxAbsErr and MaxRelativeErr over the finite elements of both, and the NaN and inf
+    that do not match: the package's one pass (compare.metrics)."""
+    if "reductions" not in SOURCES:
+        return whole_array_metrics(tested, bench)
+    reductions = package_module("reductions")
+    found = reductions.errors(tested, bench)
+    nonfinite = (found.nan_off, found.inf_off)
+    if found.count == 0:
+        return {"cosine": None, "max_abs_err": 0.0, "max_rel_err": 0.0, "where": None, "nonfinite": nonfinite}
+    index = np.unravel_index(found.worst, np.shape(tested)) if np.ndim(tested) else ()
+    return {
+        "cosine": reductions.cosine(tested, bench, found),
+        "max_abs_err": found.max_abs,
+        "max_rel_err": found.max_rel,
+        "where": [[int(i) for i in index], found.worst_tested, found.worst_bench],
+        "nonfinite": nonfinite,
+    }
+
+
+def whole_array_metrics(tested: np.ndarray, bench: np.ndarray) -> dict[str, Any]:
+    """The template's own example, which holds no package code: the metrics as whole arrays."""
     t = np.asarray(tested, dtype=np.float64).reshape(-1)
     b = np.asarray(bench, dtype=np.float64).reshape(-1)
     finite = np.isfinite(t) & np.isfinite(b)
     if not finite.all():
         t, b = t[finite], b[finite]
     if t.size == 0:
-        return {"cosine": None, "max_abs_err": 0.0, "max_rel_err": 0.0, "where": None}
+        return {
+            "cosine": None,
+            "max_abs_err": 0.0,
+            "max_rel_err": 0.0,
+            "where": None,
+            "nonfinite": nonfinite_offsets(tested, bench),
+        }
     diff = np.abs(t - b)
     worst = int(np.argmax(diff))
     abs_b = np.abs(b)
@@ -572,15 +598,14 @@ def metrics(tested: np.ndarray, bench: np.ndarray) -> dict[str, Any]:
         "max_abs_err": float(diff[worst]),
         "max_rel_err": float(rel.max()),
         "where": [[int(i) for i in index], float(t[worst]), float(b[worst])],
+        "nonfinite": nonfinite_offsets(tested, bench),
     }
 
 
-def where(m: dict) -> str:
-    """` at [0, 6] (tested -0.63, bench -0.63)`: the worst element, as the run's messages say it."""
-    if not m.get("where"):
-        return ""
-    index, tested, benched = m["where"]
-    return f" at [{', '.join(map(str, index))}] (tested {tested:.8g}, bench {benched:.8g})"
+def nonfinite_offsets(tested: np.ndarray, bench: np.ndarray) -> tuple[int, int]:
+    t, b = np.asarray(tested, np.float64), np.asarray(bench, np.float64)
+    t_nan, b_nan, t_inf, b_inf = np.isnan(t), np.isnan(b), np.isinf(t), np.isinf(b)
+    return int((t_nan != b_nan).sum()), int(((t_inf | b_inf) & ~(t_nan | b_nan) & (t != b)).sum())
 
 
 def cosine(t: np.ndarray, b: np.ndarray) -> float | None:
@@ -594,6 +619,14 @@ def cosine(t: np.ndarray, b: np.ndarray) -> float | None:
     if norm_t == 0.0 or norm_b == 0.0:
         return None
     return float(np.clip(np.dot(t, b) / (norm_t * norm_b), -1.0, 1.0))
+
+
+def where(m: dict) -> str:
+    """` at [0, 6] (tested -0.63, bench -0.63)`: the worst element, as the run's messages say it."""
+    if not m.get("where"):
+        return ""
+    index, tested, benched = m["where"]
+    return f" at [{', '.join(map(str, index))}] (tested {tested:.8g}, bench {benched:.8g})"
 
 
 def kind(array: np.ndarray) -> str:
@@ -612,17 +645,15 @@ def judge(t: np.ndarray, b: np.ndarray, tested_dtype: str, index: int, extra: An
         why = f"dtype kind differs: tested is {names[kind(t)]}, bench is {names[kind(b)]}"
         return {"cosine": None, "max_abs_err": nan, "max_rel_err": nan, "status": ERROR, "why": why}
     m = metrics(t, b)
+    nan_off, inf_off = m.pop("nonfinite")
     if kind(t) != "f":  # integer and bool outputs must be equal
         wrong = int((np.asarray(t) != np.asarray(b)).sum())
         why = f"{wrong} of {np.size(t)} elements differ (integer/bool outputs must be equal)" if wrong else ""
         return {**m, "status": ERROR if wrong else PASS, "why": why}
     t64, b64 = np.asarray(t, np.float64), np.asarray(b, np.float64)
-    t_nan, b_nan, t_inf, b_inf = np.isnan(t64), np.isnan(b64), np.isinf(t64), np.isinf(b64)
     faults = []
-    nan_off = int((t_nan != b_nan).sum())
     if nan_off:
         faults.append(f"NaN at {nan_off} position(s) where the other side has none")
-    inf_off = int(((t_inf | b_inf) & ~(t_nan | b_nan) & (t64 != b64)).sum())
     if inf_off:
         faults.append(f"inf at {inf_off} position(s) where the other side differs")
     if faults:
