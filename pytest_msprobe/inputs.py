@@ -377,11 +377,9 @@ def _fill_uniform(rng: np.random.Generator, lo: float, hi: float, out: np.ndarra
         rng.random(out=u)
         if math.isfinite(width):
             u *= width
-            u += lo
+            np.add(u, lo, out=part)  # in float64, rounded once (to nearest even) into part's dtype
         else:  # [-1e308, 1e308]: the width overflows, the mix of the ends does not
-            u[...] = lo * (1 - u) + hi * u
-        if scratch is not None:
-            part[...] = u  # rounded once, to nearest even
+            part[...] = lo * (1 - u) + hi * u
 
 
 _INT64 = INT_RANGE["int64"]

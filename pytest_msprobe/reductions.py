@@ -54,9 +54,9 @@ def finite_pairs(t: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return t[where], b[where], where
 
 
-# Dot products of values up to 2^400 in size neither overflow nor, down to 2^-400, lose their
-# squares to underflow: where each side's largest value is within that range, the cosine needs no scaling.
-SAFE_SCALE = (2.0**-400, 2.0**400)
+# Sums of squares from here up (and finite) hold their largest terms as normal numbers: the cosine
+# needs no scaling.
+SAFE_SQUARES = 2.0**-900
 
 
 @dataclass
@@ -69,28 +69,33 @@ class Errors:
     worst_tested: float = 0.0
     worst_bench: float = 0.0
     max_rel: float = 0.0  # max |t - b| / |b| (REL_EPS where b is 0)
-    scale: tuple[float, float] = (0.0, 0.0)  # max |t| and max |b|: the cosine's scales
     dots: tuple[float, float, float] = (0.0, 0.0, 0.0)  # t.b, t.t, b.b over the finite pairs
     nan_off: int = 0  # NaN where the other side has none
     inf_off: int = 0  # inf where the other side differs
 
 
 def errors(tested: np.ndarray, bench: np.ndarray) -> Errors:
-    """MaxAbsErr (where first), MaxRelativeErr, the largest magnitude and the cosine's dot products
-    over the finite pairs, and the NaN and inf that do not match, in one pass."""
+    """MaxAbsErr (where first), MaxRelativeErr and the cosine's dot products over the finite pairs,
+    and the NaN and inf that do not match, in one pass.
+
+    A block's sums of squares come first: finite, they say every element of it is, and the masks
+    of finite pairs are left out (the common case)."""
     found = Errors()
     tb = tt = bb = 0.0
     for start, (t, b) in blocks(flat(tested), flat(bench)):
-        finite_t, finite_b = t, b
-        t, b, where = finite_pairs(t, b)
-        if where is not None:
-            found.nan_off, found.inf_off = _nonfinite(finite_t, finite_b, found.nan_off, found.inf_off)
+        squares = float(np.einsum("i,i->", t, t)), float(np.einsum("i,i->", b, b))
+        where = None
+        if not (math.isfinite(squares[0]) and math.isfinite(squares[1])):  # NaN, inf, or squares beyond float64
+            whole_t, whole_b = t, b
+            t, b, where = finite_pairs(t, b)
+            if where is not None:
+                found.nan_off, found.inf_off = _nonfinite(whole_t, whole_b, found.nan_off, found.inf_off)
+                squares = float(np.einsum("i,i->", t, t)), float(np.einsum("i,i->", b, b))
         if not t.size:
             continue
         found.count += t.size
+        tt, bb = tt + squares[0], bb + squares[1]
         tb += float(np.einsum("i,i->", t, b))
-        tt += float(np.einsum("i,i->", t, t))
-        bb += float(np.einsum("i,i->", b, b))
         diff = np.subtract(t, b)
         np.abs(diff, out=diff)
         i = int(np.argmax(diff))
@@ -98,16 +103,22 @@ def errors(tested: np.ndarray, bench: np.ndarray) -> Errors:
             found.max_abs = float(diff[i])
             found.worst = start + (i if where is None else int(where[i]))
             found.worst_tested, found.worst_bench = float(t[i]), float(b[i])
-        magnitude = np.abs(b)
-        largest_b = float(magnitude.max())
-        np.copyto(magnitude, REL_EPS, where=magnitude == 0)
-        with np.errstate(over="ignore"):  # a huge error over a tiny bench value: MaxRelativeErr inf
-            np.divide(diff, magnitude, out=diff)
-        found.max_rel = max(found.max_rel, float(diff.max()))
-        largest_t = float(np.abs(t, out=magnitude).max())
-        found.scale = (max(found.scale[0], largest_t), max(found.scale[1], largest_b))
+        found.max_rel = max(found.max_rel, _max_relative(diff, b))
     found.dots = (tb, tt, bb)
     return found
+
+
+def _max_relative(diff: np.ndarray, b: np.ndarray) -> float:
+    """max |t - b| / |b|, REL_EPS for |b| where b is 0; diff is overwritten."""
+    magnitude = np.abs(b)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        largest = float(np.divide(diff, magnitude, out=magnitude).max())
+    if largest < math.inf:  # no zero in b (it gives inf or NaN here), the common case
+        return largest
+    magnitude = np.abs(b)
+    np.copyto(magnitude, REL_EPS, where=magnitude == 0)
+    with np.errstate(over="ignore"):  # a huge error over a tiny bench value: MaxRelativeErr inf
+        return float(np.divide(diff, magnitude, out=diff).max())
 
 
 def _nonfinite(t: np.ndarray, b: np.ndarray, nan_off: int, inf_off: int) -> tuple[int, int]:
@@ -120,21 +131,29 @@ def _nonfinite(t: np.ndarray, b: np.ndarray, nan_off: int, inf_off: int) -> tupl
 
 def cosine(tested: np.ndarray, bench: np.ndarray, found: Errors) -> float | None:
     """Cosine similarity of the finite pairs (`found` by `errors`); None where undefined (one
-    element, a zero vector). Where a side's largest value is beyond SAFE_SCALE, each side is scaled
-    by a power of two first, in a second pass: exactly, and the cosine does not change with it."""
-    if found.count <= 1 or found.scale == (0.0, 0.0):
+    element, a zero vector). Where a sum of squares overflowed or is below SAFE_SQUARES, each side
+    is scaled by a power of two first, in two more passes: exactly, and the cosine does not change
+    with it."""
+    if found.count <= 1:
         return None
     tb, tt, bb = found.dots
-    if not all(SAFE_SCALE[0] <= scale <= SAFE_SCALE[1] for scale in found.scale):
-        tb, tt, bb = _scaled_dots(tested, bench, *(-math.frexp(scale)[1] for scale in found.scale))
+    if not (SAFE_SQUARES <= tt < math.inf and SAFE_SQUARES <= bb < math.inf):
+        tb, tt, bb = _scaled_dots(tested, bench)
     norm_t, norm_b = math.sqrt(tt), math.sqrt(bb)
     if norm_t == 0.0 or norm_b == 0.0:
         return None
     return float(np.clip(tb / (norm_t * norm_b), -1.0, 1.0))
 
 
-def _scaled_dots(tested: np.ndarray, bench: np.ndarray, shift_t: int, shift_b: int) -> tuple[float, float, float]:
-    """The dot products of the finite pairs, the tested values times 2^shift_t, the bench's 2^shift_b."""
+def _scaled_dots(tested: np.ndarray, bench: np.ndarray) -> tuple[float, float, float]:
+    """The dot products of the finite pairs, each side scaled by the power of two that brings its
+    largest value into [0.5, 1)."""
+    largest = [0.0, 0.0]
+    for _, (t, b) in blocks(flat(tested), flat(bench)):
+        t, b, _ = finite_pairs(t, b)
+        if t.size:
+            largest = [max(largest[0], float(np.abs(t).max())), max(largest[1], float(np.abs(b).max()))]
+    shift_t, shift_b = (-math.frexp(value)[1] for value in largest)
     tb = tt = bb = 0.0
     for _, (t, b) in blocks(flat(tested), flat(bench)):
         t, b, _ = finite_pairs(t, b)

@@ -44,8 +44,8 @@ class Part:
 
 # The metrics' one pass (errors, cosine) and the block iteration the budget reads with.
 REDUCTIONS = frozenset({
-    "BLOCK", "REL_EPS", "SAFE_SCALE", "flat", "as_float64", "blocks", "first_max", "finite_pairs", "Errors", "errors",
-    "_nonfinite", "cosine", "_scaled_dots",
+    "BLOCK", "REL_EPS", "SAFE_SQUARES", "flat", "as_float64", "blocks", "first_max", "finite_pairs", "Errors",
+    "errors", "_max_relative", "_nonfinite", "cosine", "_scaled_dots",
 })  # fmt: skip
 
 PARTS = (
