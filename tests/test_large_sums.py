@@ -5,6 +5,7 @@ kernel there must not be called an error (bench/studies/kernel_bounds.md, "Parti
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import deficits as d
@@ -16,8 +17,8 @@ import torch.nn.functional as F
 from conftest import DATA, read_csv, run_msprobe
 from pytest_msprobe.compare import ExtraRuns
 from pytest_msprobe.dump import EntryName
-from pytest_msprobe.frameworks.magnitudes import family, formula, terms_of, with_magnitudes
-from pytest_msprobe.frameworks.torch_engine import Call, ExtraBenchRuns, Side, Sides, forward, gradients
+from pytest_msprobe.frameworks.magnitudes import conv_gradients, family, formula, terms_of, with_magnitudes
+from pytest_msprobe.frameworks.torch_engine import Call, ExtraBenchRuns, Side, Sides, absolute, forward, gradients
 from pytest_msprobe.standards.budget import FORMATS, Constants, read
 
 RESNET = DATA / "public" / "gpu_resnet" / "dump.json"
@@ -292,3 +293,32 @@ def test_tf32_attention_operands_are_an_error_and_fp32_passes_with_the_formula()
         leaves = [t.clone().requires_grad_() for t in operands]
         found = torch.autograd.grad(fn(*leaves), leaves, grad)
         assert _judged(api, fn, [q, k, v], list(found), grad) == [expected] * 3
+
+
+@pytest.mark.parametrize("dims", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_conv_magnitude_without_the_forward_is_the_autograd_one_to_the_bit(dims, dtype):
+    """conv_gradients calls the backward kernel the autograd node calls, without the forward: the
+    same gradients bit for bit, over stride, padding, dilation, groups, bias, unbatched inputs,
+    keyword arguments and an input that took no gradient (the step's first conv)."""
+    fn = F.conv1d if dims == 1 else F.conv2d
+    torch.manual_seed(dims)
+    compared = 0
+    for stride, padding, dilation, groups, bias, batched, by_keyword, flags in itertools.product(
+        (1, 2), (0, 1), (1, 2), (1, 2), (True, False), (True, False), (False, True), ([], [False, True, True])
+    ):
+        x = torch.randn(*([3] if batched else []), 4, *([9] * dims))
+        w = torch.randn(6, 4 // groups, *([3] * dims))
+        b = torch.randn(6) if bias else None
+        g = torch.randn_like(fn(x, w, b, stride, padding, dilation, groups))
+        options = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+        args, kwargs = ([x, w], {"bias": b, **options}) if by_keyword else ([x, w, b, *options.values()], {})
+        name = EntryName(f"Functional.conv{dims}d.0.backward", "Functional", f"conv{dims}d", 0, "backward")
+        call = Call(name, fn, fn, args, kwargs, [], grad_flags=flags)
+        side = absolute(Side("cpu", dtype, None, True))
+        expected, found = gradients(side, call, [g]), conv_gradients(call, [g], side)
+        assert found is not None and len(found) == len(expected)
+        for want, got in zip(expected, found):
+            assert (want is None and got is None) or torch.equal(want, got)
+            compared += want is not None
+    assert compared > 256
