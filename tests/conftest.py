@@ -21,7 +21,7 @@ def pytest_configure(config: pytest.Config) -> None:
     Not in a run of the plugin itself from the checkout (the README's main command loads this file
     through testpaths): the plugin sets the threads and torch's huge pages before torch is
     imported, and a hook of this file that imported it at load would come first."""
-    if config.getoption("msprobe_dump", None) or config.getini("msprobe_dump"):
+    if config.pluginmanager.hasplugin("msprobe") and (config.getoption("msprobe_dump") or config.getini("msprobe_dump")):
         return
     import pytest_msprobe.frameworks.torch_engine  # noqa: F401
 
