@@ -299,8 +299,9 @@ def test_tf32_attention_operands_are_an_error_and_fp32_passes_with_the_formula()
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_a_conv_magnitude_without_the_forward_is_the_autograd_one_to_the_bit(dims, dtype):
     """conv_gradients calls the backward kernel the autograd node calls, without the forward: the
-    same gradients bit for bit, over stride, padding, dilation, groups, bias, unbatched inputs,
-    keyword arguments and an input that took no gradient (the step's first conv)."""
+    same gradients bit for bit, all together or one at a time, over stride, padding, dilation,
+    groups, bias, unbatched inputs, keyword arguments and an input that took no gradient (the
+    step's first conv)."""
     fn = F.conv1d if dims == 1 else F.conv2d
     torch.manual_seed(dims)
     compared = 0
@@ -317,8 +318,11 @@ def test_a_conv_magnitude_without_the_forward_is_the_autograd_one_to_the_bit(dim
         call = Call(name, fn, fn, args, kwargs, [], grad_flags=flags)
         side = absolute(Side("cpu", dtype, None, True))
         expected, found = gradients(side, call, [g]), conv_gradients(call, [g], side)
-        assert found is not None and len(found) == len(expected)
-        for want, got in zip(expected, found):
+        assert len(found) == len(expected)
+        for index, (want, got) in enumerate(zip(expected, found)):
             assert (want is None and got is None) or torch.equal(want, got)
+            alone = conv_gradients(call, [g], side, only=index)  # that gradient's run alone
+            assert (want is None and alone[index] is None) or torch.equal(want, alone[index])
+            assert all(other is None for i, other in enumerate(alone) if i != index)
             compared += want is not None
     assert compared > 256

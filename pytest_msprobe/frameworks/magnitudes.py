@@ -21,6 +21,10 @@
   inputs' own rounding to float32); M32 (1 - 2 n u) is then at most M and at most what float64
   computes (`lower_bound`). The standard asks the float64 run only where that bound leaves the
   output over its budget, so the verdict is the float64 one's.
+- A conv's gradients call aten's convolution_backward on |inputs| (`conv_gradients`), one gradient
+  at a time (the one the standard asks: the weight's passes by its length term on a ResNet, the
+  input's asks), without the forward the autograd graph would run first. The same kernel: the
+  same values bit for bit.
 - Anything else has no magnitude model: the standard measures its conditioning instead (the
   spread of the benchmark under perturbed inputs).
 
@@ -36,7 +40,6 @@ from typing import Any, Callable
 
 import torch
 
-from ..inputs import tree_map
 from .torch_engine import Call, Side, Sides, absolute, flat_outputs, floating
 
 SUMS_AND_PRODUCTS = frozenset({
@@ -324,39 +327,50 @@ CONV_PARAMETERS = (
 )  # fmt: skip
 
 
-def conv_gradients(call: Call, grad_outputs: list, side: Side) -> list | None:
-    """A conv's input gradients on `side` from aten's convolution_backward, the kernel its autograd
-    node calls, without the forward that builds the graph first: a third of the work less. None
-    where the call is not laid out as that kernel takes it (padding "same", a keyword order)."""
-    args, kwargs = tree_map(side.place, call.args), tree_map(side.place, call.kwargs)
+def _conv_parameters(args: list, kwargs: dict) -> dict[str, Any] | None:
+    """A conv call's parameters by name; None where aten's convolution_backward does not take them
+    as they are (padding "same" or "valid", floating tensors not in input, weight, bias order)."""
     p = dict(CONV_PARAMETERS)
     p.update(zip(p, args))
     p.update({key: value for key, value in kwargs.items() if key in p})
-    x, w, bias = p["input"], p["weight"], p["bias"]
+    given = [t for t in (p["input"], p["weight"], p["bias"]) if isinstance(t, torch.Tensor)]
+    if not isinstance(p["weight"], torch.Tensor) or len(given) < 2 or isinstance(p["padding"], str):
+        return None
+    return p if [id(t) for t in floating(args, kwargs)] == [id(t) for t in given] else None
+
+
+def conv_gradients(call: Call, grad_outputs: list, side: Side, only: int | None = None) -> list:
+    """A conv's input gradients on `side` (those it took in the step; with `only`, that one alone,
+    the others None) from aten's convolution_backward, the kernel its autograd node calls, without
+    the forward that builds the graph first. The call is one _conv_parameters takes."""
+    p = _conv_parameters(call.args, call.kwargs)
     g = next((t for t in grad_outputs if isinstance(t, torch.Tensor)), None)
-    if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and g is not None) or isinstance(
-        p["padding"], str
-    ):
-        return None
-    given = [t for t in (x, w, bias) if isinstance(t, torch.Tensor)]
-    if [id(t) for t in floating(args, kwargs)] != [id(t) for t in given]:
-        return None
+    if p is None or g is None:
+        raise ValueError("not a conv call convolution_backward takes")
+    given = 3 if isinstance(p["bias"], torch.Tensor) else 2
+    wanted = call.grad_flags[:given] + [True] * (given - len(call.grad_flags))
+    mask = [i < given and wanted[i] and only in (None, i) for i in range(3)]
+    # The input's gradient reads the weight, the weight's the input: the other is placed as its shape alone.
+    x, w = (side.place(p[key]) if mask[1 - i] else _shape_of(p[key], side) for i, key in enumerate(("input", "weight")))
     dims = w.dim() - 2
     stride, padding, dilation = ([*v] if isinstance(v, (list, tuple)) else [v] * dims for v in (
         p["stride"], p["padding"], p["dilation"]))  # fmt: skip
-    wanted = call.grad_flags[: len(given)] + [True] * (len(given) - len(call.grad_flags))
-    mask = [wanted[0], wanted[1], len(given) > 2 and wanted[2]]
     batched = x.dim() == w.dim()
     g = side.place_grad(g).to(x.dtype)
     found = torch.ops.aten.convolution_backward(
         g if batched else g.unsqueeze(0),
         x if batched else x.unsqueeze(0),
         w,
-        [w.shape[0]] if len(given) > 2 else None,
+        [w.shape[0]] if given > 2 else None,
         stride, padding, dilation, False, [0] * dims, p["groups"], mask,
     )  # fmt: skip
     grads = [found[0] if batched or found[0] is None else found[0].squeeze(0), found[1], found[2]]
-    return [grad if asked else None for grad, asked in zip(grads[: len(given)], mask)]
+    return [grad if asked else None for grad, asked in zip(grads[:given], mask)]
+
+
+def _shape_of(t: torch.Tensor, side: Side) -> torch.Tensor:
+    """A tensor of t's shape and of the dtype side places it in, with no memory of its own."""
+    return torch.empty((), dtype=side.floating or t.dtype).expand(t.shape)
 
 
 def lower_bound(outputs: list, terms: int) -> list:
@@ -374,23 +388,35 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
     grad_outputs = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
     sides = replace(sides, terms=lambda index, numel: terms_of(api, inputs, grad_outputs, index, numel))
     if kind == "sum" or (kind == "routes" and grad_outputs is None):
-        # A gradient judged at another node of the graph (recorded mode) is that node's, not the kernel's.
-        conv_backward = name.startswith("conv") and grad_outputs is not None and sides.compared_bench is None
-
-        def on(side: Side) -> list:
-            found = conv_gradients(call, grad_outputs or [], side) if conv_backward else None
-            return found if found is not None else sides.compared_run(side)
-
-        exact = replace(sides, magnitude=lambda side: on(absolute(side)), spread=False)
+        exact = replace(sides, magnitude=lambda side: sides.compared_run(absolute(side)), spread=False)
+        # A conv's gradients one at a time, without the forward (recorded mode may judge a gradient
+        # at another node of the graph: that node's, not the kernel's).
+        conv_backward = (
+            name.startswith("conv")
+            and grad_outputs is not None
+            and sides.compared_bench is None
+            and _conv_parameters(call.args, call.kwargs) is not None
+        )
+        grads = grad_outputs or []
+        if conv_backward:
+            exact = replace(exact, magnitude_of=lambda side, index: conv_gradients(call, grads, absolute(side), index))
         terms = terms_bound(api, inputs, grad_outputs)
         # Only where 2 n u stays small and float32 GEMMs are not allowed a lower precision.
         if terms is None or 4 * (terms + 4) * U_FLOAT32 > 1 or torch.get_float32_matmul_precision() != "highest":
             return exact
+        bound = terms
 
-        def in_float32(side: Side) -> list:
-            return lower_bound(on(replace(absolute(side), floating=torch.float32)), terms)
+        def in_float32(side: Side) -> Side:
+            return replace(absolute(side), floating=torch.float32)
 
-        return replace(exact, lower_magnitude=in_float32)
+        if conv_backward:
+            return replace(
+                exact,
+                lower_magnitude_of=lambda side, index: lower_bound(
+                    conv_gradients(call, grads, in_float32(side), index), bound
+                ),
+            )
+        return replace(exact, lower_magnitude=lambda side: lower_bound(sides.compared_run(in_float32(side)), bound))
     if kind == "routes":
         return replace(
             sides,

@@ -480,6 +480,10 @@ class Sides:
     magnitude: Callable[[Side], list] | None = None
     # A lower bound of magnitude, cheaper (a contraction's |A||B| in float32: magnitudes.py).
     lower_magnitude: Callable[[Side], list] | None = None
+    # The same two, one output's alone where the API computes it so ((side, index) -> the outputs,
+    # None but at index; a conv's backward kernel takes a mask): asked once per output, not per entry.
+    magnitude_of: Callable[[Side, int], list] | None = None
+    lower_magnitude_of: Callable[[Side, int], list] | None = None
     spread: bool = True
     # (output index, its size) -> how many terms one element sums at most, where the API says (magnitudes.terms_of).
     terms: Callable[[int, int], int | None] | None = None
@@ -618,19 +622,30 @@ class ExtraBenchRuns:
         return self.sides.terms(index, bench.numel())
 
     def magnitude(self, index: int) -> np.ndarray | None:
-        if self.sides.magnitude is None:
-            return None
-        compute = self.sides.magnitude
-        return self.output(("magnitude",), lambda: compute(self.side), index)
+        return self.run_of("magnitude", self.sides.magnitude, self.sides.magnitude_of, index)
 
     def lower_magnitude(self, index: int) -> np.ndarray | None:
         """The cheaper lower bound, only beside a float64 benchmark (a float32 one is the bound's
         own precision) and where it is finite at every element (float32 overflows sooner)."""
-        if self.sides.lower_magnitude is None or self.side.floating != torch.float64:
+        if self.side.floating != torch.float64:
             return None
-        compute = self.sides.lower_magnitude
-        found = self.output(("lower magnitude",), lambda: compute(self.side), index)
+        found = self.run_of("lower magnitude", self.sides.lower_magnitude, self.sides.lower_magnitude_of, index)
         return found if found is not None and np.isfinite(found).all() else None
+
+    def run_of(
+        self,
+        name: str,
+        every: Callable[[Side], list] | None,
+        one: Callable[[Side, int], list] | None,
+        index: int,
+    ) -> np.ndarray | None:
+        """Output `index` of a run: of that output alone where the sides compute it so, else of the
+        run of every output (once an entry)."""
+        if one is not None:
+            return self.output((name, index), functools.partial(one, self.side, index), index)
+        if every is None:
+            return None
+        return self.output((name,), functools.partial(every, self.side), index)
 
     def spread(self, index: int, relative: float, seeds: int = SPREAD_SEEDS) -> np.ndarray | None:
         bench = self.output(("bench",), lambda: self.bench, index)
