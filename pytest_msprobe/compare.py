@@ -43,12 +43,15 @@ class ExtraRuns:
 
     Cheaper first answers, each at most the full one, so that a standard asking them first gives
     the same verdict: lower_magnitude() a lower bound of magnitude() (a contraction's |A||B| in
-    float32), spread_once(relative) the spread of the first seed alone."""
+    float32), sampled_magnitude() a lower bound again, the magnitude of a part of the terms (a
+    conv's gradients over a quarter of the channels or samples, in float32), spread_once(relative)
+    the spread of the first seed alone."""
 
     magnitude: Callable[[], np.ndarray | None] = _no_answer
     spread: Callable[[float], np.ndarray | None] = _no_answer
     low: Callable[[], np.ndarray | None] = _no_answer
     lower_magnitude: Callable[[], np.ndarray | None] = _no_answer
+    sampled_magnitude: Callable[[], np.ndarray | None] = _no_answer
     spread_once: Callable[[float], np.ndarray | None] = _no_answer
     terms: Callable[[], int | None] = _no_terms  # how many terms one element sums at most (K), no run
 

@@ -97,6 +97,34 @@ def test_a_sum_of_many_terms_near_zero_passes_on_the_magnitude_of_its_terms():
     assert asked in ([], ["magnitude"])  # asked at most once, only when over the budget without it
 
 
+def test_a_magnitude_of_part_of_the_terms_passes_with_a_bound_and_never_fails():
+    """The sampled magnitude (a part of the terms, a lower bound) is asked first: where it leaves
+    the output within budget the verdict is a pass whose message says the ratio is a bound; where
+    it does not, the standard goes on to the whole magnitude, so a verdict never rests on it."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((4, 1024)), rng.standard_normal((1024, 4))
+    tested = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float64)
+    exact = a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64)
+    magnitude = np.abs(a.astype(np.float32)) @ np.abs(b.astype(np.float32))
+    asked = []
+
+    def probes(part):
+        return ExtraRuns(
+            magnitude=lambda: asked.append("whole") or magnitude,
+            sampled_magnitude=lambda: asked.append("part") or magnitude * part,
+        )
+
+    bounded = verdict(tested, exact, "torch.float32", probes(0.25))
+    assert bounded.status == PASS and asked == ["part"]
+    assert "every element within" in bounded.message and "(bounded with the magnitude of a part of the terms)" in bounded.message
+    asked.clear()
+    whole = verdict(tested, exact, "torch.float32", probes(1e-6))  # a part too small to pass: the whole asked
+    assert whole.status == PASS and asked == ["part", "whole"] and "worst element at" in whole.message
+    asked.clear()
+    wrong = verdict(tested * (1 + 1e-3), exact, "torch.float32", probes(0.25))
+    assert wrong.status == ERROR and asked == ["part", "whole"]
+
+
 def test_tf32_operands_are_an_error_and_pass_where_declared():
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((16, 512)).astype(np.float32), rng.standard_normal((512, 16)).astype(np.float32)

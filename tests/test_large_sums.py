@@ -17,7 +17,15 @@ import torch.nn.functional as F
 from conftest import DATA, read_csv, run_msprobe
 from pytest_msprobe.compare import ExtraRuns
 from pytest_msprobe.dump import EntryName
-from pytest_msprobe.frameworks.magnitudes import conv_gradients, family, formula, terms_of, with_magnitudes
+from pytest_msprobe.frameworks.magnitudes import (
+    conv_gradients,
+    family,
+    formula,
+    lower_bound,
+    terms_bound,
+    terms_of,
+    with_magnitudes,
+)
 from pytest_msprobe.frameworks.torch_engine import Call, ExtraBenchRuns, Side, Sides, absolute, forward, gradients
 from pytest_msprobe.standards.budget import FORMATS, Constants, read
 
@@ -326,3 +334,30 @@ def test_a_conv_magnitude_without_the_forward_is_the_autograd_one_to_the_bit(dim
             assert all(other is None for i, other in enumerate(alone) if i != index)
             compared += want is not None
     assert compared > 256
+
+
+def test_a_conv_magnitude_over_a_quarter_of_its_terms_is_a_lower_bound():
+    """The first magnitude the dtype standard asks of a conv gradient: over every 4th output channel
+    (the input's gradient) or batch element (the weight's, the bias's), in float32, times the float32
+    run's factor. At every element at most the float64 magnitude of all the terms, and near a
+    quarter of it; none where there is no such part to take (groups, no batch)."""
+    torch.manual_seed(0)
+    for groups, batched in itertools.product((1, 2), (True, False)):
+        x = torch.randn(*([8] if batched else []), 4, 9, 9)
+        w, b = torch.randn(8, 4 // groups, 3, 3), torch.randn(8)
+        g = torch.randn_like(F.conv2d(x, w, b, 1, 1, 1, groups))
+        args = [x, w, b, 1, 1, 1, groups]
+        call = Call(EntryName("Functional.conv2d.0.backward", "Functional", "conv2d", 0, "backward"), F.conv2d,
+                    F.conv2d, args, {}, [])  # fmt: skip
+        whole = conv_gradients(call, [g], absolute(Side("cpu", torch.float64, None, True)))
+        terms = terms_bound("Functional.conv2d", [x, w, b], [g])
+        for index in range(3):
+            if (index == 0 and groups > 1) or (index > 0 and not batched):
+                with pytest.raises(ValueError):
+                    conv_gradients(call, [g], absolute(Side("cpu", torch.float32, None, True)), index, 4)
+                continue
+            part = conv_gradients(call, [g], absolute(Side("cpu", torch.float32, None, True)), index, 4)
+            bound = lower_bound(part, terms)[index]
+            assert all(other is None for i, other in enumerate(part) if i != index)
+            assert bound.dtype == torch.float64 and torch.all(bound <= whole[index])
+            assert 0.1 < float(bound.sum() / whole[index].sum()) < 0.5

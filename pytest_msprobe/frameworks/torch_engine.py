@@ -484,6 +484,9 @@ class Sides:
     # None but at index; a conv's backward kernel takes a mask): asked once per output, not per entry.
     magnitude_of: Callable[[Side, int], list] | None = None
     lower_magnitude_of: Callable[[Side, int], list] | None = None
+    # A lower bound again, of a part of the terms (a conv's gradient over a quarter of the channels
+    # or samples): cheaper still, asked first (magnitudes.py).
+    sampled_magnitude_of: Callable[[Side, int], list] | None = None
     spread: bool = True
     # (output index, its size) -> how many terms one element sums at most, where the API says (magnitudes.terms_of).
     terms: Callable[[int, int], int | None] | None = None
@@ -611,6 +614,7 @@ class ExtraBenchRuns:
             spread=lambda relative: self.spread(index, relative),
             low=lambda: self.low(index),
             lower_magnitude=lambda: self.lower_magnitude(index),
+            sampled_magnitude=lambda: self.sampled_magnitude(index),
             spread_once=lambda relative: self.spread(index, relative, 1),
             terms=lambda: self.terms(index),
         )
@@ -630,6 +634,13 @@ class ExtraBenchRuns:
         if self.side.floating != torch.float64:
             return None
         found = self.run_of("lower magnitude", self.sides.lower_magnitude, self.sides.lower_magnitude_of, index)
+        return found if found is not None and np.isfinite(found).all() else None
+
+    def sampled_magnitude(self, index: int) -> np.ndarray | None:
+        """The lower bound of a part of the terms, on the same terms as lower_magnitude."""
+        if self.side.floating != torch.float64:
+            return None
+        found = self.run_of("sampled magnitude", None, self.sides.sampled_magnitude_of, index)
         return found if found is not None and np.isfinite(found).all() else None
 
     def run_of(

@@ -149,6 +149,9 @@ class Reading:
     over: int  # elements over their budget
     size: int
     asked: tuple[str, ...]  # the extra runs that were asked
+    # The magnitude in force is of a part of the terms: every element is within `ratio` of its
+    # budget, the full magnitude would give less (a pass only: anything over asks the full one).
+    bounded: bool = False
 
     def status(self, band: float) -> str:
         return "pass" if self.ratio <= 1 else "warning" if self.ratio <= band else "error"
@@ -180,10 +183,11 @@ def read(
     # is asked then whatever the rest holds. The last look reads the whole output.
     worst = budget.worst(t, b, stop_over=True)
     asked: list[str] = []
+    bounded = False
     # Each kind's cheaper answer first: it is at most the full one, so stopping after it gives the
     # same verdict.
     asks: list[tuple[str, tuple[Callable[[], np.ndarray | None], ...]]] = [
-        ("magnitude", (extra.lower_magnitude, extra.magnitude)),
+        ("magnitude", (extra.sampled_magnitude, extra.lower_magnitude, extra.magnitude)),
         ("spread", (lambda: extra.spread_once(U_ACC), lambda: extra.spread(U_ACC))),
     ]
     if fmt.mantissa_bits < 23:
@@ -199,6 +203,7 @@ def read(
             if answer is None:
                 continue
             budget.answers[name] = flat(np.broadcast_to(np.asarray(answer, dtype=np.float64), shape))
+            bounded = name == "magnitude" and ask is extra.sampled_magnitude
             worst = budget.worst(t, b, stop_over=True)
     if worst.partial:
         worst = budget.worst(t, b)
@@ -219,6 +224,7 @@ def read(
         worst.over,
         int(b.size),
         tuple(asked),
+        bounded,
     )
 
 

@@ -100,6 +100,11 @@ def _judge_basic(c: Comparison, m: Metrics) -> Verdict:
 def _message(r: Reading, status: str) -> str:
     at = ", ".join(str(i) for i in r.index)
     name = r.format.name
+    if status == PASS and r.bounded:
+        return (
+            f"within budget ({name}): every element within {r.ratio:.2g} of its budget, the most at [{at}] "
+            "(bounded with the magnitude of a part of the terms)"
+        )
     if status == PASS:
         return f"within budget ({name}): worst element at {r.ratio:.2g} of its budget, at [{at}]"
     parts = ", ".join(f"{part} {ulps:.3g}" for part, ulps in r.parts.items())

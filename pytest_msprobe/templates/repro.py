@@ -344,6 +344,7 @@ class ExtraRuns:
                 spread=lambda relative: answers.get("spread"),
                 low=lambda: answers.get("low"),
                 lower_magnitude=lambda: answers.get("lower_magnitude"),
+                sampled_magnitude=lambda: None,  # the script asks the full ones: a failure's verdict had them
                 spread_once=lambda relative: answers.get("spread_once"),
                 terms=lambda: answers.get("terms"),
             )
@@ -352,6 +353,7 @@ class ExtraRuns:
             spread=lambda relative: self.spread(index, relative),
             low=lambda: self.low(index),
             lower_magnitude=lambda: self.lower_magnitude(index),
+            sampled_magnitude=lambda: None,
             spread_once=lambda relative: self.spread(index, relative, 1),
             terms=lambda: self.terms(index),
         )
