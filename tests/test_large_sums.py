@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import deficits as d
 import numpy as np
@@ -19,6 +20,7 @@ from pytest_msprobe.compare import ExtraRuns
 from pytest_msprobe.dump import EntryName
 from pytest_msprobe.frameworks.magnitudes import (
     conv_gradients,
+    conv_sampled,
     family,
     formula,
     lower_bound,
@@ -337,10 +339,10 @@ def test_a_conv_magnitude_without_the_forward_is_the_autograd_one_to_the_bit(dim
 
 
 def test_a_conv_magnitude_over_a_quarter_of_its_terms_is_a_lower_bound():
-    """The first magnitude the dtype standard asks of a conv gradient: over every 4th output channel
-    (the input's gradient) or batch element (the weight's, the bias's), in float32, times the float32
-    run's factor. At every element at most the float64 magnitude of all the terms, and near a
-    quarter of it; none where there is no such part to take (groups, no batch)."""
+    """The first magnitude the dtype standard asks of a conv: over every 4th output channel (the
+    input's gradient), batch element (the weight's, the bias's) or input channel (the forward), in
+    float32, times the float32 run's factor. At every element at most the float64 magnitude of all
+    the terms, and near a quarter of it; none where there is no such part to take (groups, no batch)."""
     torch.manual_seed(0)
     for groups, batched in itertools.product((1, 2), (True, False)):
         x = torch.randn(*([8] if batched else []), 4, 9, 9)
@@ -361,3 +363,11 @@ def test_a_conv_magnitude_over_a_quarter_of_its_terms_is_a_lower_bound():
             assert all(other is None for i, other in enumerate(part) if i != index)
             assert bound.dtype == torch.float64 and torch.all(bound <= whole[index])
             assert 0.1 < float(bound.sum() / whole[index].sum()) < 0.5
+        on = replace(call, name=EntryName("Functional.conv2d.0.forward", "Functional", "conv2d", 0, "forward"))
+        whole_forward = forward(absolute(Side("cpu", torch.float64, None, True)), on)[0]
+        if groups > 1:
+            with pytest.raises(ValueError):
+                conv_sampled(on, absolute(Side("cpu", torch.float32, None, True)), 4)
+            continue
+        part = lower_bound(conv_sampled(on, absolute(Side("cpu", torch.float32, None, True)), 4), terms)[0]
+        assert torch.all(part <= whole_forward) and 0.1 < float(part.sum() / whole_forward.sum()) < 0.6

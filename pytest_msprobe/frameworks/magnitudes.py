@@ -25,8 +25,9 @@
   at a time (the one the standard asks: the weight's passes by its length term on a ResNet, the
   input's asks), without the forward the autograd graph would run first. The same kernel: the
   same values bit for bit. Before it, the same over a quarter of the output channels (the input's
-  gradient) or of the batch (the weight's): a lower bound again, of a quarter of the work; a pass
-  it gives says "bounded" (budget.Reading.bounded).
+  gradient) or of the batch (the weight's), and a forward over a quarter of the input channels
+  (`conv_sampled`): a lower bound again, of a quarter of the work; a pass it gives says "bounded"
+  (budget.Reading.bounded).
 - Anything else has no magnitude model: the standard measures its conditioning instead (the
   spread of the benchmark under perturbed inputs).
 
@@ -330,7 +331,7 @@ CONV_PARAMETERS = (
 
 
 # A conv's first magnitude: a quarter of the terms, a quarter of the work. On the public ResNet
-# step the conv gradients that ask a magnitude are within 0.16 of their budget with the whole one
+# step the conv outputs that ask a magnitude are within 0.16 of their budget with the whole one
 # (bench/timing/results_conv_work.md): with a quarter, about 0.6; one that is not passes on to the
 # whole float32 run.
 CONV_SAMPLE = 4
@@ -390,6 +391,18 @@ def conv_gradients(call: Call, grad_outputs: list, side: Side, only: int | None 
     return [grad if asked else None for grad, asked in zip(grads[:given], mask)]
 
 
+def conv_sampled(call: Call, side: Side, sample: int) -> list:
+    """A conv forward on `side` over every sample-th input channel, the bias whole: a part of each
+    output's terms, all nonnegative on |inputs| (a ValueError where the conv has groups)."""
+    p = _conv_parameters(call.args, call.kwargs)
+    if p is None or p["groups"] != 1:
+        raise ValueError("no input channels to take a part of")
+    x, w = p["input"], p["weight"]
+    x = x[:, ::sample] if x.dim() == w.dim() else x[::sample]
+    options = (p["stride"], p["padding"], p["dilation"], 1)
+    return [call.bench_fn(side.place(x), side.place(w[:, ::sample]), side.place(p["bias"]), *options)]
+
+
 def _shape_of(t: torch.Tensor, side: Side) -> torch.Tensor:
     """A tensor of t's shape and of the dtype side places it in, with no memory of its own."""
     return torch.empty((), dtype=side.floating or t.dtype).expand(t.shape)
@@ -431,6 +444,13 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
         def in_float32(side: Side) -> Side:
             return replace(absolute(side), floating=torch.float32)
 
+        if name.startswith("conv") and grad_outputs is None and _conv_parameters(call.args, call.kwargs) is not None:
+            exact = replace(
+                exact,
+                sampled_magnitude_of=lambda side, index: lower_bound(
+                    conv_sampled(call, in_float32(side), CONV_SAMPLE), bound
+                ),
+            )
         if conv_backward:
             return replace(
                 exact,

@@ -202,7 +202,7 @@ def read(
             answer = ask()
             if answer is None:
                 continue
-            budget.answers[name] = flat(np.broadcast_to(np.asarray(answer, dtype=np.float64), shape))
+            budget.answered(name, flat(np.broadcast_to(np.asarray(answer, dtype=np.float64), shape)))
             bounded = name == "magnitude" and ask is extra.sampled_magnitude
             worst = budget.worst(t, b, stop_over=True)
     if worst.partial:
@@ -248,12 +248,12 @@ class _Budget:
 
     def elements(self, t: np.ndarray, b: np.ndarray, at: slice) -> tuple[np.ndarray, np.ndarray, dict]:
         """(|t - b| where both are finite else 0, the ULP, the budget's terms) of the elements `at`."""
-        finite = np.isfinite(t)
-        finite &= np.isfinite(b)
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf where both are inf: not compared
             error = np.abs(t - b)
         size = np.abs(b)
-        if not finite.all():
+        if not math.isfinite(float(error.sum())):  # a NaN or inf (or a huge sum): which elements, then
+            finite = np.isfinite(t)
+            finite &= np.isfinite(b)
             error[~finite] = 0.0
             size[~finite] = 0.0
         c = self.constants
@@ -269,9 +269,15 @@ class _Budget:
         return error, unit, terms
 
     def answer(self, name: str, at: slice) -> np.ndarray:
-        values = np.abs(self.answers[name][at])
-        values[~np.isfinite(values)] = 0.0
-        return values
+        return self.answers[name][at]
+
+    def answered(self, name: str, values: np.ndarray) -> None:
+        """Keep an extra run's answer as its magnitude, NaN and inf made 0: once, not at each look
+        (a run's magnitudes are nonnegative and finite but where one overflowed)."""
+        if not (float(values.min(initial=0.0)) >= 0 and math.isfinite(float(values.sum()))):
+            values = np.abs(values)
+            values[~np.isfinite(values)] = 0.0
+        self.answers[name] = values
 
     def worst(self, t: np.ndarray, b: np.ndarray, stop_over: bool = False) -> _Worst:
         """The worst element; with stop_over, only whether one is over its budget where one is."""
