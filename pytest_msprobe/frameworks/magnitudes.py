@@ -424,14 +424,10 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
     sides = replace(sides, terms=lambda index, numel: terms_of(api, inputs, grad_outputs, index, numel))
     if kind == "sum" or (kind == "routes" and grad_outputs is None):
         exact = replace(sides, magnitude=lambda side: sides.compared_run(absolute(side)), spread=False)
+        conv = name.startswith("conv") and _conv_parameters(call.args, call.kwargs) is not None
         # A conv's gradients one at a time, without the forward (recorded mode may judge a gradient
         # at another node of the graph: that node's, not the kernel's).
-        conv_backward = (
-            name.startswith("conv")
-            and grad_outputs is not None
-            and sides.compared_bench is None
-            and _conv_parameters(call.args, call.kwargs) is not None
-        )
+        conv_backward = conv and grad_outputs is not None and sides.compared_bench is None
         grads = grad_outputs or []
         if conv_backward:
             exact = replace(exact, magnitude_of=lambda side, index: conv_gradients(call, grads, absolute(side), index))
@@ -444,7 +440,7 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
         def in_float32(side: Side) -> Side:
             return replace(absolute(side), floating=torch.float32)
 
-        if name.startswith("conv") and grad_outputs is None and _conv_parameters(call.args, call.kwargs) is not None:
+        if conv and grad_outputs is None:
             exact = replace(
                 exact,
                 sampled_magnitude_of=lambda side, index: lower_bound(
