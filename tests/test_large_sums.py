@@ -18,9 +18,8 @@ import torch.nn.functional as F
 from conftest import DATA, read_csv, run_msprobe
 from pytest_msprobe.compare import ExtraRuns
 from pytest_msprobe.dump import EntryName
+from pytest_msprobe.frameworks import conv
 from pytest_msprobe.frameworks.magnitudes import (
-    conv_gradients,
-    conv_sampled,
     family,
     formula,
     lower_bound,
@@ -308,7 +307,7 @@ def test_tf32_attention_operands_are_an_error_and_fp32_passes_with_the_formula()
 @pytest.mark.parametrize("dims", [1, 2])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_a_conv_magnitude_without_the_forward_is_the_autograd_one_to_the_bit(dims, dtype):
-    """conv_gradients calls the backward kernel the autograd node calls, without the forward: the
+    """conv.gradients calls the backward kernel the autograd node calls, without the forward: the
     same gradients bit for bit, all together or one at a time, over stride, padding, dilation,
     groups, bias, unbatched inputs, keyword arguments and an input that took no gradient (the
     step's first conv)."""
@@ -327,11 +326,11 @@ def test_a_conv_magnitude_without_the_forward_is_the_autograd_one_to_the_bit(dim
         name = EntryName(f"Functional.conv{dims}d.0.backward", "Functional", f"conv{dims}d", 0, "backward")
         call = Call(name, fn, fn, args, kwargs, [], grad_flags=flags)
         side = absolute(Side("cpu", dtype, None, True))
-        expected, found = gradients(side, call, [g]), conv_gradients(call, [g], side)
+        expected, found = gradients(side, call, [g]), conv.gradients(call, [g], side)
         assert len(found) == len(expected)
         for index, (want, got) in enumerate(zip(expected, found)):
             assert (want is None and got is None) or torch.equal(want, got)
-            alone = conv_gradients(call, [g], side, only=index)  # that gradient's run alone
+            alone = conv.gradients(call, [g], side, only=index)  # that gradient's run alone
             assert (want is None and alone[index] is None) or torch.equal(want, alone[index])
             assert all(other is None for i, other in enumerate(alone) if i != index)
             compared += want is not None
@@ -351,14 +350,14 @@ def test_a_conv_magnitude_over_a_quarter_of_its_terms_is_a_lower_bound():
         args = [x, w, b, 1, 1, 1, groups]
         call = Call(EntryName("Functional.conv2d.0.backward", "Functional", "conv2d", 0, "backward"), F.conv2d,
                     F.conv2d, args, {}, [])  # fmt: skip
-        whole = conv_gradients(call, [g], absolute(Side("cpu", torch.float64, None, True)))
+        whole = conv.gradients(call, [g], absolute(Side("cpu", torch.float64, None, True)))
         terms = terms_bound("Functional.conv2d", [x, w, b], [g])
         for index in range(3):
             if (index == 0 and groups > 1) or (index > 0 and not batched):
                 with pytest.raises(ValueError):
-                    conv_gradients(call, [g], absolute(Side("cpu", torch.float32, None, True)), index, 4)
+                    conv.gradients(call, [g], absolute(Side("cpu", torch.float32, None, True)), index, 4)
                 continue
-            part = conv_gradients(call, [g], absolute(Side("cpu", torch.float32, None, True)), index, 4)
+            part = conv.gradients(call, [g], absolute(Side("cpu", torch.float32, None, True)), index, 4)
             bound = lower_bound(part, terms)[index]
             assert all(other is None for i, other in enumerate(part) if i != index)
             assert bound.dtype == torch.float64 and torch.all(bound <= whole[index])
@@ -367,7 +366,44 @@ def test_a_conv_magnitude_over_a_quarter_of_its_terms_is_a_lower_bound():
         whole_forward = forward(absolute(Side("cpu", torch.float64, None, True)), on)[0]
         if groups > 1:
             with pytest.raises(ValueError):
-                conv_sampled(on, absolute(Side("cpu", torch.float32, None, True)), 4)
+                conv.sampled(on, absolute(Side("cpu", torch.float32, None, True)), 4)
             continue
-        part = lower_bound(conv_sampled(on, absolute(Side("cpu", torch.float32, None, True)), 4), terms)[0]
+        part = lower_bound(conv.sampled(on, absolute(Side("cpu", torch.float32, None, True)), 4), terms)[0]
         assert torch.all(part <= whole_forward) and 0.1 < float(part.sum() / whole_forward.sum()) < 0.6
+
+
+@pytest.mark.parametrize("mode", ["random", "real"])
+def test_a_conv_backward_entry_s_benchmark_runs_its_backward_kernel_alone(mode):
+    """The float64 benchmark of a conv's backward entry calls convolution_backward without the forward
+    autograd would run first (a third of its work); the tested side runs through autograd as the
+    step did. Its gradients are autograd's bit for bit (tests/data/cnn_fp32's conv entries)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from pytest_msprobe.dump import parse_entry_name, read_dump
+    from pytest_msprobe.frameworks import RunOptions, Tested
+    from pytest_msprobe.frameworks import pytorch as pt
+
+    class Float64Kernels(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: set[str] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if any(isinstance(t, torch.Tensor) and t.dtype == torch.float64 for t in args):
+                self.seen.add(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    dump = read_dump(DATA / "cnn_fp32" / "dump.json")
+    names = [name for name in dump.entries if name.startswith("Functional.conv2d.") and name.endswith(".backward")]
+    options = RunOptions("cpu", Tested.DEVICE, mode, 1234)
+    assert names
+    for full in names:
+        entry = parse_entry_name(full)
+        with Float64Kernels() as kernels:
+            run = pt.PyTorch().run(dump, entry, options)
+        assert "convolution_backward" in kernels.seen and "convolution" not in kernels.seen
+        call = pt.build_call(dump, entry, pt.resolve(entry, False, "cpu"), mode, 1234)
+        grad_outputs = pt.backward_sides(dump, call, options).grad_outputs
+        expected = gradients(Side("cpu", torch.float64, call.autocast, True), call, grad_outputs)
+        compared = [pair for pair in run.pairs if not pair.skip]
+        assert compared and all(np.array_equal(pair.bench, expected[pair.index].numpy()) for pair in compared)

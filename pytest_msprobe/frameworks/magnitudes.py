@@ -21,12 +21,12 @@
   inputs' own rounding to float32); M32 (1 - 2 n u) is then at most M and at most what float64
   computes (`lower_bound`). The standard asks the float64 run only where that bound leaves the
   output over its budget, so the verdict is the float64 one's.
-- A conv's gradients call aten's convolution_backward on |inputs| (`conv_gradients`), one gradient
+- A conv's gradients call aten's convolution_backward on |inputs| (`conv.gradients`), one gradient
   at a time (the one the standard asks: the weight's passes by its length term on a ResNet, the
   input's asks), without the forward the autograd graph would run first. The same kernel: the
   same values bit for bit. Before it, the same over a quarter of the output channels (the input's
   gradient) or of the batch (the weight's), and a forward over a quarter of the input channels
-  (`conv_sampled`): a lower bound again, of a quarter of the work; a pass it gives says "bounded"
+  (`conv.sampled`): a lower bound again, of a quarter of the work; a pass it gives says "bounded"
   (budget.Reading.bounded).
 - Anything else has no magnitude model: the standard measures its conditioning instead (the
   spread of the benchmark under perturbed inputs).
@@ -43,6 +43,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import conv
 from .torch_engine import Call, Side, Sides, absolute, flat_outputs, floating
 
 SUMS_AND_PRODUCTS = frozenset({
@@ -325,87 +326,11 @@ def terms_of(
     return found if found is not None and found > 1 else None
 
 
-CONV_PARAMETERS = (
-    ("input", None), ("weight", None), ("bias", None), ("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1),
-)  # fmt: skip
-
-
 # A conv's first magnitude: a quarter of the terms, a quarter of the work. On the public ResNet
 # step the conv outputs that ask a magnitude are within 0.16 of their budget with the whole one
 # (bench/timing/results_conv_work.md): with a quarter, about 0.6; one that is not passes on to the
 # whole float32 run.
 CONV_SAMPLE = 4
-
-
-def _conv_parameters(args: list, kwargs: dict) -> dict[str, Any] | None:
-    """A conv call's parameters by name; None where aten's convolution_backward does not take them
-    as they are (padding "same" or "valid", floating tensors not in input, weight, bias order)."""
-    p = dict(CONV_PARAMETERS)
-    p.update(zip(p, args))
-    p.update({key: value for key, value in kwargs.items() if key in p})
-    given = [t for t in (p["input"], p["weight"], p["bias"]) if isinstance(t, torch.Tensor)]
-    if not isinstance(p["weight"], torch.Tensor) or len(given) < 2 or isinstance(p["padding"], str):
-        return None
-    return p if [id(t) for t in floating(args, kwargs)] == [id(t) for t in given] else None
-
-
-def conv_gradients(call: Call, grad_outputs: list, side: Side, only: int | None = None, sample: int = 1) -> list:
-    """A conv's input gradients on `side` (those it took in the step; with `only`, that one alone,
-    the others None) from aten's convolution_backward, the kernel its autograd node calls, without
-    the forward that builds the graph first. The call is one _conv_parameters takes.
-
-    `sample` > 1 (with `only`): over every sample-th output channel for the input's gradient, every
-    sample-th batch element for the weight's and the bias's: a part of each element's terms, all
-    nonnegative on |inputs|, so a lower bound of the whole (a ValueError where the conv has groups
-    or no batch to sample)."""
-    p = _conv_parameters(call.args, call.kwargs)
-    g = next((t for t in grad_outputs if isinstance(t, torch.Tensor)), None)
-    if p is None or g is None:
-        raise ValueError("not a conv call convolution_backward takes")
-    given = 3 if isinstance(p["bias"], torch.Tensor) else 2
-    wanted = call.grad_flags[:given] + [True] * (given - len(call.grad_flags))
-    mask = [i < given and wanted[i] and only in (None, i) for i in range(3)]
-    x, w = p["input"], p["weight"]
-    batched = x.dim() == w.dim()
-    if sample > 1:
-        if only == 0 and p["groups"] == 1:
-            g, w = g[:, ::sample] if batched else g[::sample], w[::sample]
-        elif only in (1, 2) and batched:
-            g, x = g[::sample], x[::sample]
-        else:
-            raise ValueError("no channels or samples to take a part of")
-    # The input's gradient reads the weight, the weight's the input: the other is placed as its shape alone.
-    x, w = (side.place(t) if mask[1 - i] else _shape_of(t, side) for i, t in enumerate((x, w)))
-    dims = w.dim() - 2
-    stride, padding, dilation = ([*v] if isinstance(v, (list, tuple)) else [v] * dims for v in (
-        p["stride"], p["padding"], p["dilation"]))  # fmt: skip
-    g = side.place_grad(g).to(x.dtype)
-    found = torch.ops.aten.convolution_backward(
-        g if batched else g.unsqueeze(0),
-        x if batched else x.unsqueeze(0),
-        w,
-        [w.shape[0]] if given > 2 else None,
-        stride, padding, dilation, False, [0] * dims, p["groups"], mask,
-    )  # fmt: skip
-    grads = [found[0] if batched or found[0] is None else found[0].squeeze(0), found[1], found[2]]
-    return [grad if asked else None for grad, asked in zip(grads[:given], mask)]
-
-
-def conv_sampled(call: Call, side: Side, sample: int) -> list:
-    """A conv forward on `side` over every sample-th input channel, the bias whole: a part of each
-    output's terms, all nonnegative on |inputs| (a ValueError where the conv has groups)."""
-    p = _conv_parameters(call.args, call.kwargs)
-    if p is None or p["groups"] != 1:
-        raise ValueError("no input channels to take a part of")
-    x, w = p["input"], p["weight"]
-    x = x[:, ::sample] if x.dim() == w.dim() else x[::sample]
-    options = (p["stride"], p["padding"], p["dilation"], 1)
-    return [call.bench_fn(side.place(x), side.place(w[:, ::sample]), side.place(p["bias"]), *options)]
-
-
-def _shape_of(t: torch.Tensor, side: Side) -> torch.Tensor:
-    """A tensor of t's shape and of the dtype side places it in, with no memory of its own."""
-    return torch.empty((), dtype=side.floating or t.dtype).expand(t.shape)
 
 
 def lower_bound(outputs: list, terms: int) -> list:
@@ -418,19 +343,19 @@ def lower_bound(outputs: list, terms: int) -> list:
 
 def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
     """The entry's sides with what the dtype standard's extra runs need for this API."""
-    kind, name = family(api), api.rsplit(".", 1)[-1]
+    kind = family(api)
     inputs = floating(call.args, call.kwargs)
     grad_outputs = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
     sides = replace(sides, terms=lambda index, numel: terms_of(api, inputs, grad_outputs, index, numel))
     if kind == "sum" or (kind == "routes" and grad_outputs is None):
         exact = replace(sides, magnitude=lambda side: sides.compared_run(absolute(side)), spread=False)
-        conv = name.startswith("conv") and _conv_parameters(call.args, call.kwargs) is not None
+        is_conv = conv.takes(call)
         # A conv's gradients one at a time, without the forward (recorded mode may judge a gradient
         # at another node of the graph: that node's, not the kernel's).
-        conv_backward = conv and grad_outputs is not None and sides.compared_bench is None
+        conv_backward = is_conv and grad_outputs is not None and sides.compared_bench is None
         grads = grad_outputs or []
         if conv_backward:
-            exact = replace(exact, magnitude_of=lambda side, index: conv_gradients(call, grads, absolute(side), index))
+            exact = replace(exact, magnitude_of=lambda side, index: conv.gradients(call, grads, absolute(side), index))
         terms = terms_bound(api, inputs, grad_outputs)
         # Only where 2 n u stays small and float32 GEMMs are not allowed a lower precision.
         if terms is None or 4 * (terms + 4) * U_FLOAT32 > 1 or torch.get_float32_matmul_precision() != "highest":
@@ -440,21 +365,21 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
         def in_float32(side: Side) -> Side:
             return replace(absolute(side), floating=torch.float32)
 
-        if conv and grad_outputs is None:
+        if is_conv and grad_outputs is None:
             exact = replace(
                 exact,
                 sampled_magnitude_of=lambda side, index: lower_bound(
-                    conv_sampled(call, in_float32(side), CONV_SAMPLE), bound
+                    conv.sampled(call, in_float32(side), CONV_SAMPLE), bound
                 ),
             )
         if conv_backward:
             return replace(
                 exact,
                 lower_magnitude_of=lambda side, index: lower_bound(
-                    conv_gradients(call, grads, in_float32(side), index), bound
+                    conv.gradients(call, grads, in_float32(side), index), bound
                 ),
                 sampled_magnitude_of=lambda side, index: lower_bound(
-                    conv_gradients(call, grads, in_float32(side), index, CONV_SAMPLE), bound
+                    conv.gradients(call, grads, in_float32(side), index, CONV_SAMPLE), bound
                 ),
             )
         return replace(exact, lower_magnitude=lambda side: lower_bound(sides.compared_run(in_float32(side)), bound))
