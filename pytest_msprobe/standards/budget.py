@@ -31,6 +31,7 @@ low of separation above 8 is an error. Numpy only; dtypes arrive in torch spelli
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -51,6 +52,7 @@ class Format:
     mantissa_bits: int  # explicit fraction bits
     min_exponent: int  # exponent of the smallest normal number
     max_exponent: int
+    native: str | None = None  # numpy's own type of this format, whose cast rounds to it
 
     @property
     def unit_roundoff(self) -> float:
@@ -72,6 +74,8 @@ class Format:
         binade (the fraction's top mantissa_bits all ones and the rest at least half an ULP: ties
         go to even, which is up there), or beyond the largest value, to inf. What rounds to 0 has an
         exponent below min_exponent, as 0 itself (-1023), and so the smallest subnormal spacing."""
+        if self.native is not None:
+            return self._native_spacing(values)
         values = np.ascontiguousarray(values, dtype=np.float64)
         bits = values.view(np.int64)
         exponent = ((bits >> 52) & 0x7FF) - 1023  # e - 1; 1024 for inf and NaN
@@ -88,6 +92,15 @@ class Format:
         exponent <<= 52
         return exponent.view(np.float64)
 
+    def _native_spacing(self, values: np.ndarray) -> np.ndarray:
+        """`spacing` where numpy has the format: its cast rounds (to nearest, ties to even, inf
+        beyond the largest value), and the rounded value's sign and biased exponent pick the
+        spacing from a table. Three passes, where the bits of float64 take a dozen."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            rounded = np.asarray(values, dtype=np.float64).astype(self.native)
+        fields = rounded.view(f"u{rounded.itemsize}") >> self.mantissa_bits
+        return _spacings(self)[fields]
+
     def rounded(self, values: np.ndarray) -> np.ndarray:
         """float64 values rounded to this format, to nearest with ties to even, subnormals included."""
         values = np.asarray(values, dtype=np.float64)
@@ -98,10 +111,21 @@ class Format:
         return np.where(np.abs(out) > largest, np.copysign(np.inf, values), out)
 
 
+@functools.cache
+def _spacings(fmt: Format) -> np.ndarray:
+    """The spacing of each sign and biased exponent of a native format, as `spacing` defines it:
+    the subnormal spacing for 0 and the subnormals (biased exponent 0), frexp's 0 for inf and NaN
+    (all ones)."""
+    ones = fmt.max_exponent * 2 + 1  # the biased exponent of inf and NaN
+    exponents = np.arange(2 * (ones + 1)) & ones
+    e_less_1 = np.where(exponents == ones, -1, np.maximum(exponents - fmt.max_exponent, fmt.min_exponent))
+    return np.ldexp(1.0, e_less_1 - fmt.mantissa_bits)
+
+
 FORMATS = {
     "bfloat16": Format("bf16", 7, -126, 127),
-    "float16": Format("fp16", 10, -14, 15),
-    "float32": Format("fp32", 23, -126, 127),
+    "float16": Format("fp16", 10, -14, 15, "float16"),
+    "float32": Format("fp32", 23, -126, 127, "float32"),
     "float64": Format("fp64", 52, -1022, 1023),
     "tf32": Format("tf32", 10, -126, 127),  # an fp32 GEMM's operands on tensor cores
     "hf32": Format("hf32", 10, -126, 127),  # the same on Ascend's cube unit
@@ -246,20 +270,28 @@ class _Budget:
     terms: int | None = None  # K: how many terms one element sums at most
     answers: dict[str, np.ndarray] = field(default_factory=dict)  # flat float64, by the run's name
 
-    def elements(self, t: np.ndarray, b: np.ndarray, at: slice) -> tuple[np.ndarray, np.ndarray, dict]:
-        """(|t - b| where both are finite else 0, the ULP, the budget's terms) of the elements `at`."""
+    def elements(
+        self, t: np.ndarray, b: np.ndarray, at: slice, finite: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, dict]:
+        """(|t - b| where both are finite else 0, the ULP, the budget's terms) of the elements `at`;
+        `finite`: the caller knows both are finite everywhere."""
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf where both are inf: not compared
-            error = np.abs(t - b)
+            error = np.subtract(t, b)
+            np.abs(error, out=error)
         size = np.abs(b)
-        if not math.isfinite(float(error.sum())):  # a NaN or inf (or a huge sum): which elements, then
+        if not finite and not math.isfinite(float(error.sum())):  # a NaN or inf (or a huge sum): which, then
             finite = np.isfinite(t)
             finite &= np.isfinite(b)
             error[~finite] = 0.0
             size[~finite] = 0.0
         c = self.constants
         unit = self.fmt.spacing(b)
-        magnitude = np.maximum(size, self.answer("magnitude", at)) if "magnitude" in self.answers else size
-        terms = {"rounding": c.c_out * unit, "fp32 accumulation": c.c_acc * self.u_acc * magnitude}
+        if "magnitude" in self.answers:
+            magnitude = np.maximum(size, self.answer("magnitude", at))
+            magnitude *= c.c_acc * self.u_acc
+        else:
+            magnitude = size * (c.c_acc * self.u_acc)
+        terms = {"rounding": c.c_out * unit, "fp32 accumulation": magnitude}
         if self.terms:
             terms[f"partial sums of {self.terms} terms"] = c.c_length * self.u_acc * math.sqrt(self.terms) * size
         if "spread" in self.answers:
@@ -279,20 +311,34 @@ class _Budget:
             values[~np.isfinite(values)] = 0.0
         self.answers[name] = values
 
+    def ratios(
+        self, t: np.ndarray, b: np.ndarray, at: slice, finite: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(error, budget, error / budget) of the elements `at`, as `elements` has them."""
+        error, _, terms = self.elements(t, b, at, finite)
+        parts = iter(terms.values())
+        total = next(parts)  # a fresh array: the terms summed into it in their order, as sum() would
+        for part in parts:
+            total += part
+        # total > 0 (the rounding term is), so error / total is 0 where the error is
+        with np.errstate(over="ignore", invalid="ignore"):  # inf: far over a subnormal budget
+            return error, total, np.divide(error, total)
+
     def worst(self, t: np.ndarray, b: np.ndarray, stop_over: bool = False) -> _Worst:
         """The worst element; with stop_over, only whether one is over its budget where one is."""
         best: tuple[int, float] | None = None
         over = 0
         for start, (t_block, b_block) in blocks(t, b):
-            error, _, terms = self.elements(t_block, b_block, slice(start, start + t_block.size))
-            total = sum(terms.values())
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # inf: far over a subnormal budget
-                ratio = error / total
-            ratio[~(error > 0)] = 0.0
-            i = int(np.argmax(ratio))
-            if stop_over and not ratio[i] <= 1:
-                return _Worst(start + i, float(ratio[i]), 0, partial=True)
-            best = first_max(best, start + i, float(ratio[i]))
-            over += int(np.count_nonzero(error > total))
+            at = slice(start, start + t_block.size)
+            error, total, ratios = self.ratios(t_block, b_block, at, finite=True)
+            i = int(np.argmax(ratios))
+            if not math.isfinite(ratios[i]):  # a NaN or inf in t or b makes its ratio NaN or inf: leave them out
+                error, total, ratios = self.ratios(t_block, b_block, at)
+                i = int(np.argmax(ratios))
+            if stop_over and not ratios[i] <= 1:
+                return _Worst(start + i, float(ratios[i]), 0, partial=True)
+            best = first_max(best, start + i, float(ratios[i]))
+            if ratios[i] >= 1:  # error > total makes error / total at least 1
+                over += int(np.count_nonzero(error > total))
         index, ratio = best or (0, 0.0)
         return _Worst(index, ratio, over)
