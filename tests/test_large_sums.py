@@ -87,6 +87,41 @@ def test_the_batch_norm_magnitude_bounds_every_output_and_gradient(training):
         assert magnitude.shape == value.shape and bool((magnitude >= value.abs() * (1 - 1e-12)).all())
 
 
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("affine", [(True, True), (True, False), (False, False)])
+def test_the_batch_norm_magnitude_per_channel_is_the_elementwise_formula(training, affine):
+    """magnitudes._batch_norm works per channel (an affine map of |x| and |g| with two full-size
+    buffers); it is the elementwise formula, layer_norm's, to the last few bits, and leaves the
+    call's own tensors (float64 here, which a cast would not copy) as they were."""
+    args, kwargs = _batch_norm_call(training, seed=2)
+    args[3], args[4] = (t if keep else None for t, keep in zip(args[3:5], affine))
+    before = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    x, mean_r, var_r, w, b = args[:5]
+    over, shape = (0, 2, 3), (1, -1, 1, 1)
+    mean = x.mean(over, keepdim=True) if training else mean_r.reshape(shape)
+    var = ((x - mean) ** 2).mean(over, keepdim=True) if training else var_r.reshape(shape)
+    rstd = 1 / torch.sqrt(var + 1e-5)
+    aw = w.abs().reshape(shape) if w is not None else 1.0
+    centred = (x.abs() + mean.abs()) * rstd
+    expected_y = centred * aw + (b.abs().reshape(shape) if b is not None else 0.0)
+    grad = torch.randn(x.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    ag = grad.abs()
+    weighted = (ag * aw * centred).mean(over, keepdim=True)
+    gw = ag * aw
+    expected_dx = (centred * weighted + gw + gw.mean(over, keepdim=True)) * rstd if training else gw * rstd
+    expected = {0: expected_dx, 3: (ag * centred).sum(over), 4: ag.sum(over)}
+
+    def close(found: torch.Tensor, want: torch.Tensor) -> bool:
+        return found.shape == want.shape and bool(((found - want).abs() <= 1e-14 * want.abs()).all())
+
+    (y,) = formula("Functional.batch_norm", args, kwargs, None)
+    assert close(y, expected_y)
+    found = formula("Functional.batch_norm", args, kwargs, [grad])
+    assert len(found) == 3 + sum(affine) and close(found[0], expected[0])
+    assert all(close(found[i], expected[i]) for i in (3, 4) if i < len(found) and args[i] is not None)
+    assert all(torch.equal(a, c) if isinstance(a, torch.Tensor) else a is c for a, c in zip(args, before))
+
+
 def test_a_fp32_sum_in_order_of_262144_same_sign_terms_passes_and_a_bf16_rounding_fails():
     """Sequential fp32 accumulation of positive terms errs like sqrt(K) u |b|, beyond what a constant
     times u m allows once K is large; the length term passes it, and still fails bf16 accumulation."""

@@ -110,7 +110,10 @@ def _bind(name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, A
 
 
 def _f64(value: Any) -> Any:
-    return value.detach().to(torch.float64) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+    """A floating tensor as the formula's own float64 copy (the formulas write in place), else as it is."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.detach().to(torch.float64, copy=True)
+    return value
 
 
 def _softmax(p: dict[str, Any], g: torch.Tensor | None) -> list:
@@ -130,68 +133,78 @@ def _layer_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
     mean = rows.mean(1, keepdim=True)
     rstd = 1 / torch.sqrt(((rows - mean) ** 2).mean(1, keepdim=True) + p["eps"])
     grads = None if g is None else g.reshape(-1, n)
-    dx, dw, db = _normalised(rows, (1,), (0,), (1, n), mean, rstd, p["weight"], p["bias"], grads)
+    dx, dw, db = _normalised(rows, mean, rstd, p["weight"], p["bias"], grads, n)
     return [dx.reshape(x.shape)] + [found for found in (dw, db) if found is not None]
-
-
-def _batch_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
-    """Over every dimension but the channel (1): the batch's statistics in training (or without
-    running ones), the running ones else (an affine map: no sum in the gradient of x)."""
-    x = p["input"]
-    over = tuple(d for d in range(x.dim()) if d != 1)
-    shape = (1, -1, *[1] * (x.dim() - 2)) if x.dim() > 1 else (-1,)
-    batch = p["training"] or p["running_mean"] is None or p["running_var"] is None
-    buffer = None
-    if batch:
-        mean = x.mean(over, keepdim=True)
-        buffer = torch.sub(x, mean)
-        variance = buffer.square_().mean(over, keepdim=True)
-    else:
-        mean, variance = p["running_mean"].reshape(shape), p["running_var"].reshape(shape)
-    rstd = (variance + p["eps"]).rsqrt_()
-    dx, dw, db = _normalised(x, over, over, shape, mean, rstd, p["weight"], p["bias"], g, batch, buffer)
-    if g is None:
-        return [dx]
-    # One per floating input, in argument order: the running statistics take no gradient.
-    found = {"input": dx, "weight": dw, "bias": db}
-    return [found.get(name) for name, _ in PARAMETERS["batch_norm"] if isinstance(p[name], torch.Tensor)]
 
 
 def _normalised(
     x: torch.Tensor,
-    over: tuple[int, ...],
-    across: tuple[int, ...],
-    shape: tuple[int, ...],
     mean: torch.Tensor,
     rstd: torch.Tensor,
     weight: torch.Tensor | None,
     bias: torch.Tensor | None,
     g: torch.Tensor | None,
-    batch: bool = True,
-    buffer: torch.Tensor | None = None,
+    n: int,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """(y or dx, dw, db) of x normalised over the dimensions `over` (layer_norm: rows of n, over 1;
-    batch_norm: every dimension but the channel), weight and bias of `shape` once broadcast, their
-    gradients summed `across`. `batch`: the statistics are x's own, so x's gradient sums through
-    them too. In place where a temporary would be the size of x (batch_norm's are hundreds of MB),
-    `buffer` one of that size free to be written."""
-    centred = torch.abs(x, out=buffer) if buffer is not None else x.abs()
-    centred.add_(mean.abs()).mul_(rstd)  # x - mean is rounded at the scale of |x| + |mean|
-    w = weight.reshape(shape).abs() if weight is not None else None
+    """(y or dx, dw, db) of layer_norm's rows of n (x and g, written in place), normalised with
+    their statistics (x's gradient sums through them too), the weight's and bias's gradients
+    summed over the rows."""
+    centred = x.abs_().add_(mean.abs()).mul_(rstd)  # x - mean is rounded at the scale of |x| + |mean|
+    w = weight.reshape(1, n).abs() if weight is not None else None
     if g is None:
         y = centred if w is None else centred.mul_(w)
-        return (y if bias is None else y.add_(bias.reshape(shape).abs())), None, None
-    ag = g.abs()
-    db = ag.sum(across).reshape(bias.shape) if bias is not None else None
+        return (y if bias is None else y.add_(bias.reshape(1, n).abs())), None, None
+    ag = g.abs_()
+    db = ag.sum(0).reshape(bias.shape) if bias is not None else None
     product = ag * centred
-    dw = product.sum(across).reshape(weight.shape) if weight is not None else None
+    dw = product.sum(0).reshape(weight.shape) if weight is not None else None
     gw = ag if w is None else ag.mul_(w)
-    if not batch:
-        return gw.mul_(rstd), dw, db
-    weighted = (product if w is None else product.mul_(w)).mean(over, keepdim=True)  # of |g| w centred
+    weighted = (product if w is None else product.mul_(w)).mean(1, keepdim=True)  # of |g| w centred
     del product
-    dx = centred.mul_(weighted).add_(gw).add_(gw.mean(over, keepdim=True)).mul_(rstd)
+    dx = centred.mul_(weighted).add_(gw).add_(gw.mean(1, keepdim=True)).mul_(rstd)
     return dx, dw, db
+
+
+def _batch_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
+    """Over every dimension but the channel (1): the batch's statistics in training (or without
+    running ones), the running ones else (an affine map: no sum in the gradient of x).
+
+    The formula is layer_norm's, with x - mean rounded at the scale of |x| + |mean|; each channel's
+    statistics, weight and bias are numbers, so it is an affine map of |x| and |g| per channel:
+        y  = |x| a|w| + (|mean| a|w| + |b|)                          a = rstd
+        dx = |x| a^2 W + |g| a|w| + (|mean| a^2 W + a|w| S_g / n)    W = |w| dw / n (batch
+             statistics; with running ones dx = |g| a|w|)
+        dw = a (S_gx + |mean| S_g),  db = S_g                        S_g = sum |g|, S_gx = sum |g||x|
+    two full-size buffers besides x and g (the formula's own copies, written in place): a
+    ResNet's are hundreds of MB each."""
+    x = p["input"]
+    over = tuple(d for d in range(x.dim()) if d != 1)
+    shape = (1, -1, *[1] * (x.dim() - 2)) if x.dim() > 1 else (-1,)
+    n = x.numel() // max(1, x.shape[1] if x.dim() > 1 else 1)
+    batch = p["training"] or p["running_mean"] is None or p["running_var"] is None
+    buffer = torch.empty_like(x)
+    if batch:
+        mean = x.mean(over, keepdim=True)
+        variance = torch.sub(x, mean, out=buffer).square_().mean(over, keepdim=True)
+    else:
+        mean, variance = p["running_mean"].reshape(shape), p["running_var"].reshape(shape)
+    a, m = (variance + p["eps"]).rsqrt_(), mean.abs()
+    aw = a if p["weight"] is None else a * p["weight"].reshape(shape).abs()
+    ab = 0.0 if p["bias"] is None else p["bias"].reshape(shape).abs()
+    if g is None:
+        return [x.abs_().mul_(aw).add_(m * aw + ab)]
+    ag = g.abs_()
+    s_g = ag.sum(over, keepdim=True)
+    s_gx = torch.mul(x.abs_(), ag, out=buffer).sum(over, keepdim=True)
+    dw = a * (s_gx + m * s_g)
+    if batch:
+        alpha = a * (aw * dw / n)  # a^2 W
+        dx = torch.mul(x, alpha, out=buffer).addcmul_(ag, aw).add_(m * alpha + aw * s_g / n)
+    else:
+        dx = ag.mul_(aw)
+    # One per floating input, in argument order: the running statistics take no gradient.
+    found = {"input": dx, "weight": dw.reshape(-1), "bias": s_g.reshape(-1)}
+    return [found.get(name) for name, _ in PARAMETERS["batch_norm"] if isinstance(p[name], torch.Tensor)]
 
 
 def _gelu(p: dict[str, Any], g: torch.Tensor | None) -> list:
