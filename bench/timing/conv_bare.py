@@ -7,7 +7,12 @@ huge pages on, as the plugin runs it. Nothing else: no comparison, no report, no
 one JSON line: the entries and the CPU seconds of each part of the work (inputs, float32, float64).
 
     python -m bench.timing.conv_bare DUMP                  # every conv2d backward entry
+    python -m bench.timing.conv_bare DUMP --backward-alone # float64: the backward kernel alone
     python -m bench.timing.conv_bare DUMP --working-set    # the largest entry's float64 working set
+
+`--backward-alone`: the float64 part is the gradients from aten's convolution_backward alone, without
+the forward autograd runs first, as the plugin's benchmark of a conv's backward entry computes them
+(pytest_msprobe/frameworks/conv.py): the same work as the plugin's, so the plugin's own cost shows.
 
 `--working-set` runs only the float64 forward and backward of each entry, its inputs drawn in
 float64, and prints one JSON line on the entry that raised the RSS the most: by how much (its
@@ -87,7 +92,17 @@ def forward_backward(entry: Entry, tensors: dict[str, torch.Tensor], grad_output
     )
 
 
-def work(entry: Entry, generator: torch.Generator, spent: dict[str, float]) -> None:
+def backward_alone(entry: Entry, tensors: dict[str, torch.Tensor], grad_output: torch.Tensor) -> tuple:
+    x, w, bias = tensors["input"], tensors["weight"], tensors.get("bias")
+    pair = [entry.options.get(key, default) for key, default in (("stride", 1), ("padding", 0), ("dilation", 1))]
+    stride, padding, dilation = ([*v] if isinstance(v, (list, tuple)) else [v] * 2 for v in pair)
+    return torch.ops.aten.convolution_backward(
+        grad_output, x, w, None if bias is None else [w.shape[0]], stride, padding, dilation, False, [0, 0],
+        entry.options.get("groups", 1), [True, True, bias is not None],
+    )  # fmt: skip
+
+
+def work(entry: Entry, generator: torch.Generator, spent: dict[str, float], alone: bool = False) -> None:
     """The entry's work; `spent` gathers its CPU seconds by part (the inputs, float32, float64)."""
     clock = time.process_time()
     inputs = {key: uniform(spec, torch.float32, generator) for key, spec in entry.tensors.items()}
@@ -96,7 +111,7 @@ def work(entry: Entry, generator: torch.Generator, spent: dict[str, float]) -> N
     forward_backward(entry, {key: t.detach() for key, t in inputs.items()}, grad_output)
     clock = lap(spent, "float32", clock)
     wide = {key: t.detach().to(torch.float64) for key, t in inputs.items()}
-    forward_backward(entry, wide, grad_output.to(torch.float64))
+    (backward_alone if alone else forward_backward)(entry, wide, grad_output.to(torch.float64))
     lap(spent, "float64", clock)
 
 
@@ -142,6 +157,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dump", type=Path)
     parser.add_argument("--working-set", action="store_true")
+    parser.add_argument("--backward-alone", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     generator = torch.Generator().manual_seed(1234)
@@ -151,7 +167,7 @@ def main(argv: list[str]) -> int:
         return 0
     spent: dict[str, float] = {}
     for entry in found:
-        work(entry, generator, spent)
+        work(entry, generator, spent, args.backward_alone)
     print(json.dumps({"entries": len(found), "cpu": spent}))
     return 0
 
