@@ -76,6 +76,7 @@ class Metrics:
     worst_tested: float | None = None
     worst_bench: float | None = None
     nonfinite: tuple[int, int] = (0, 0)  # (NaN where the other side has none, inf where it differs)
+    all_zero: tuple[bool, bool] = (False, False)  # (tested, bench): every element 0, and one at least
 
     def where(self) -> str:
         """` at [0, 6] (tested -0.63, bench -0.63)`: the worst element, for a message."""
@@ -95,8 +96,9 @@ def metrics(tested: np.ndarray, bench: np.ndarray) -> Metrics:
     that do not match (one pass, block by block: reductions.py)."""
     found = reductions.errors(tested, bench)
     nonfinite = (found.nan_off, found.inf_off)
+    all_zero = (np.size(tested) > 0 and not found.nonzero[0], np.size(bench) > 0 and not found.nonzero[1])
     if found.count == 0:
-        return Metrics(None, 0.0, 0.0, nonfinite=nonfinite)
+        return Metrics(None, 0.0, 0.0, nonfinite=nonfinite, all_zero=all_zero)
     index = np.unravel_index(found.worst, np.shape(tested)) if np.ndim(tested) else ()
     return Metrics(
         cosine=reductions.cosine(tested, bench, found),
@@ -106,6 +108,7 @@ def metrics(tested: np.ndarray, bench: np.ndarray) -> Metrics:
         worst_tested=found.worst_tested,
         worst_bench=found.worst_bench,
         nonfinite=nonfinite,
+        all_zero=all_zero,
     )
 
 

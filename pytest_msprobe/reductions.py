@@ -72,6 +72,7 @@ class Errors:
     dots: tuple[float, float, float] = (0.0, 0.0, 0.0)  # t.b, t.t, b.b over the finite pairs
     nan_off: int = 0  # NaN where the other side has none
     inf_off: int = 0  # inf where the other side differs
+    nonzero: tuple[bool, bool] = (False, False)  # (tested, bench) hold an element other than 0 (NaN is one)
 
 
 def errors(tested: np.ndarray, bench: np.ndarray) -> Errors:
@@ -84,6 +85,11 @@ def errors(tested: np.ndarray, bench: np.ndarray) -> Errors:
     tb = tt = bb = 0.0
     for start, (t, b) in blocks(flat(tested), flat(bench)):
         squares = float(np.einsum("i,i->", t, t)), float(np.einsum("i,i->", b, b))
+        # A sum of squares other than 0 (NaN and inf included) says so; 0 may be subnormals squared.
+        found.nonzero = (
+            found.nonzero[0] or squares[0] != 0 or bool(np.any(t)),
+            found.nonzero[1] or squares[1] != 0 or bool(np.any(b)),
+        )
         where = None
         if not (math.isfinite(squares[0]) and math.isfinite(squares[1])):  # NaN, inf, or squares beyond float64
             whole_t, whole_b = t, b

@@ -163,6 +163,17 @@ def test_metrics_are_the_whole_array_ones_to_the_last_bit(pair, as_float32):
     expected = reference_metrics(tested, bench)
     assert same_cosine(found[0], expected[0])
     assert all(same(a, b) for a, b in zip(found[1:], expected[1:]))
+    assert m.all_zero == (not np.any(tested), not np.any(bench))  # what the basic standard's rule reads
+
+
+@pytest.mark.parametrize("zero_side", [0, 1])
+def test_all_zero_is_every_element_0_subnormals_counted(zero_side):
+    """A block's sum of squares says an output holds more than zeros, but 5e-324 squared is 0 too."""
+    zeros, tiny = np.zeros(20), np.zeros(20)
+    tiny[17] = 5e-324
+    pair = (zeros, tiny) if zero_side == 0 else (tiny, zeros)
+    assert compare.metrics(*pair).all_zero == (zero_side == 0, zero_side == 1)
+    assert compare.metrics(np.zeros(0), np.zeros(0)).all_zero == (False, False)
 
 
 def test_the_first_of_equal_worst_errors_is_named_across_blocks():

@@ -51,8 +51,8 @@ class BasicStandard:
 
     def broken_rules(self, c: Comparison, m: Metrics) -> list[str]:
         broken = []
-        if self._one_side_zero(c):
-            side = "tested" if _all_zero(c.tested) else "bench"
+        if self._one_side_zero(c, m):
+            side = "tested" if m.all_zero[0] else "bench"
             broken.append(f"the {side} output is all zero and the other is not")
         elif m.cosine is not None and not m.cosine > self.cosine:
             broken.append(f"Cosine {beside(m.cosine, self.cosine, 6)} <= {self.cosine:g}")
@@ -64,7 +64,7 @@ class BasicStandard:
         """How many times beyond its thresholds the output is: the larger of MaxAbsErr over its
         threshold and 1 - Cosine over 1 - its threshold (up to 1 it passes; inf where one side
         is all zero)."""
-        if self._one_side_zero(c):
+        if self._one_side_zero(c, m):
             return math.inf
         ratios = [_over(m.max_abs_err, self.max_abs_err)]
         if m.cosine is not None:
@@ -72,8 +72,8 @@ class BasicStandard:
         return max(ratios)
 
     @staticmethod
-    def _one_side_zero(c: Comparison) -> bool:
-        return _all_zero(c.tested) != _all_zero(c.bench) and np.size(c.tested) > 1
+    def _one_side_zero(c: Comparison, m: Metrics) -> bool:
+        return m.all_zero[0] != m.all_zero[1] and np.size(c.tested) > 1
 
 
 def _over(value: float, bound: float) -> float:
@@ -81,11 +81,6 @@ def _over(value: float, bound: float) -> float:
     if bound > 0:
         return max(value, 0.0) / bound
     return math.inf if value > 0 else 0.0
-
-
-def _all_zero(array: np.ndarray) -> bool:
-    a = np.asarray(array)
-    return a.size > 0 and not np.any(a)
 
 
 def rounding_floor(c: Comparison, m: Metrics) -> str:
