@@ -37,6 +37,19 @@ def takes(call: Call) -> bool:
     return call.name.api.rsplit(".", 1)[-1] in CONVS and parameters(call.args, call.kwargs) is not None
 
 
+def bench_gradients(call: Call, grad_outputs: list, side: Side) -> list | None:
+    """A conv backward entry's benchmark: its gradients from the backward kernel alone. The
+    forward autograd runs first is a third of the work and its output is not compared. None where
+    the kernel does not take the call or it took no gradient: autograd then runs, and says why."""
+    if not takes(call):
+        return None
+    try:
+        found = gradients(call, grad_outputs, side)
+    except (ValueError, RuntimeError):
+        return None
+    return found if any(grad is not None for grad in found) else None
+
+
 def gradients(call: Call, grad_outputs: list, side: Side, only: int | None = None, sample: int = 1) -> list:
     """A conv's input gradients on `side` (those it took in the step; with `only`, that one alone,
     the others None) from aten's convolution_backward, the kernel its autograd node calls, without

@@ -263,17 +263,8 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
     notes = call.notes + rebuilder.notes
 
     def bench(side: Any) -> list:
-        # A conv's gradients straight from its backward kernel: the forward autograd runs first is
-        # a third of the bench's work and its output is not compared (the tested side runs as the
-        # step did, through autograd). Where the kernel does not take the call, autograd says why.
-        if conv.takes(call):
-            try:
-                found = conv.gradients(call, grad_outputs, side)
-                if any(grad is not None for grad in found):
-                    return found
-            except (ValueError, RuntimeError):
-                pass
-        return gradients(side, call, grad_outputs)
+        # A conv's from its backward kernel alone (the tested side runs through autograd, as the step did).
+        return conv.bench_gradients(call, grad_outputs, side) or gradients(side, call, grad_outputs)
 
     def probe() -> list:
         widened = in_fp32(call)

@@ -629,18 +629,24 @@ class ExtraBenchRuns:
         return self.run_of("magnitude", self.sides.magnitude, self.sides.magnitude_of, index)
 
     def lower_magnitude(self, index: int) -> np.ndarray | None:
-        """The cheaper lower bound, only beside a float64 benchmark (a float32 one is the bound's
-        own precision) and where it is finite at every element (float32 overflows sooner)."""
-        if self.side.floating != torch.float64:
-            return None
-        found = self.run_of("lower magnitude", self.sides.lower_magnitude, self.sides.lower_magnitude_of, index)
-        return found if found is not None and np.isfinite(found).all() else None
+        return self.lower_bound("lower magnitude", self.sides.lower_magnitude, self.sides.lower_magnitude_of, index)
 
     def sampled_magnitude(self, index: int) -> np.ndarray | None:
-        """The lower bound of a part of the terms, on the same terms as lower_magnitude."""
+        """The lower bound of a part of the terms."""
+        return self.lower_bound("sampled magnitude", None, self.sides.sampled_magnitude_of, index)
+
+    def lower_bound(
+        self,
+        name: str,
+        every: Callable[[Side], list] | None,
+        one: Callable[[Side, int], list] | None,
+        index: int,
+    ) -> np.ndarray | None:
+        """A cheaper lower bound of the magnitude, only beside a float64 benchmark (a float32 one is
+        the bound's own precision) and where it is finite at every element (float32 overflows sooner)."""
         if self.side.floating != torch.float64:
             return None
-        found = self.run_of("sampled magnitude", None, self.sides.sampled_magnitude_of, index)
+        found = self.run_of(name, every, one, index)
         return found if found is not None and np.isfinite(found).all() else None
 
     def run_of(

@@ -55,6 +55,11 @@ class Format:
     native: str | None = None  # numpy's own type of this format, whose cast rounds to it
 
     @property
+    def largest(self) -> float:
+        """The largest finite value."""
+        return (2 - math.ldexp(1.0, -self.mantissa_bits)) * math.ldexp(1.0, self.max_exponent)
+
+    @property
     def unit_roundoff(self) -> float:
         return math.ldexp(1.0, -self.mantissa_bits - 1)
 
@@ -107,8 +112,7 @@ class Format:
         _, exponent = np.frexp(np.abs(values))
         step = np.ldexp(1.0, np.maximum(exponent - 1, self.min_exponent) - self.mantissa_bits)
         out = np.round(values / step) * step  # the quotient is exact; np.round rounds half to even
-        largest = (2 - math.ldexp(1.0, -self.mantissa_bits)) * math.ldexp(1.0, self.max_exponent)
-        return np.where(np.abs(out) > largest, np.copysign(np.inf, values), out)
+        return np.where(np.abs(out) > self.largest, np.copysign(np.inf, values), out)
 
 
 @functools.cache
@@ -361,13 +365,12 @@ class _Budget:
         the whole block's budget is computed."""
         best: tuple[int, float] | None = None
         over = 0
-        largest = (2 - 2.0**-self.fmt.mantissa_bits) * 2.0**self.fmt.max_exponent
         for start, (t_block, b_block) in blocks(t, b):
             at = slice(start, start + t_block.size)
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 bound, widest = self.bounds(t_block, b_block, at)
             k = int(np.argmax(bound))
-            if bound[k] < 1 and widest <= largest:
+            if bound[k] < 1 and widest <= self.fmt.largest:
                 if best is not None and bound[k] <= best[1]:
                     continue
                 _, _, at_k = self.ratios(t_block[k : k + 1], b_block[k : k + 1], slice(start + k, start + k + 1))
