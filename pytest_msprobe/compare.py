@@ -77,6 +77,8 @@ class Metrics:
     worst_bench: float | None = None
     nonfinite: tuple[int, int] = (0, 0)  # (NaN where the other side has none, inf where it differs)
     all_zero: tuple[bool, bool] = (False, False)  # (tested, bench): every element 0, and one at least
+    # What the pass found of each block, for a standard's later look at the same arrays.
+    blocks: reductions.BlockErrors | None = None
 
     def where(self) -> str:
         """` at [0, 6] (tested -0.63, bench -0.63)`: the worst element, for a message."""
@@ -98,7 +100,7 @@ def metrics(tested: np.ndarray, bench: np.ndarray) -> Metrics:
     nonfinite = (found.nan_off, found.inf_off)
     all_zero = (np.size(tested) > 0 and not found.nonzero[0], np.size(bench) > 0 and not found.nonzero[1])
     if found.count == 0:
-        return Metrics(None, 0.0, 0.0, nonfinite=nonfinite, all_zero=all_zero)
+        return Metrics(None, 0.0, 0.0, nonfinite=nonfinite, all_zero=all_zero, blocks=found.blocks)
     index = np.unravel_index(found.worst, np.shape(tested)) if np.ndim(tested) else ()
     return Metrics(
         cosine=reductions.cosine(tested, bench, found),
@@ -109,6 +111,7 @@ def metrics(tested: np.ndarray, bench: np.ndarray) -> Metrics:
         worst_bench=found.worst_bench,
         nonfinite=nonfinite,
         all_zero=all_zero,
+        blocks=found.blocks,
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -41,7 +41,17 @@ def blocks(*arrays: np.ndarray) -> Iterator[tuple[int, list[np.ndarray]]]:
     """(start, the arrays' blocks from there as float64) over flat arrays of one size."""
     size = arrays[0].size
     for start in range(0, size, BLOCK):
-        yield start, [as_float64(a[start : start + BLOCK]) for a in arrays]
+        yield start, block_at(start, *arrays)
+
+
+def block_starts(size: int) -> np.ndarray:
+    """Where each block of a flat array of `size` elements starts."""
+    return np.arange(0, size, BLOCK)
+
+
+def block_at(start: int, *arrays: np.ndarray) -> list[np.ndarray]:
+    """The arrays' block from `start` as float64."""
+    return [as_float64(a[start : start + BLOCK]) for a in arrays]
 
 
 def finite_pairs(t: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -60,6 +70,21 @@ SAFE_SQUARES = 2.0**-900
 
 
 @dataclass
+class BlockErrors:
+    """What the pass found of each block of BLOCK elements, in order: a later look at the same
+    output bounds a block's elements by them without reading it (standards/budget.py)."""
+
+    # The largest |t - b| / |b| where b is not 0: inf where t is not 0 where b is, or a pair is not finite.
+    relative: list[float] = field(default_factory=list)
+    # sqrt(sum b^2), at least the largest |b|: inf where a pair is not finite.
+    bench_norm: list[float] = field(default_factory=list)
+
+    def add(self, relative: float, bench_norm: float) -> None:
+        self.relative.append(relative)
+        self.bench_norm.append(bench_norm)
+
+
+@dataclass
 class Errors:
     """What one pass over an output and its bench finds."""
 
@@ -73,6 +98,7 @@ class Errors:
     nan_off: int = 0  # NaN where the other side has none
     inf_off: int = 0  # inf where the other side differs
     nonzero: tuple[bool, bool] = (False, False)  # (tested, bench) hold an element other than 0 (NaN is one)
+    blocks: BlockErrors = field(default_factory=BlockErrors)
 
 
 def errors(tested: np.ndarray, bench: np.ndarray) -> Errors:
@@ -98,6 +124,7 @@ def errors(tested: np.ndarray, bench: np.ndarray) -> Errors:
                 found.nan_off, found.inf_off = _nonfinite(whole_t, whole_b, found.nan_off, found.inf_off)
                 squares = float(np.einsum("i,i->", t, t)), float(np.einsum("i,i->", b, b))
         if not t.size:
+            found.blocks.add(math.inf, math.inf)
             continue
         found.count += t.size
         tt, bb = tt + squares[0], bb + squares[1]
@@ -109,22 +136,32 @@ def errors(tested: np.ndarray, bench: np.ndarray) -> Errors:
             found.max_abs = float(diff[i])
             found.worst = start + (i if where is None else int(where[i]))
             found.worst_tested, found.worst_bench = float(t[i]), float(b[i])
-        found.max_rel = max(found.max_rel, _max_relative(diff, b))
+        relative, no_zero = _max_relative(diff, b)
+        found.max_rel = max(found.max_rel, relative)
+        if where is None and no_zero:
+            found.blocks.add(relative, math.sqrt(squares[1]))
+        else:
+            found.blocks.add(math.inf, math.inf)
     found.dots = (tb, tt, bb)
     return found
 
 
-def _max_relative(diff: np.ndarray, b: np.ndarray) -> float:
-    """max |t - b| / |b|, REL_EPS for |b| where b is 0; diff is overwritten."""
+def _max_relative(diff: np.ndarray, b: np.ndarray) -> tuple[float, bool]:
+    """(max |t - b| / |b| with REL_EPS for |b| where b is 0, whether that is the largest |t - b| / |b|
+    where b is not 0 and t is b where it is: no error at a zero, no quotient overflowed); diff is
+    overwritten."""
     magnitude = np.abs(b)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         largest = float(np.divide(diff, magnitude, out=magnitude).max())
     if largest < math.inf:  # no zero in b (it gives inf or NaN here), the common case
-        return largest
+        return largest, True
     magnitude = np.abs(b)
-    np.copyto(magnitude, REL_EPS, where=magnitude == 0)
+    zeros = magnitude == 0
+    exact_zeros = not diff[zeros].any()
+    magnitude[zeros] = REL_EPS
     with np.errstate(over="ignore"):  # a huge error over a tiny bench value: MaxRelativeErr inf
-        return float(np.divide(diff, magnitude, out=diff).max())
+        largest = float(np.divide(diff, magnitude, out=diff).max())
+    return largest, exact_zeros and largest < math.inf
 
 
 def _nonfinite(t: np.ndarray, b: np.ndarray, nan_off: int, inf_off: int) -> tuple[int, int]:
@@ -168,10 +205,3 @@ def _scaled_dots(tested: np.ndarray, bench: np.ndarray) -> tuple[float, float, f
         tt += float(np.einsum("i,i->", t, t))
         bb += float(np.einsum("i,i->", b, b))
     return tb, tt, bb
-
-
-def first_max(best: tuple[int, float] | None, index: int, value: float) -> tuple[int, float]:
-    """np.argmax's choice over blocks taken in order: the first NaN, else the first largest."""
-    if best is None or (not math.isnan(best[1]) and (math.isnan(value) or value > best[1])):
-        return index, value
-    return best

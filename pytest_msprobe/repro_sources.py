@@ -44,7 +44,8 @@ class Part:
 
 # The metrics' one pass (errors, cosine) and the block iteration the budget reads with.
 REDUCTIONS = frozenset({
-    "BLOCK", "REL_EPS", "SAFE_SQUARES", "flat", "as_float64", "blocks", "first_max", "finite_pairs", "Errors",
+    "BLOCK", "REL_EPS", "SAFE_SQUARES", "flat", "as_float64", "blocks", "block_starts", "block_at", "finite_pairs",
+    "BlockErrors", "Errors",
     "errors", "_max_relative", "_nonfinite", "cosine", "_scaled_dots",
 })  # fmt: skip
 

@@ -275,8 +275,10 @@ def test_the_reading_is_the_whole_array_one_to_the_last_bit(case):
     shape = (n,) if n % 2 else (n // 2, 2)
     tested, bench = tested.reshape(shape), bench.reshape(shape)
     given_answers = [None if a is None else a.reshape(shape) for a in given_answers]
-    r = read(tested, bench, fmt, extra, Constants(), accumulation)
-    assert_reading_is(r, reference_read(tested, bench, fmt, extra, Constants(), accumulation))
+    expected = reference_read(tested, bench, fmt, extra, Constants(), accumulation)
+    assert_reading_is(read(tested, bench, fmt, extra, Constants(), accumulation), expected)
+    seen = reductions.errors(tested, bench).blocks  # the metrics' pass, as the standard gets it
+    assert_reading_is(read(tested, bench, fmt, extra, Constants(), accumulation, seen), expected)
 
 
 def assert_reading_is(r, expected):
@@ -299,9 +301,10 @@ def assert_reading_is(r, expected):
 )
 def test_a_look_that_passes_blocks_by_on_their_bounds_finds_the_whole_array_reading(name, n, seed, magnitude, k):
     """budget._Budget.worst passes by a block whose bounds are under 1 and under the worst so far,
-    and computes the budget only where the bound reaches the worst: the same reading as the whole
-    array's to the last bit (blocks of 64; errors of a few ULP at a few elements, zeros, subnormals,
-    values beyond the format)."""
+    and computes the budget only where the bound reaches the worst; given the metrics' pass, it
+    looks at the blocks from the highest ceiling down and stops under the worst so far. Either way
+    the same reading as the whole array's to the last bit (blocks of 64; errors of a few ULP at a
+    few elements, zeros, subnormals, values beyond the format)."""
     rng = np.random.default_rng(seed)
     fmt = FORMATS[name]
     bench = rng.standard_normal(n) * 10.0 ** rng.integers(-8, 4, n).astype(np.float64)
@@ -318,10 +321,14 @@ def test_a_look_that_passes_blocks_by_on_their_bounds_finds_the_whole_array_read
     reductions.BLOCK = 64
     try:
         with np.errstate(over="ignore", invalid="ignore"):
-            r = read(tested, bench, fmt, extra, Constants())
+            alone = read(tested, bench, fmt, extra, Constants())
+            seen = reductions.errors(tested, bench).blocks
+            after_metrics = read(tested, bench, fmt, extra, Constants(), seen=seen)
     finally:
         reductions.BLOCK = before
-    assert_reading_is(r, reference_read(tested, bench, fmt, extra, Constants(), None))
+    expected = reference_read(tested, bench, fmt, extra, Constants(), None)
+    assert_reading_is(alone, expected)
+    assert_reading_is(after_metrics, expected)
 
 
 # -- random inputs drawn in place ----------------------------------------------

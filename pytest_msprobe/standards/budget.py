@@ -39,7 +39,7 @@ from typing import Callable
 import numpy as np
 
 from ..compare import ExtraRuns
-from ..reductions import as_float64, blocks, first_max, flat
+from ..reductions import BlockErrors, as_float64, block_at, block_starts, flat
 
 U_ACC = 2.0**-24  # fp32 accumulation
 
@@ -196,17 +196,22 @@ def read(
     extra: ExtraRuns,
     constants: Constants = Constants(),
     accumulation: float | None = None,
+    seen: BlockErrors | None = None,
 ) -> Reading:
     """The output against its budget, asking the extra runs one by one while it is over it.
 
     tested and bench: the same shape, finite where compared (NaN and inf are judged before:
     compare.compare). accumulation: u_acc where the user declared a coarser one (an allowance).
-    Each look at the whole output is one pass block by block (reductions.py); the terms of the
-    worst element are computed again for it alone, with the same operations.
+    seen: what the metrics' pass over these arrays found of each block (reductions.errors), which
+    lets a look pass blocks by unread. Each look at the whole output is one pass block by block
+    (reductions.py); the terms of the worst element are computed again for it alone, with the
+    same operations.
     """
     t, b = flat(tested), flat(bench)
     shape = np.shape(bench)
     budget = _Budget(fmt, constants, max(fmt.accumulation, accumulation or 0.0), extra.terms())
+    if seen is not None and len(seen.relative) == block_starts(b.size).size:
+        budget.ceilings = budget.ceilings_of(seen)
     # While an extra run may still be asked, a look stops at the first element over its budget: it
     # is asked then whatever the rest holds. The last look reads the whole output.
     worst = budget.worst(t, b, stop_over=True)
@@ -273,9 +278,10 @@ class _Budget:
     u_acc: float
     terms: int | None = None  # K: how many terms one element sums at most
     answers: dict[str, np.ndarray] = field(default_factory=dict)  # flat float64, by the run's name
+    ceilings: np.ndarray | None = None  # each block's largest ratio at most, whatever is answered (ceilings_of)
 
     def elements(
-        self, t: np.ndarray, b: np.ndarray, at: slice, finite: bool = False
+        self, t: np.ndarray, b: np.ndarray, at: slice | np.ndarray, finite: bool = False
     ) -> tuple[np.ndarray, np.ndarray, dict]:
         """(|t - b| where both are finite else 0, the ULP, the budget's terms) of the elements `at`;
         `finite`: the caller knows both are finite everywhere."""
@@ -304,7 +310,7 @@ class _Budget:
             terms[f"the CPU's {self.fmt.name} kernel"] = c.c_low * self.answer("low", at)
         return error, unit, terms
 
-    def answer(self, name: str, at: slice) -> np.ndarray:
+    def answer(self, name: str, at: slice | np.ndarray) -> np.ndarray:
         return self.answers[name][at]
 
     def answered(self, name: str, values: np.ndarray) -> None:
@@ -316,7 +322,7 @@ class _Budget:
         self.answers[name] = values
 
     def ratios(
-        self, t: np.ndarray, b: np.ndarray, at: slice, finite: bool = False
+        self, t: np.ndarray, b: np.ndarray, at: slice | np.ndarray, finite: bool = False
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(error, budget, error / budget) of the elements `at`, as `elements` has them."""
         error, _, terms = self.elements(t, b, at, finite)
@@ -355,31 +361,64 @@ class _Budget:
         low += c.c_out * 2.0 ** (fmt.min_exponent - fmt.mantissa_bits - 1)
         return np.divide(error, low, out=error), widest
 
-    def worst(self, t: np.ndarray, b: np.ndarray, stop_over: bool = False) -> _Worst:
-        """The worst element; with stop_over, only whether one is over its budget where one is.
+    def ceilings_of(self, seen: BlockErrors) -> np.ndarray:
+        """Each block's largest ratio at most, from the metrics' pass: the budget is at least
+        |b| (2^-(p+1) c_out + (c_acc + c_length sqrt K) u_acc) (the ULP is more than |b| 2^-(p+1)
+        where |b| is within the format, the runs' other terms only add), so a ratio is at most
+        the block's largest |t - b| / |b| over that factor (where b is 0 the pass found t to be
+        0: the ratio is 0). Without the ULP's share where the block's |b| may be beyond the
+        format; inf where the pass found no such bound. Shrunk by 2^-30 against the rounding of
+        either side."""
+        c, fmt = self.constants, self.fmt
+        per_size = c.c_acc * self.u_acc
+        if self.terms:
+            per_size += c.c_length * self.u_acc * math.sqrt(self.terms)
+        rounding = c.c_out * 2.0 ** -(fmt.mantissa_bits + 1)
+        within = np.asarray(seen.bench_norm) <= fmt.largest
+        factor = np.where(within, per_size + rounding, per_size) * (1 - 2.0**-30)
+        return np.asarray(seen.relative) / factor
 
-        A block whose bounds (`bounds`) are all under 1 and under the worst ratio so far holds no
-        element over its budget and none worse: it is passed by. Else its budget is computed where
-        the bound reaches the ratio of the element of the largest bound, or of the worst so far:
-        only there can the block's worst be. Where a bound reaches 1, or the bound does not hold,
-        the whole block's budget is computed."""
+    def worst(self, t: np.ndarray, b: np.ndarray, stop_over: bool = False) -> _Worst:
+        """The worst element (np.argmax's choice: the first largest); with stop_over, only whether
+        one is over its budget where one is.
+
+        With ceilings, the blocks are looked at from the highest ceiling down, until one under 1
+        and under the worst ratio so far: no element after it is over its budget or worse. A
+        block whose bounds (`bounds`) are all under 1 and under the worst so far is passed by
+        likewise. Else its budget is computed where the bound reaches the ratio of the element of
+        the largest bound, or of the worst so far: only there can the block's worst be. Where a
+        bound reaches 1, or the bound does not hold, the whole block's budget is computed."""
+        starts = block_starts(t.size)
+        ceilings = self.ceilings
+        if ceilings is not None:
+            order = np.argsort(-ceilings, kind="stable")
+            starts, ceilings = starts[order], ceilings[order]
         best: tuple[int, float] | None = None
         over = 0
-        for start, (t_block, b_block) in blocks(t, b):
+        for j, start in enumerate(int(s) for s in starts):
+            if (
+                ceilings is not None
+                and best is not None
+                and ceilings[j] < 1
+                and not _first_max(best, start, ceilings[j])
+            ):
+                break  # the blocks left are no higher, and start later where as high
+            t_block, b_block = block_at(start, t, b)
             at = slice(start, start + t_block.size)
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 bound, widest = self.bounds(t_block, b_block, at)
             k = int(np.argmax(bound))
             if bound[k] < 1 and widest <= self.fmt.largest:
-                if best is not None and bound[k] <= best[1]:
-                    continue
+                if best is not None and not _first_max(best, start, float(bound[k])):
+                    continue  # under the worst so far, or as high after it
                 _, _, at_k = self.ratios(t_block[k : k + 1], b_block[k : k + 1], slice(start + k, start + k + 1))
                 floor = max(float(at_k[0]), best[1] if best is not None else 0.0)
                 where = np.flatnonzero(bound >= floor)
                 if 0 < where.size <= t_block.size // 8:
-                    _, _, found = self.ratios(t_block[where], b_block[where], start + where, finite=True)  # type: ignore[arg-type]
-                    j = int(np.argmax(found))
-                    best = first_max(best, start + int(where[j]), float(found[j]))
+                    _, _, found = self.ratios(t_block[where], b_block[where], start + where, finite=True)
+                    w = int(np.argmax(found))
+                    if best is None or _first_max(best, start + int(where[w]), float(found[w])):
+                        best = start + int(where[w]), float(found[w])
                     continue
                 # A loose bound (bf16's and fp16's rounding term): the whole block costs less.
             error, total, ratios = self.ratios(t_block, b_block, at, finite=True)
@@ -389,8 +428,16 @@ class _Budget:
                 i = int(np.argmax(ratios))
             if stop_over and not ratios[i] <= 1:
                 return _Worst(start + i, float(ratios[i]), 0, partial=True)
-            best = first_max(best, start + i, float(ratios[i]))
+            if best is None or _first_max(best, start + i, float(ratios[i])):
+                best = start + i, float(ratios[i])
             if ratios[i] >= 1:  # error > total makes error / total at least 1
                 over += int(np.count_nonzero(error > total))
         index, ratio = best or (0, 0.0)
         return _Worst(index, ratio, over)
+
+
+def _first_max(best: tuple[int, float], index: int, ratio: float) -> bool:
+    """Whether (index, ratio) comes before the worst so far as np.argmax would choose over the
+    whole output: a larger ratio, or the same at a lower index (blocks are looked at in any
+    order; a ratio is never NaN: the bounds' NaN look at the whole block, which leaves NaN out)."""
+    return ratio > best[1] or (ratio == best[1] and index < best[0])

@@ -73,7 +73,7 @@ class DtypeStandard:
         if fmt is None:
             return _judge_basic(c, m)
         allowance = tolerance.accumulation if tolerance is not None else None
-        reading = read(c.tested, c.bench, fmt, c.extra, CONSTANTS, allowance)
+        reading = read(c.tested, c.bench, fmt, c.extra, CONSTANTS, allowance, m.blocks)
         status = PASS if reading.ratio <= 1 else WARNING if self.warning and reading.ratio <= CONSTANTS.band else ERROR
         message = _message(reading, status)
         if tolerance is not None:
