@@ -54,6 +54,21 @@ def block_at(start: int, *arrays: np.ndarray) -> list[np.ndarray]:
     return [as_float64(a[start : start + BLOCK]) for a in arrays]
 
 
+# The bits of +inf as unsigned integers of the float's width: every finite nonnegative float is below.
+_INF_BITS = {np.dtype(np.float64): (np.uint64, 0x7FF0000000000000), np.dtype(np.float32): (np.uint32, 0x7F800000)}
+
+
+def finite_nonnegative(values: np.ndarray) -> bool:
+    """Whether every element is finite and not negative (-0.0 counts as negative), in one pass for
+    float64 and float32: read as unsigned integers, their bits are exactly those below +inf's (a
+    sign bit or an all-ones exponent is above)."""
+    values = np.asarray(values)
+    if values.dtype not in _INF_BITS:
+        return bool(np.all(np.isfinite(values) & ~np.signbit(values)))
+    unsigned, inf = _INF_BITS[values.dtype]
+    return values.size == 0 or int(values.view(unsigned).max()) < inf
+
+
 def finite_pairs(t: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The elements of a block where both sides are finite, and their positions (None: all of them)."""
     finite = np.isfinite(t)

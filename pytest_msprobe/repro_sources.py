@@ -45,7 +45,7 @@ class Part:
 # The metrics' one pass (errors, cosine) and the block iteration the budget reads with.
 REDUCTIONS = frozenset({
     "BLOCK", "REL_EPS", "SAFE_SQUARES", "flat", "as_float64", "blocks", "block_starts", "block_at", "finite_pairs",
-    "BlockErrors", "Errors",
+    "BlockErrors", "Errors", "_INF_BITS", "finite_nonnegative",
     "errors", "_max_relative", "_nonfinite", "cosine", "_scaled_dots",
 })  # fmt: skip
 

@@ -243,7 +243,7 @@ budget_cases = st.tuples(
     st.sampled_from(sorted(FORMATS)),
     st.integers(1, 40),
     st.integers(0, 2**32 - 1),
-    st.lists(st.sampled_from(["none", "small", "large", "nan"]), min_size=3, max_size=3),
+    st.lists(st.sampled_from(["none", "small", "large", "nan", "negative"]), min_size=3, max_size=3),
     st.sampled_from([None, 2.0**-11, 2.0**-8]),
 )
 
@@ -268,7 +268,9 @@ def test_the_reading_is_the_whole_array_one_to_the_last_bit(case):
         values = np.abs(bench) * rng.uniform(0, 3, n) * (1e-7 if kind == "small" else 1e-1)
         if kind == "nan":
             values[rng.integers(0, n)] = np.nan
-        return values
+        if kind == "negative":  # -0.0 and negative values: read as their magnitude
+            values[rng.integers(0, n, 2)] *= -1
+        return values.astype(np.float32) if rng.random() < 0.3 else values  # a float32 run's answer
 
     given_answers = [answer(kind) for kind in answers]
     extra = ExtraRuns(lambda: given_answers[0], lambda relative: given_answers[1], lambda: given_answers[2])
@@ -313,9 +315,14 @@ def test_a_look_that_passes_blocks_by_on_their_bounds_finds_the_whole_array_read
         bench[rng.integers(0, n, 3)] = rng.choice([2.0 ** (fmt.min_exponent - 3), 1e39, 7e4, 5e-324], 3)
     tested = np.asarray(fmt.rounded(bench))
     tested[bench == 0.0] = 0.0
-    off = rng.integers(0, n, rng.integers(1, n // 4))  # up to 10 ULP: most within the budget, some not
-    tested[off] += rng.uniform(-1, 1, off.size) * fmt.spacing(bench[off]) * 10.0 ** rng.integers(-2, 2, off.size)
-    answer = None if magnitude is None else np.abs(bench) * rng.uniform(0, 3, n) * (1e-6 if magnitude == "small" else 50)
+    # Up to 10 ULP (fp32, fp64: 1000, as the accumulation term allows more): most within the budget, some not.
+    off = rng.integers(0, n, rng.integers(1, n // 4))
+    most = 2 if fmt.mantissa_bits < 23 else 4
+    tested[off] += rng.uniform(-1, 1, off.size) * fmt.spacing(bench[off]) * 10.0 ** rng.integers(-2, most, off.size)
+    spread = 10.0 ** rng.uniform(-1.5, 1.5, n)  # terms' magnitudes that differ from |b| element by element
+    answer = None if magnitude is None else np.abs(bench) * spread * (1e-6 if magnitude == "small" else 50)
+    if answer is not None and rng.random() < 0.5:
+        answer = answer.astype(np.float32)  # a float32 run's lower bound, kept in float32
     extra = ExtraRuns(magnitude=lambda: answer, terms=lambda: k)
     before = reductions.BLOCK
     reductions.BLOCK = 64
@@ -329,6 +336,34 @@ def test_a_look_that_passes_blocks_by_on_their_bounds_finds_the_whole_array_read
     expected = reference_read(tested, bench, fmt, extra, Constants(), None)
     assert_reading_is(alone, expected)
     assert_reading_is(after_metrics, expected)
+
+
+def test_a_look_from_the_highest_ceiling_down_keeps_the_first_of_equal_worst_elements():
+    """Blocks of 64: the second block's ceiling is the highest (an element far off but with a large
+    magnitude), so it is looked at first; the same worst ratio sits in both blocks, and the first
+    block's element is the reading's, as np.argmax over the whole output would have it."""
+    ulp = 2.0**-23
+    bench = np.ones(128)
+    tested = bench.copy()
+    magnitude = np.ones(128)
+    tested[[10, 74]] = 1 + 40 * ulp  # 40 ULP: over 17.5 ULP without the magnitude, 0.61 of 65.5 with it
+    magnitude[[10, 74]] = 4.0
+    tested[84], magnitude[84] = 1 + 1000 * ulp, 1e4  # the highest ceiling, far within its budget
+    extra = ExtraRuns(magnitude=lambda: magnitude)
+    before = reductions.BLOCK
+    reductions.BLOCK = 64
+    try:
+        r = read(tested, bench, FORMATS["float32"], extra, Constants(), seen=reductions.errors(tested, bench).blocks)
+    finally:
+        reductions.BLOCK = before
+    assert r.index == (10,) and r.asked == ("magnitude",) and 0.6 < r.ratio < 0.62
+    assert_reading_is(r, reference_read(tested, bench, FORMATS["float32"], extra, Constants(), None))
+
+
+@given(arrays(st.sampled_from([np.float64, np.float32, np.float16]), st.integers(0, 30)))
+def test_finite_nonnegative_is_every_element_finite_and_not_negative(values):
+    expected = bool(np.all(np.isfinite(values) & ~np.signbit(values)))
+    assert reductions.finite_nonnegative(values) is expected
 
 
 # -- random inputs drawn in place ----------------------------------------------

@@ -18,9 +18,9 @@
   the same run in float32 (mkldnn and BLAS have fast float32 kernels, none for float64). Its
   terms are all nonnegative, so whatever the order, float32 gives M (1 + t) with |t| <= gamma_n =
   n u / (1 - n u), u = 2^-24, n = the terms of one element + 4 (bias, beta, the scalings, the
-  inputs' own rounding to float32); M32 (1 - 2 n u) is then at most M and at most what float64
-  computes (`lower_bound`). The standard asks the float64 run only where that bound leaves the
-  output over its budget, so the verdict is the float64 one's.
+  inputs' own rounding to float32); M32 (1 - 2 n u), rounded in float32 (one more term), is then
+  at most M and at most what float64 computes (`lower_bound`). The standard asks the float64 run
+  only where that bound leaves the output over its budget, so the verdict is the float64 one's.
 - A conv's gradients call aten's convolution_backward on |inputs| (`conv.gradients`), one gradient
   at a time (the one the standard asks: the weight's passes by its length term on a ResNet, the
   input's asks), without the forward the autograd graph would run first. The same kernel: the
@@ -348,10 +348,11 @@ CONV_SAMPLE = 4
 
 def lower_bound(outputs: list, terms: int) -> list:
     """float32 magnitudes of a contraction of `terms` products made lower bounds of the float64
-    ones (the module docstring); each output in float64."""
-    n = terms + 4
-    factor = 1 - 2 * n * U_FLOAT32
-    return [o.detach().to(torch.float64).mul_(factor) if isinstance(o, torch.Tensor) else o for o in outputs]
+    ones (the module docstring), kept in float32 (half the memory a look reads): the scaling is
+    one more rounding, so n counts it, and its factor is rounded down to float32."""
+    n = terms + 5
+    factor = math.floor((1 - 2 * n * U_FLOAT32) * 2**24) / 2**24  # float32's spacing is 2^-24 on [0.5, 1)
+    return [o.detach().mul(factor) if isinstance(o, torch.Tensor) else o for o in outputs]
 
 
 def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
@@ -371,7 +372,7 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
             exact = replace(exact, magnitude_of=lambda side, index: conv.gradients(call, grads, absolute(side), index))
         terms = terms_bound(api, inputs, grad_outputs)
         # Only where 2 n u stays small and float32 GEMMs are not allowed a lower precision.
-        if terms is None or 4 * (terms + 4) * U_FLOAT32 > 1 or torch.get_float32_matmul_precision() != "highest":
+        if terms is None or 4 * (terms + 5) * U_FLOAT32 > 1 or torch.get_float32_matmul_precision() != "highest":
             return exact
         bound = terms
 

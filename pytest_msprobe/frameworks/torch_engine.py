@@ -23,6 +23,7 @@ from .. import apis
 from ..compare import ExtraRuns
 from ..dump import Dump, EntryName
 from ..inputs import REAL, Codec, Device, Rebuilder, is_tensor_spec, tree_map
+from ..reductions import finite_nonnegative
 from ..results import BENCH_FALLBACK
 from . import BenchmarkFailed, Kept, OutputPair, Probe, Recipe, Run, RunOptions, Unsupported
 
@@ -647,7 +648,7 @@ class ExtraBenchRuns:
         if self.side.floating != torch.float64:
             return None
         found = self.run_of(name, every, one, index)
-        return found if found is not None and np.isfinite(found).all() else None
+        return found if found is not None and finite_nonnegative(found) else None
 
     def run_of(
         self,
@@ -659,10 +660,10 @@ class ExtraBenchRuns:
         """Output `index` of a run: of that output alone where the sides compute it so, else of the
         run of every output (once an entry)."""
         if one is not None:
-            return self.output((name, index), functools.partial(one, self.side, index), index)
+            return self.output((name, index), functools.partial(one, self.side, index), index, magnitude=True)
         if every is None:
             return None
-        return self.output((name,), functools.partial(every, self.side), index)
+        return self.output((name,), functools.partial(every, self.side), index, magnitude=True)
 
     def spread(self, index: int, relative: float, seeds: int = SPREAD_SEEDS) -> np.ndarray | None:
         bench = self.output(("bench",), lambda: self.bench, index)
@@ -700,7 +701,9 @@ class ExtraBenchRuns:
         finally:
             torch.set_num_threads(before)
 
-    def output(self, key: tuple, compute: Callable[[], list], index: int) -> np.ndarray | None:
+    def output(self, key: tuple, compute: Callable[[], list], index: int, magnitude: bool = False) -> np.ndarray | None:
+        """Output `index` of a run (once an entry) in float64; a magnitude in float32 stays float32
+        (a lower bound's own precision: half the memory the standard's looks read)."""
         if key not in self.runs:
             try:
                 self.runs[key] = compute()
@@ -709,5 +712,8 @@ class ExtraBenchRuns:
         outputs = self.runs[key]
         if outputs is None or index >= len(outputs):
             return None
-        found = to_array(outputs[index])
+        value = outputs[index]
+        if magnitude and isinstance(value, torch.Tensor) and value.dtype == torch.float32:
+            return value.detach().cpu().numpy()
+        found = to_array(value)
         return None if found is None else np.asarray(found[0], dtype=np.float64)

@@ -39,7 +39,7 @@ from typing import Callable
 import numpy as np
 
 from ..compare import ExtraRuns
-from ..reductions import BlockErrors, as_float64, block_at, block_starts, flat
+from ..reductions import BlockErrors, as_float64, block_at, block_starts, finite_nonnegative, flat
 
 U_ACC = 2.0**-24  # fp32 accumulation
 
@@ -235,7 +235,7 @@ def read(
             answer = ask()
             if answer is None:
                 continue
-            budget.answered(name, flat(np.broadcast_to(np.asarray(answer, dtype=np.float64), shape)))
+            budget.answered(name, flat(np.broadcast_to(_floating(answer), shape)))
             bounded = name == "magnitude" and ask is extra.sampled_magnitude
             worst = budget.worst(t, b, stop_over=True)
     if worst.partial:
@@ -261,6 +261,12 @@ def read(
     )
 
 
+def _floating(answer: np.ndarray) -> np.ndarray:
+    """An extra run's answer as float64, or float32 as it is (its float64 values are exact)."""
+    answer = np.asarray(answer)
+    return answer if answer.dtype == np.float32 else answer.astype(np.float64, copy=False)
+
+
 @dataclass(frozen=True)
 class _Worst:
     index: int  # flat
@@ -277,7 +283,7 @@ class _Budget:
     constants: Constants
     u_acc: float
     terms: int | None = None  # K: how many terms one element sums at most
-    answers: dict[str, np.ndarray] = field(default_factory=dict)  # flat float64, by the run's name
+    answers: dict[str, np.ndarray] = field(default_factory=dict)  # flat float64 (or float32), by the run's name
     ceilings: np.ndarray | None = None  # each block's largest ratio at most, whatever is answered (ceilings_of)
 
     def elements(
@@ -316,7 +322,7 @@ class _Budget:
     def answered(self, name: str, values: np.ndarray) -> None:
         """Keep an extra run's answer as its magnitude, NaN and inf made 0: once, not at each look
         (a run's magnitudes are nonnegative and finite but where one overflowed)."""
-        if not (float(values.min(initial=0.0)) >= 0 and math.isfinite(float(values.sum()))):
+        if not finite_nonnegative(values):
             values = np.abs(values)
             values[~np.isfinite(values)] = 0.0
         self.answers[name] = values
@@ -334,32 +340,42 @@ class _Budget:
         with np.errstate(over="ignore", invalid="ignore"):  # inf: far over a subnormal budget
             return error, total, np.divide(error, total)
 
-    def bounds(self, t: np.ndarray, b: np.ndarray, at: slice) -> tuple[np.ndarray, float]:
-        """Each element's error over a lower bound of its budget, so at least its ratio, in about
-        half the passes: the ULP at |b| is more than |b| 2^-(p+1) (p the mantissa bits) and at least
-        the smallest subnormal spacing s, so more than their mean (|b| 2^-(p+1) + s) / 2, and the
-        runs' other terms only add. Shrunk by 2^-30 against the rounding of either sum; not a bound
-        where |b| is beyond the format's largest value (the caller looks there: the largest |b| comes
-        with the bounds) or t or b is not finite (the bound is NaN or inf there)."""
+    def lows(self, t: np.ndarray, b: np.ndarray, at: slice, scale: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """(|t - b|, `scale` times a lower bound of each element's budget, the largest |b|), in about
+        half the passes of the budget and no division: an element whose error is at most its scaled
+        bound is under `scale` times its budget.
+
+        The ULP at |b| is more than |b| 2^-(p+1) (p the mantissa bits) where |b| is within the
+        format, and the runs' other terms only add. Where a magnitude is answered and its term
+        outweighs the ULP's share (fp32, fp64), that share is left out: fewer passes, and a bound
+        beyond the format's range too (the largest |b| is then not looked for: 0). Shrunk by 2^-30
+        against the rounding of either sum; not a bound where |b| is beyond the format's largest
+        value or t or b is not finite (NaN or inf there)."""
         c, fmt = self.constants, self.fmt
         error = np.subtract(t, b)
         np.abs(error, out=error)
         size = np.abs(b)
-        widest = float(size.max(initial=0.0))
-        shrink = 1 - 2.0**-30
-        per_size = c.c_out * 2.0 ** -(fmt.mantissa_bits + 2)
-        if self.terms:
-            per_size += c.c_length * self.u_acc * math.sqrt(self.terms)
+        scale *= 1 - 2.0**-30
+        per_ulp = c.c_out * 2.0 ** -(fmt.mantissa_bits + 1)
+        per_length = c.c_length * self.u_acc * math.sqrt(self.terms) if self.terms else 0.0
         per_magnitude = c.c_acc * self.u_acc
-        if "magnitude" in self.answers:
-            low = size * (per_size * shrink)
+        if "magnitude" in self.answers and per_ulp < per_magnitude:
+            low = size * (per_length * scale) if per_length else None
             magnitude = np.maximum(size, self.answer("magnitude", at), out=size)
-            magnitude *= per_magnitude * shrink
+            magnitude *= per_magnitude * scale
+            if low is not None:
+                magnitude += low
+            return error, magnitude, 0.0
+        widest = float(size.max(initial=0.0))
+        per_size = per_ulp + per_length
+        if "magnitude" in self.answers:
+            low = size * (per_size * scale)
+            magnitude = np.maximum(size, self.answer("magnitude", at), out=size)
+            magnitude *= per_magnitude * scale
             low += magnitude
         else:
-            low = size * ((per_size + per_magnitude) * shrink)
-        low += c.c_out * 2.0 ** (fmt.min_exponent - fmt.mantissa_bits - 1)
-        return np.divide(error, low, out=error), widest
+            low = size * ((per_size + per_magnitude) * scale)
+        return error, low, widest
 
     def ceilings_of(self, seen: BlockErrors) -> np.ndarray:
         """Each block's largest ratio at most, from the metrics' pass: the budget is at least
@@ -383,11 +399,13 @@ class _Budget:
         one is over its budget where one is.
 
         With ceilings, the blocks are looked at from the highest ceiling down, until one under 1
-        and under the worst ratio so far: no element after it is over its budget or worse. A
-        block whose bounds (`bounds`) are all under 1 and under the worst so far is passed by
-        likewise. Else its budget is computed where the bound reaches the ratio of the element of
-        the largest bound, or of the worst so far: only there can the block's worst be. Where a
-        bound reaches 1, or the bound does not hold, the whole block's budget is computed."""
+        and under the worst ratio so far: no element after it is over its budget or worse. The
+        first block looked at has its whole budget computed. In the others, the budget is
+        computed only where the error reaches `lows`' bound scaled by the least that matters (the
+        worst so far, at most 1): only there can an element be over its budget or worse; none,
+        and the block is passed by. Where that is over an eighth of the block (bf16's and fp16's
+        loose rounding share), or the bound does not hold (|b| beyond the format), the whole
+        block's budget is computed."""
         starts = block_starts(t.size)
         ceilings = self.ceilings
         if ceilings is not None:
@@ -405,22 +423,22 @@ class _Budget:
                 break  # the blocks left are no higher, and start later where as high
             t_block, b_block = block_at(start, t, b)
             at = slice(start, start + t_block.size)
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                bound, widest = self.bounds(t_block, b_block, at)
-            k = int(np.argmax(bound))
-            if bound[k] < 1 and widest <= self.fmt.largest:
-                if best is not None and not _first_max(best, start, float(bound[k])):
-                    continue  # under the worst so far, or as high after it
-                _, _, at_k = self.ratios(t_block[k : k + 1], b_block[k : k + 1], slice(start + k, start + k + 1))
-                floor = max(float(at_k[0]), best[1] if best is not None else 0.0)
-                where = np.flatnonzero(bound >= floor)
-                if 0 < where.size <= t_block.size // 8:
-                    _, _, found = self.ratios(t_block[where], b_block[where], start + where, finite=True)
-                    w = int(np.argmax(found))
-                    if best is None or _first_max(best, start + int(where[w]), float(found[w])):
-                        best = start + int(where[w]), float(found[w])
+            if best is not None:
+                with np.errstate(invalid="ignore", over="ignore"):
+                    error, low, widest = self.lows(t_block, b_block, at, min(1.0, best[1]))
+                    # NaN is kept. A bound is above its ratio (shrunk), so a tie with the worst so far
+                    # is at 0 alone: no error, in a block after it (ceilings of 0 come in order).
+                    where = np.flatnonzero(~np.less_equal(error, low))
+                if widest <= self.fmt.largest and where.size <= t_block.size // 8:
+                    if where.size:
+                        error, total, found = self.ratios(t_block[where], b_block[where], start + where)
+                        w = int(np.argmax(found))
+                        if stop_over and not found[w] <= 1:
+                            return _Worst(start + int(where[w]), float(found[w]), 0, partial=True)
+                        if _first_max(best, start + int(where[w]), float(found[w])):
+                            best = start + int(where[w]), float(found[w])
+                        over += int(np.count_nonzero(error > total))
                     continue
-                # A loose bound (bf16's and fp16's rounding term): the whole block costs less.
             error, total, ratios = self.ratios(t_block, b_block, at, finite=True)
             i = int(np.argmax(ratios))
             if not math.isfinite(ratios[i]):  # a NaN or inf in t or b makes its ratio NaN or inf: leave them out
