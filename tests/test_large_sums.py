@@ -122,6 +122,35 @@ def test_the_batch_norm_magnitude_per_channel_is_the_elementwise_formula(trainin
     assert all(torch.equal(a, c) if isinstance(a, torch.Tensor) else a is c for a, c in zip(args, before))
 
 
+@pytest.mark.parametrize("training", [True, False])
+def test_a_float32_call_s_batch_norm_magnitude_runs_in_float32_and_in_float64_where_it_overflows(training):
+    """A float32 call's batch_norm magnitude is the float64 formula's to a few float32 ULP (24 bits
+    for a factor of the budget); where float32 squares overflow (|x| ~ 1e20), float64 again."""
+    args, kwargs = _batch_norm_call(training, seed=4)
+    grad = torch.randn(args[0].shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    for scale in (1.0, 1e20):
+        wide = [a * scale if i == 0 else a for i, a in enumerate(args)]
+        narrow = [a.float() if isinstance(a, torch.Tensor) else a for a in wide]
+        for grads in (None, [grad]):
+            exact = formula("Functional.batch_norm", wide, kwargs, grads)
+            found = formula("Functional.batch_norm", narrow, kwargs, None if grads is None else [grad.float()])
+            overflows = training and scale > 1
+            for f, e in zip(found, exact):
+                if f is None:
+                    continue
+                assert f.dtype == (torch.float64 if overflows else torch.float32)
+                assert bool(((f.double() - e).abs() <= 2e-6 * e.abs()).all())
+
+
+def test_a_float32_batch_norm_magnitude_that_overflows_runs_in_float64():
+    """Running statistics: no variance to overflow, but |x| a |w| beyond float32's largest value."""
+    x = torch.full((2, 3, 2, 2), 1e37)
+    args = [x, torch.zeros(3), torch.full((3,), 1e-3), torch.full((3,), 2.0), torch.zeros(3), False, 0.1, 1e-5]
+    (found,) = formula("Functional.batch_norm", args, {}, None)
+    wide = [a.double() if isinstance(a, torch.Tensor) else a for a in args]
+    assert found.dtype == torch.float64 and torch.equal(found, formula("Functional.batch_norm", wide, {}, None)[0])
+
+
 def test_a_fp32_sum_in_order_of_262144_same_sign_terms_passes_and_a_bf16_rounding_fails():
     """Sequential fp32 accumulation of positive terms errs like sqrt(K) u |b|, beyond what a constant
     times u m allows once K is large; the length term passes it, and still fails bf16 accumulation."""
