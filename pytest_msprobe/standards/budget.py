@@ -347,25 +347,22 @@ class _Budget:
 
         The ULP at |b| is more than |b| 2^-(p+1) (p the mantissa bits) where |b| is within the
         format, and the runs' other terms only add. Where a magnitude is answered and its term
-        outweighs the ULP's share (fp32, fp64), that share is left out: fewer passes, and a bound
-        beyond the format's range too (the largest |b| is then not looked for: 0). Shrunk by 2^-30
+        outweighs the ULP's share (fp32, fp64), that term alone: a third of the passes, and a
+        bound beyond the format's range too (the largest |b| is then not looked for: 0). Shrunk by 2^-30
         against the rounding of either sum; not a bound where |b| is beyond the format's largest
         value or t or b is not finite (NaN or inf there)."""
         c, fmt = self.constants, self.fmt
         error = np.subtract(t, b)
         np.abs(error, out=error)
-        size = np.abs(b)
         scale *= 1 - 2.0**-30
         per_ulp = c.c_out * 2.0 ** -(fmt.mantissa_bits + 1)
         per_length = c.c_length * self.u_acc * math.sqrt(self.terms) if self.terms else 0.0
         per_magnitude = c.c_acc * self.u_acc
         if "magnitude" in self.answers and per_ulp < per_magnitude:
-            low = size * (per_length * scale) if per_length else None
-            magnitude = np.maximum(size, self.answer("magnitude", at), out=size)
-            magnitude *= per_magnitude * scale
-            if low is not None:
-                magnitude += low
-            return error, magnitude, 0.0
+            # c_acc u_acc M alone: max(|b|, M) is at least M, and the terms' magnitude is mostly
+            # far above |b| where it was asked (what the output cancelled).
+            return error, np.multiply(self.answer("magnitude", at), per_magnitude * scale, dtype=np.float64), 0.0
+        size = np.abs(b)
         widest = float(size.max(initial=0.0))
         per_size = per_ulp + per_length
         if "magnitude" in self.answers:
@@ -426,9 +423,10 @@ class _Budget:
             if best is not None:
                 with np.errstate(invalid="ignore", over="ignore"):
                     error, low, widest = self.lows(t_block, b_block, at, min(1.0, best[1]))
-                    # NaN is kept. A bound is above its ratio (shrunk), so a tie with the worst so far
-                    # is at 0 alone: no error, in a block after it (ceilings of 0 come in order).
-                    where = np.flatnonzero(~np.less_equal(error, low))
+                    # A bound is above its ratio (shrunk), so a tie with the worst so far is at 0 alone:
+                    # no error, in a block after it (ceilings of 0 come in order). NaN is left out:
+                    # where t or b is not finite nothing is compared (ratio 0), answers are finite.
+                    where = np.flatnonzero(np.greater(error, low))
                 if widest <= self.fmt.largest and where.size <= t_block.size // 8:
                     if where.size:
                         error, total, found = self.ratios(t_block[where], b_block[where], start + where)
