@@ -151,9 +151,9 @@ def errors(tested: np.ndarray, bench: np.ndarray) -> Errors:
             found.max_abs = float(diff[i])
             found.worst = start + (i if where is None else int(where[i]))
             found.worst_tested, found.worst_bench = float(t[i]), float(b[i])
-        relative, no_zero = _max_relative(diff, b)
+        relative, bounds_block = _max_relative(diff, b)
         found.max_rel = max(found.max_rel, relative)
-        if where is None and no_zero:
+        if where is None and bounds_block:
             found.blocks.add(relative, math.sqrt(squares[1]))
         else:
             found.blocks.add(math.inf, math.inf)

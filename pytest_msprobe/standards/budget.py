@@ -351,13 +351,10 @@ class _Budget:
         bound beyond the format's range too (the largest |b| is then not looked for: 0). Shrunk by 2^-30
         against the rounding of either sum; not a bound where |b| is beyond the format's largest
         value or t or b is not finite (NaN or inf there)."""
-        c, fmt = self.constants, self.fmt
         error = np.subtract(t, b)
         np.abs(error, out=error)
         scale *= 1 - 2.0**-30
-        per_ulp = c.c_out * 2.0 ** -(fmt.mantissa_bits + 1)
-        per_length = c.c_length * self.u_acc * math.sqrt(self.terms) if self.terms else 0.0
-        per_magnitude = c.c_acc * self.u_acc
+        per_ulp, per_length, per_magnitude = self.shares()
         if "magnitude" in self.answers and per_ulp < per_magnitude:
             # c_acc u_acc M alone: max(|b|, M) is at least M, and the terms' magnitude is mostly
             # far above |b| where it was asked (what the output cancelled).
@@ -382,14 +379,20 @@ class _Budget:
         0: the ratio is 0). Without the ULP's share where the block's |b| may be beyond the
         format; inf where the pass found no such bound. Shrunk by 2^-30 against the rounding of
         either side."""
-        c, fmt = self.constants, self.fmt
-        per_size = c.c_acc * self.u_acc
-        if self.terms:
-            per_size += c.c_length * self.u_acc * math.sqrt(self.terms)
-        rounding = c.c_out * 2.0 ** -(fmt.mantissa_bits + 1)
-        within = np.asarray(seen.bench_norm) <= fmt.largest
-        factor = np.where(within, per_size + rounding, per_size) * (1 - 2.0**-30)
+        per_ulp, per_length, per_magnitude = self.shares()
+        per_size = per_magnitude + per_length
+        within = np.asarray(seen.bench_norm) <= self.fmt.largest
+        factor = np.where(within, per_size + per_ulp, per_size) * (1 - 2.0**-30)
         return np.asarray(seen.relative) / factor
+
+    def shares(self) -> tuple[float, float, float]:
+        """The budget's least shares, per unit of |b| (the ULP's, more than |b| 2^-(p+1) within the
+        format, and the length term's) and per unit of the magnitude max(|b|, M) (accumulation's):
+        what `lows` and `ceilings_of` bound the budget by."""
+        c = self.constants
+        per_ulp = c.c_out * 2.0 ** -(self.fmt.mantissa_bits + 1)
+        per_length = c.c_length * self.u_acc * math.sqrt(self.terms) if self.terms else 0.0
+        return per_ulp, per_length, c.c_acc * self.u_acc
 
     def worst(self, t: np.ndarray, b: np.ndarray, stop_over: bool = False) -> _Worst:
         """The worst element (np.argmax's choice: the first largest); with stop_over, only whether
