@@ -92,7 +92,8 @@ class Option:
 
     def describe(self) -> str:
         value = default(self.name)
-        return f"{self.help} (default {value if value not in (None, '') else 'none'}; ini {self.ini})"
+        choices = f": {', '.join(self.choices)}" if self.choices else ""  # pytest --help lists them
+        return f"{self.help}{choices} (default {value if value not in (None, '') else 'none'}; ini {self.ini})"
 
     def parse(self, text: str) -> Any:
         if self.choices and text not in self.choices:
