@@ -9,7 +9,7 @@ left once the outputs are comparable element by element.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -54,6 +54,9 @@ class ExtraRuns:
     sampled_magnitude: Callable[[], np.ndarray | None] = _no_answer
     spread_once: Callable[[float], np.ndarray | None] = _no_answer
     terms: Callable[[], int | None] = _no_terms  # how many terms one element sums at most (K), no run
+    # What a correct kernel's own roundings in a low dtype move the output by (a saved output read
+    # by the gradient's formula, flash attention's P in bf16): frameworks/magnitudes.structural.
+    structural: Callable[[], np.ndarray | None] = _no_answer
 
 
 @dataclass
@@ -79,6 +82,14 @@ class Metrics:
     all_zero: tuple[bool, bool] = (False, False)  # (tested, bench): every element 0, and one at least
     # What the pass found of each block, for a standard's later look at the same arrays.
     blocks: reductions.BlockErrors | None = None
+
+    def over_whole_arrays(self) -> Metrics:
+        """The metrics of an output whose NaN or inf do not match, as the whole arrays give them:
+        Cosine NaN, MaxAbsErr and MaxRelativeErr NaN (a NaN off) or inf (an inf off), so that
+        a sort by any column of the details file finds the fault first. The finite part's
+        figures stay in the verdict's message."""
+        worst = math.nan if self.nonfinite[0] else math.inf
+        return replace(self, cosine=math.nan, max_abs_err=worst, max_rel_err=worst)
 
     def where(self) -> str:
         """` at [0, 6] (tested -0.63, bench -0.63)`: the worst element, for a message."""
@@ -170,5 +181,11 @@ def compare(c: Comparison, standard: Standard) -> tuple[Metrics, Verdict]:
         return m, Verdict(ERROR if wrong else PASS, wrong, severity=math.inf if wrong else 0.0)
     faults = nonfinite_mismatch(m)
     if faults:
-        return m, Verdict(ERROR, faults, severity=math.inf, nonfinite=True)
+        finite = f"Cosine {_figure(m.cosine)}, MaxAbsErr {_figure(m.max_abs_err)}"
+        faults.append(f"over the elements finite on both sides: {finite}")
+        return m.over_whole_arrays(), Verdict(ERROR, faults, severity=math.inf, nonfinite=True)
     return m, standard.judge(c, m)
+
+
+def _figure(value: float | None) -> str:
+    return "undefined" if value is None else f"{value:.6g}"

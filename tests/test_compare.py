@@ -110,6 +110,17 @@ def test_nan_and_inf_must_sit_at_the_same_places(tested, bench, text):
     assert v.status == ERROR and text in v.message
 
 
+@pytest.mark.parametrize("tested, bench, worst", [
+    ([1.0, np.nan, 3.0], [1.0, 2.0, 3.0], "nan"),
+    ([1.0, np.inf, 3.0], [1.0, 2.0, 3.0], "inf"),
+])
+def test_a_nonfinite_fault_shows_in_the_numbers_and_the_finite_part_in_the_message(tested, bench, worst):
+    m, v = judged(tested, bench)
+    # A sort by Cosine or MaxAbsErr, as msprobe users do in a spreadsheet, must find it first.
+    assert np.isnan(m.cosine) and str(m.max_abs_err) == worst and str(m.max_rel_err) == worst
+    assert "over the elements finite on both sides: Cosine 1, MaxAbsErr 0" in v.message
+
+
 def test_shape_mismatch_is_an_error():
     m, v = judged(np.zeros((2, 3)), np.zeros((3, 2)))
     assert v.status == ERROR and "shape [2, 3] differs from the bench's [3, 2]" in v.message

@@ -347,6 +347,7 @@ class ExtraRuns:
                 sampled_magnitude=lambda: None,  # the script asks the full ones: a failure's verdict had them
                 spread_once=lambda relative: answers.get("spread_once"),
                 terms=lambda: answers.get("terms"),
+                structural=lambda: answers.get("structural"),
             )
         return types.SimpleNamespace(
             magnitude=lambda: self.magnitude(index),
@@ -356,7 +357,17 @@ class ExtraRuns:
             sampled_magnitude=lambda: None,
             spread_once=lambda relative: self.spread(index, relative, 1),
             terms=lambda: self.terms(index),
+            structural=lambda: self.structural(index),
         )
+
+    def structural(self, index: int) -> np.ndarray | None:
+        """What a correct kernel's roundings in the low dtype move the output by (magnitudes.structural)."""
+        magnitudes = package_module("magnitudes")
+        if not MAGNITUDE_API:
+            return None
+        grads = flat_outputs(self.call["grads"]) if "grads" in self.call else None
+        args, kwargs = self.call["args"], self.call["kwargs"]
+        return self.output(("structural",), lambda: magnitudes.structural(MAGNITUDE_API, args, kwargs, grads), index)
 
     def terms(self, index: int) -> int | None:
         """How many terms one element of the output sums at most, where the API says (magnitudes.terms_of)."""
@@ -405,6 +416,8 @@ class ExtraRuns:
     def spread(self, index: int, relative: float, seeds: int = SPREAD_SEEDS) -> np.ndarray | None:
         bench = self.output(("bench",), lambda: self.bench, index)
         if self.kind in ("sum", "routes") or bench is None or self.side is None:  # the magnitude says it all
+            return None
+        if self.kind == "unary" and "grads" not in self.call:  # an exact input: no perturbation to spread
             return None
         widest: np.ndarray | None = None
         for seed in range(seeds):
@@ -659,6 +672,11 @@ def judge(t: np.ndarray, b: np.ndarray, tested_dtype: str, index: int, extra: An
     if inf_off:
         faults.append(f"inf at {inf_off} position(s) where the other side differs")
     if faults:
+        # As the run writes it (compare.Metrics.over_whole_arrays): the fault in the numbers.
+        finite = f"Cosine {'undefined' if m['cosine'] is None else format(m['cosine'], '.6g')}, "
+        faults.append(f"over the elements finite on both sides: {finite}MaxAbsErr {m['max_abs_err']:.6g}")
+        worst = nan if nan_off else float("inf")
+        m.update(cosine=nan, max_abs_err=worst, max_rel_err=worst)
         return {**m, "status": ERROR, "why": "; ".join(faults)}
     return {**m, **standard_verdict(t64, b64, m, tested_dtype, index, extra)}
 
