@@ -2,13 +2,15 @@
 
 No pytest, no execnet: a worker's host is read from its gateway spec as written on the
 command line (`--tx 8*ssh=npu1//python=/opt/venv/bin/python//chdir=/shared/run`): the `ssh=`
-value names the host (as ssh takes it, options and all: `-p 2201 npu1` and `-p 2202 npu1` are
-two hosts), `popen` is the controller's own host. Device ids are per host: `--msprobe-devices
+value's destination names the host, with its port where one is given (`-F cfg npu1` is npu1;
+`-p 2201 npu1` and `-p 2202 npu1` are two hosts, npu1:2201 and npu1:2202), `popen` is the
+controller's own host. Device ids are per host: `--msprobe-devices
 0-7` gives each host's workers the ids 0 to 7 of that host.
 """
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -33,12 +35,42 @@ def host_of(spec: object) -> str:
     keys = spec_keys(spec)
     for key in ("ssh", "vagrant_ssh"):
         if keys.get(key):
-            return keys[key]
+            return ssh_destination(keys[key])
     if keys.get("socket"):
         return f"socket {keys['socket']}"
     if keys.get("via"):
         return f"via {keys['via']}"
     return LOCAL
+
+
+# ssh's options that take an argument (ssh(1)); the others are bare flags.
+_SSH_ARGUMENT_OPTIONS = set("BbcDEeFIiJLlmOoPpQRSWw")
+
+
+def ssh_destination(command: str) -> str:
+    """The host an `ssh=` value reaches: its destination, past ssh's options, with `:port` where
+    `-p` gives one (`-F cfg -p 2202 root@npu1` -> root@npu1:2202). The whole text where it does
+    not parse (it is still a name for the host)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    port, at = "", 0
+    while at < len(words) and words[at].startswith("-") and len(words[at]) > 1:
+        word = words[at]
+        for position, letter in enumerate(word[1:], start=1):
+            if letter in _SSH_ARGUMENT_OPTIONS:
+                value = word[position + 1 :]
+                if not value:  # `-p 2202`: the value is the next word
+                    at += 1
+                    value = words[at] if at < len(words) else ""
+                if letter == "p":
+                    port = value
+                break
+        at += 1
+    if at >= len(words):
+        return command
+    return f"{words[at]}:{port}" if port else words[at]
 
 
 def is_remote(spec: object) -> bool:

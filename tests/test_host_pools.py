@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -12,7 +13,19 @@ from pytest_msprobe import hosts
 
 def test_the_ssh_value_names_the_host_and_popen_is_the_controllers():
     assert hosts.host_of("ssh=npu1//python=/opt/venv/bin/python//chdir=/shared/run") == "npu1"
-    assert hosts.host_of("execmodel=main_thread_only//ssh_config=/c//ssh=-p 2202 npu1//python=p") == "-p 2202 npu1"
+    assert hosts.host_of("execmodel=main_thread_only//ssh_config=/c//ssh=-p 2202 npu1//python=p") == "npu1:2202"
+
+
+@pytest.mark.parametrize("ssh, host", [
+    ("-F cfg host0", "host0"),
+    ("-F cfg -p2202 -o StrictHostKeyChecking=no root@npu1", "root@npu1:2202"),
+    ("-vCp 2201 npu2", "npu2:2201"),
+    ("-i key -l admin npu3", "npu3"),
+    ("npu4", "npu4"),
+    ("-p 2202", "-p 2202"),  # no destination: the text itself still names it
+])
+def test_a_host_is_named_by_its_ssh_destination(ssh, host):
+    assert hosts.host_of(f"ssh={ssh}//python=p") == host
     assert hosts.host_of("popen") == hosts.host_of("popen//chdir=/tmp/x") == hosts.LOCAL
     assert hosts.host_of("socket=10.0.0.5:8888") == "socket 10.0.0.5:8888"
     assert hosts.is_remote("ssh=npu1") and not hosts.is_remote("popen//chdir=/x")
