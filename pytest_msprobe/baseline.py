@@ -6,22 +6,32 @@ the forward failed before is a new failure. No pytest.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
-from .report import read_entry_statuses
+from .report import ReportError, read_entry_statuses
 from .results import ERROR, PASS, EntryResult
+from .untrusted import encodable
 
 
 class Baseline:
     def __init__(self, path: Path, failed: Iterable[tuple[str, str]]):
         self.path = path
-        self.failed: set[tuple[str, str]] = {(api, direction) for api, direction in failed}
+        # Encodable: sent to xdist workers, and a name a CSV holds as `\\ud800` is no API's anyway.
+        self.failed: set[tuple[str, str]] = {(encodable(api), encodable(direction)) for api, direction in failed}
 
     @classmethod
     def read(cls, path: Path, failing: Collection[str] = (ERROR,)) -> Baseline:
         """The entries whose status fails an item (error; and warning, strict). Raises
         report.ReportError naming the file when it is missing or not a result CSV."""
+        try:
+            regular = stat.S_ISREG(os.stat(path).st_mode)
+        except OSError:
+            regular = True  # missing, unreadable: read_entry_statuses names why
+        if not regular:  # a FIFO would be waited on for ever
+            raise ReportError(f"{path}: not a regular file (a FIFO, a device or a folder): not read")
         statuses = read_entry_statuses(path)
         return cls(path, [(api, direction) for api, direction, status in statuses if status in failing])
 

@@ -7,6 +7,7 @@ shared/spec/dump-format.md). Tensor files are never touched here.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import json
 import os
@@ -40,6 +41,12 @@ DISTRIBUTED_TYPES = frozenset({"Distributed", "MintDistributed"})
 
 class DumpError(Exception):
     """A dump file that cannot be read as a whole (names the file)."""
+
+
+class DumpPathError(DumpError, ValueError):
+    """A --msprobe-dump path that leads to no file or folder (mistyped, a link that loops):
+    the user's to fix, a usage error before anything is written (a ValueError, as session.py's
+    usage errors are)."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,8 @@ class Dump:
     def fault(self, name: EntryName) -> str | None:
         """Why an entry (or the forward entry its call is rebuilt from) cannot be checked, or None."""
         for entry in dict.fromkeys((name.full, f"{name.prefix}.forward")):
-            why = self.faults.get(entry) or nesting_fault(self.entries.get(entry))
+            body = self.entries.get(entry)
+            why = self.faults.get(entry) or nesting_fault(body) or field_fault(body)
             if why:
                 return f"{entry}: {why}"
         return None
@@ -127,6 +135,21 @@ class Dump:
         return counts
 
 
+def _unreachable(path: Path) -> str:
+    """Why a path leads to nothing (`no such file or folder`, a link that loops), else ""."""
+    try:
+        path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link that leads back to itself (a loop): not followed"
+        if exc.errno == errno.ENOENT:
+            return "a link to nothing" if path.is_symlink() else "no such file or folder"
+        return f"cannot be read: {exc.strerror or exc}"
+    except ValueError as exc:  # a NUL in the path
+        return f"not a path: {exc}"
+    return ""
+
+
 def find_dump_files(
     path: os.PathLike | str, refused: list[str] | None = None, passed_over: list[Path] | None = None
 ) -> list[Path]:
@@ -135,9 +158,13 @@ def find_dump_files(
     Regular files only: pytest cannot collect a FIFO or a device (and reading one could
     wait forever), and a folder named dump.json it would collect as a folder of tests.
     What is left out is said in `refused`; the other JSON files of a folder are put in
-    `passed_over` (dump_folder.py says which of them are dumps).
+    `passed_over` (dump_folder.py says which of them are dumps). Raises DumpPathError when
+    `path` itself leads nowhere.
     """
     path = Path(path)
+    why = _unreachable(path)
+    if why:
+        raise DumpPathError(printable(f"--msprobe-dump: {path}: {why}"))
     if path.is_dir():
         found = []
         for candidate in sorted(path.rglob("*.json")):
@@ -150,14 +177,16 @@ def find_dump_files(
     kept = []
     for candidate in found:
         why = (
-            "not a regular file (a FIFO, a device or a folder)"
-            if candidate.exists() and not candidate.is_file()
-            else "its path holds control characters, which pytest would print raw"
-            if printable(str(candidate)) != str(candidate)
-            else ""
+            _unreachable(candidate)
+            or ("not a regular file (a FIFO, a device or a folder)" if not candidate.is_file() else "")
+            or (
+                "its path holds control characters, which pytest would print raw"
+                if printable(str(candidate)) != str(candidate)
+                else ""
+            )
         )
         if not why:
-            kept.append(candidate)  # a missing one too: pytest says so
+            kept.append(candidate)
         elif refused is not None:
             refused.append(printable(f"{candidate}: {why}: not read"))
     return kept
@@ -233,6 +262,66 @@ def read_regular(path: Path) -> bytes:
         raise DumpError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
+# What the fields of an argument's description hold where they are given (None: not given):
+# inputs.py and the frameworks read them as such (a dtype is a key of a table, a shape is
+# multiplied), so a list, an object or a number of the wrong kind is the entry's fault, named.
+_NUMBER = (int, float, str, bool)  # a statistic: msprobe writes numbers, bare NaN/Infinity, bools
+_SPEC_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "type": ((str,), "a type name such as 'torch.Tensor'"),
+    "dtype": ((str,), "a dtype name such as 'torch.float32'"),
+    "data_name": ((str,), "a file name"),
+    "requires_grad": ((bool,), "a bool"),
+    **{
+        key: (_NUMBER, "a number") for key in ("Max", "Min", "Mean", "Norm", "Max_except_inf_nan", "Min_except_inf_nan")
+    },
+}
+_SPEC_KEYS = ("type", "dtype", "shape")  # an object with one of them describes an argument
+_MAPPINGS = ("input_kwargs",)  # objects of names: a keyword argument may be called `type`
+
+
+def field_fault(body: Any) -> str | None:
+    """`input_args[0].dtype: not a dtype name ...: a list ([])` for the first field of an argument's
+    description that holds the wrong kind of value, else None. Walked without recursion (after
+    nesting_fault); the values themselves (a known dtype, a shape's bound) are judged where read."""
+    if not isinstance(body, dict):
+        return None
+    stack: list[tuple[Any, str, bool]] = [(value, key, key in _MAPPINGS) for key, value in body.items()]
+    while stack:
+        node, where, mapping = stack.pop()
+        if isinstance(node, list):
+            stack += [(value, f"{where}[{i}]", False) for i, value in enumerate(node)]
+        elif isinstance(node, dict) and not mapping and any(key in node for key in _SPEC_KEYS):
+            why = spec_fault(node)
+            if why:
+                return f"{where}.{why}"
+        elif isinstance(node, dict):
+            if mapping and not all(key.isidentifier() for key in node):  # Python passes no other name
+                key = next(key for key in node if not key.isidentifier())
+                return f"{where}: {cut(repr(key), 100)} is no keyword argument's name"
+            stack += [(value, f"{where}.{key}", False) for key, value in node.items()]
+    return None
+
+
+def spec_fault(spec: dict) -> str | None:
+    """`dtype: not a dtype name ...: a list ([])` for a field of one argument's description of the wrong kind."""
+    for key, (kinds, what) in _SPEC_FIELDS.items():
+        value = spec.get(key)
+        if value is not None and not isinstance(value, kinds):
+            return f"{key}: not {what}: {_kind(value)}"
+    shape = spec.get("shape")
+    if shape is not None and not (
+        isinstance(shape, list) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+    ):
+        return f"shape: not a list of sizes: {_kind(shape)}"
+    return None
+
+
+def _kind(value: Any) -> str:
+    """`a list ([[], 3])`: what a field holds, its text cut."""
+    article = "an" if type(value).__name__[0] in "aeiou" else "a"
+    return f"{article} {type(value).__name__} ({cut(repr(value), 100)})"
+
+
             raise DumpError(f"{path}: not a regular file (a FIFO, a device or a folder): not read")
         with os.fdopen(fd, "rb", closefd=False) as handle:
             return handle.read()
@@ -334,6 +423,14 @@ def parse_dump_json(raw: bytes, path: Path) -> tuple[Any, dict[str, str]]:
     # per many item objects, five at pytest's exit) stop walking it again.
     gc.freeze()
     return document, faults
+def _decoded(raw: bytes) -> str:
+    """The text of a JSON file, bytes that are no UTF-8 (a name a tool wrote in another encoding)
+    read as lone surrogates (`\\udcff`), as a `"\\ud800"` escape is: text every sink escapes
+    (untrusted.py), so that only the entries holding them are odd, not the whole dump."""
+    encoding = json.detect_encoding(raw)
+    return raw.decode(encoding, "surrogateescape" if encoding.startswith("utf-8") else "strict")
+
+
 
 
 # Entries are cut past this depth (the document and data objects are two more levels):
@@ -353,10 +450,10 @@ def _parse(raw: bytes, path: Path) -> Any:
             raise _TooDeep() from None
         # else let json name the position of the fault
     try:
-        return json.loads(raw)
+        return json.loads(_decoded(raw))
     except RecursionError:
         raise _TooDeep() from None
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # UnicodeDecodeError too
         raise DumpError(f"{path}: not valid JSON: {exc}") from None
 
 

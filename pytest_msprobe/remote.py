@@ -24,7 +24,7 @@ import pytest
 from .dump import DumpError, entry_kind, parse_entry_name, read_dump
 from .items import RUN_KEY, DumpFile, EntryItem, PrecisionError
 from .results import ERROR, EntryResult
-from .untrusted import escape
+from .untrusted import escape, unescape
 
 DUMPS = "msprobe_dumps"  # workerinput: the dumps as the controller named them
 HOST = "msprobe_host"  # workerinput: the host the worker runs on, as its gateway spec says
@@ -51,12 +51,14 @@ class SharedDump:
     items: tuple[str, ...] | None = None  # for a worker on another host
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "nodeid": self.nodeid, "items": None if self.items is None else list(self.items)}
+        # Names escaped on the way (execnet sends UTF-8, and a name may hold a lone surrogate).
+        items = None if self.items is None else [escape(name) for name in self.items]
+        return {"path": self.path, "nodeid": self.nodeid, "items": items}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SharedDump:
         items = data.get("items")
-        return cls(data["path"], data["nodeid"], None if items is None else tuple(items))
+        return cls(data["path"], data["nodeid"], None if items is None else tuple(map(unescape, items)))
 
 
 def describe(dump_files: Sequence[Path], rootpath: Path, with_items: bool) -> list[SharedDump]:

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .untrusted import encodable
+
 
 class Status(str, enum.Enum):
     """The words of reports.md; a str, so a status reads and compares as its word."""
@@ -136,12 +138,13 @@ class EntryResult:
         return f"{self.entry}.output.{output.index}"
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (statuses as their words), which execnet can send."""
+        """Plain data (statuses as their words, text encodable), which execnet can send and the
+        journal write: a reason quoting a dump's `\\ud800` would stop either with an error."""
         data = asdict(self)
         _words(data)
         if data["probe"] is not None:
             _words(data["probe"])
-        return data
+        return _encodable(data)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EntryResult:
@@ -153,6 +156,17 @@ class EntryResult:
         return cls(
             **{**data, "outputs": outputs, "call_site": None if site is None else CallSite(**site), "probe": probe}
         )
+
+
+def _encodable(data: Any) -> Any:
+    """Every str of plain data made encodable (untrusted.encodable), keys too."""
+    if isinstance(data, str):
+        return encodable(data)
+    if isinstance(data, dict):
+        return {_encodable(key): _encodable(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_encodable(value) for value in data]
+    return data
 
 
 def _words(data: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ _CONTROL = re.compile(f"[{_UNSAFE}]")
 _CONTROL_OR_BACKSLASH = re.compile(f"[{_UNSAFE}\\\\]")
 _ESCAPED = re.compile(r"\\(?:(\\)|([nrt])|x([0-9a-f]{2})|u([0-9a-f]{4}))")
 _SHORT = {"\n": "n", "\r": "r", "\t": "t"}
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _code(match: re.Match) -> str:
@@ -49,6 +50,16 @@ def unescape(text: str) -> str:
 def printable(text: str) -> str:
     """For the terminal: unsafe characters escaped, the rest (backslashes too) as it is."""
     return _CONTROL.sub(_code, text)
+
+
+def encodable(text: str) -> str:
+    """Lone surrogates as `\\ud800`, the rest as it is: text any UTF-8 file or pipe takes.
+
+    A `"\\ud800"` in a dump's JSON, or an undecodable byte read as `\\udcff`, is a str no
+    encoder writes: a journal line, a result an xdist worker sends, would raise. Text crossing
+    those is made encodable once; where it is shown it is escaped again (escape, printable).
+    """
+    return _SURROGATE.sub(_code, text)
 
 
 def cut(text: str, limit: int, where: str = "") -> str:

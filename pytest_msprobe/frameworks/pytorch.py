@@ -193,7 +193,11 @@ def recover_undescribed(call: Call) -> None:
         if out_dtype is None:
             raise Unsupported(f"{value.field} is {{}}: msprobe could not describe it")
         call.notes.append(f"{value.field} was {{}}: read as {out_dtype}, the recorded output dtype")
-        return CODEC.dtype(out_dtype)
+        try:
+            dtype = CODEC.dtype(out_dtype)
+        except (KeyError, TypeError):
+            raise Unsupported(f"{value.field} is {{}}, and the recorded output dtype {out_dtype!r} is none") from None
+        return dtype
 
     call.args = tree_map(recover, call.args)
     call.kwargs = tree_map(recover, call.kwargs)
