@@ -262,6 +262,32 @@ def read_regular(path: Path) -> bytes:
         raise DumpError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DumpError(f"{path}: not a regular file (a FIFO, a device or a folder): not read")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read()
+    except OSError as exc:
+        raise DumpError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def nesting_fault(body: Any, limit: int = MAX_NESTING) -> str | None:
+    """`input_args: nested deeper than 100 levels` for an entry body past the limit, else None.
+
+    Walked without recursion, before any of the (recursive) code that reads arguments.
+    """
+    stack = [(body, 0, "(entry)")]
+    while stack:
+        node, depth, where = stack.pop()
+        if depth > limit:
+            return f"{where}: nested deeper than {limit} levels: no API takes such arguments"
+        if isinstance(node, dict):
+            stack += [(value, depth + 1, key if depth == 0 else where) for key, value in node.items()]
+        elif isinstance(node, list):
+            stack += [(value, depth + 1, where) for value in node]
+    return None
+
+
 # What the fields of an argument's description hold where they are given (None: not given):
 # inputs.py and the frameworks read them as such (a dtype is a key of a table, a shape is
 # multiplied), so a list, an object or a number of the wrong kind is the entry's fault, named.
@@ -320,32 +346,6 @@ def _kind(value: Any) -> str:
     """`a list ([[], 3])`: what a field holds, its text cut."""
     article = "an" if type(value).__name__[0] in "aeiou" else "a"
     return f"{article} {type(value).__name__} ({cut(repr(value), 100)})"
-
-
-            raise DumpError(f"{path}: not a regular file (a FIFO, a device or a folder): not read")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            return handle.read()
-    except OSError as exc:
-        raise DumpError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-
-
-def nesting_fault(body: Any, limit: int = MAX_NESTING) -> str | None:
-    """`input_args: nested deeper than 100 levels` for an entry body past the limit, else None.
-
-    Walked without recursion, before any of the (recursive) code that reads arguments.
-    """
-    stack = [(body, 0, "(entry)")]
-    while stack:
-        node, depth, where = stack.pop()
-        if depth > limit:
-            return f"{where}: nested deeper than {limit} levels: no API takes such arguments"
-        if isinstance(node, dict):
-            stack += [(value, depth + 1, key if depth == 0 else where) for key, value in node.items()]
-        elif isinstance(node, list):
-            stack += [(value, depth + 1, where) for value in node]
-    return None
 
 
 # msprobe writes Python's bare NaN / Infinity / -Infinity, which strict parsers
@@ -423,14 +423,6 @@ def parse_dump_json(raw: bytes, path: Path) -> tuple[Any, dict[str, str]]:
     # per many item objects, five at pytest's exit) stop walking it again.
     gc.freeze()
     return document, faults
-def _decoded(raw: bytes) -> str:
-    """The text of a JSON file, bytes that are no UTF-8 (a name a tool wrote in another encoding)
-    read as lone surrogates (`\\udcff`), as a `"\\ud800"` escape is: text every sink escapes
-    (untrusted.py), so that only the entries holding them are odd, not the whole dump."""
-    encoding = json.detect_encoding(raw)
-    return raw.decode(encoding, "surrogateescape" if encoding.startswith("utf-8") else "strict")
-
-
 
 
 # Entries are cut past this depth (the document and data objects are two more levels):
@@ -455,6 +447,14 @@ def _parse(raw: bytes, path: Path) -> Any:
         raise _TooDeep() from None
     except ValueError as exc:  # UnicodeDecodeError too
         raise DumpError(f"{path}: not valid JSON: {exc}") from None
+
+
+def _decoded(raw: bytes) -> str:
+    """The text of a JSON file, bytes that are no UTF-8 (a name a tool wrote in another encoding)
+    read as lone surrogates (`\\udcff`), as a `"\\ud800"` escape is: text every sink escapes
+    (untrusted.py), so that only the entries holding them are odd, not the whole dump."""
+    encoding = json.detect_encoding(raw)
+    return raw.decode(encoding, "surrogateescape" if encoding.startswith("utf-8") else "strict")
 
 
 def infer_framework(entries: dict[str, Any]) -> str:

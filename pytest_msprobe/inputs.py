@@ -107,21 +107,6 @@ def is_tensor_spec(spec: Any) -> bool:
         and "dtype" in spec
         and str(spec.get("type", "")).endswith(TENSOR_TYPE_SUFFIXES)
     )
-@dataclass(frozen=True)
-class IndexBound:
-    """What an index argument of a call may hold, from the call's other arguments (a codec's
-    `index_bounds`): [low, high] and `extras` (an ignore_index); `ordered`, non-decreasing from low."""
-
-    field: str  # input_args[1], input_kwargs.offsets
-    position: int | None
-    key: str | None
-    low: int
-    high: int
-    what: str  # what bounds it: "the 5 rows of weight"
-    extras: frozenset[int] = frozenset()
-    ordered: bool = False
-
-
 
 
 def tensor_seed(seed: int, entry: str, field_path: str) -> int:
@@ -159,7 +144,6 @@ class Rebuilder:
 
     def rebuild(self, body: dict, args_key: str = "input_args", kwargs_key: str = "input_kwargs") -> Rebuilt:
         if not isinstance(body, dict):
-        self.drawn: dict[str, dict] = {}  # field path -> spec of each tensor drawn at random
             raise self.error("(entry)", "the entry is not an object")
         args = body.get(args_key, [])
         kwargs = body.get(kwargs_key, {}) if kwargs_key else {}
@@ -176,61 +160,8 @@ class Rebuilder:
             return None
         if isinstance(spec, list):
             if depth >= MAX_NESTING:
-        if args_key == "input_args":
-            self.index_safe(values, named)
                 raise self.error(field_path, f"lists nested deeper than {MAX_NESTING} levels: no API takes that")
             return [self.value(item, f"{field_path}[{i}]", depth + 1) for i, item in enumerate(spec)]
-    def index_safe(self, args: list, kwargs: dict) -> None:
-        """Index arguments inside what they index (frameworks/index_checks.py): random ones drawn
-        there, as a real run's are, where the recorded Min/Max reach it; then every one checked,
-        random or real, and an entry whose indices leave their range refused before any call."""
-        bounds = getattr(self.codec, "index_bounds", None)
-        if bounds is None:
-            return
-        for bound in bounds(self.entry, args, kwargs):
-            spec = self.drawn.get(bound.field)
-            if spec is not None:
-                drawn = self.draw_indices(spec, bound)
-                if drawn is not None:
-                    if bound.key is None:
-                        args[bound.position or 0] = drawn
-                    else:
-                        kwargs[bound.key] = drawn
-        found = self.codec.index_refusal(self.entry, args, kwargs)  # type: ignore[attr-defined]
-        if found:
-            raise self.error(*found)
-
-    def draw_indices(self, spec: dict, bound: IndexBound) -> Any:
-        """The random index tensor drawn again in [Min, Max] and [low, high] both; None where the
-        first draw stands (already inside) or the recorded range misses the valid one (refused)."""
-        if self.codec.dtype_kind(str(spec.get("dtype"))) != "i":
-            return None  # class probabilities, a mask: no indices
-        low, high = as_float(spec.get("Min")), as_float(spec.get("Max"))
-        lo = bound.low if low is None or not math.isfinite(low) else max(int(low), bound.low)
-        hi = bound.high if high is None or not math.isfinite(high) else min(int(high), bound.high)
-        ignored = low is not None and math.isfinite(low) and int(low) in bound.extras
-
-        def taken(value: float | None) -> bool:
-            return value is not None and (bound.low <= value <= bound.high or value in bound.extras)
-
-        inside = taken(low) and taken(high)
-        if lo > hi or (inside and not bound.ordered and not ignored):
-            return None
-        seed = tensor_seed(self.seed, self.entry, bound.field)
-        array = random_array({**spec, "Min": lo, "Max": hi}, "i", seed)
-        if bound.ordered:  # offsets: from low, non-decreasing, as a real run's
-            array = np.sort(array, axis=None).reshape(array.shape)
-            if array.size:
-                array.reshape(-1)[0] = bound.low
-        elif array.size and ignored:
-            array.reshape(-1)[0] = int(low or 0)  # the ignored value (ignore_index) the run had, kept once
-        if not inside:
-            self.notes.append(
-                f"{bound.field}: recorded indices [{_number(low)}, {_number(high)}] reach outside "
-                f"[{bound.low}, {bound.high}] ({bound.what}): drawn inside"
-            )
-        return self.codec.from_array(array, self.codec.dtype(str(spec.get("dtype"))))
-
         if not isinstance(spec, dict):
             raise self.error(field_path, f"unexpected {type(spec).__name__} {spec!r}")
         if not spec:
@@ -241,15 +172,15 @@ class Rebuilder:
 
     def scalar(self, spec: dict, field_path: str) -> Any:
         kind = spec.get("type")
-        if "value" not in spec and kind != "ellipsis":
-            raise self.error(f"{field_path}.value", f"missing in a {kind!r} argument")
-        value = spec.get("value")
-        try:
         if not isinstance(kind, str):  # a list or an object is no type name, and no key of _SCALARS
             raise self.error(f"{field_path}.type", f"not a type name such as 'int': {_short(kind)}")
         decoder = _SCALARS.get(kind)
         if decoder is None:
             raise self.error(f"{field_path}.type", f"unsupported argument type {_short(kind)}")
+        if "value" not in spec and kind != "ellipsis":
+            raise self.error(f"{field_path}.value", f"missing in a {kind!r} argument")
+        value = spec.get("value")
+        try:
             return decoder(self, value)
         except (TypeError, ValueError, KeyError, OverflowError) as exc:  # float(10**400): out of range
             raise self.error(f"{field_path}.value", f"cannot read {_short(value)} as {kind}: {exc}") from None
@@ -286,7 +217,6 @@ class Rebuilder:
         budget = _budget.get() or self._own_budget
         count = math.prod(shape)
         budget[1] += count
-        self.drawn[field_path] = spec
         if budget[1] > budget[0]:
             raise self.error(
                 f"{field_path}.shape",
@@ -311,11 +241,6 @@ class Rebuilder:
         except OSError as exc:  # a name longer than the file system takes
             raise self.error(f"{field_path}.data_name", f"{_short(data_name)}: {exc.strerror or exc}") from None
         if not found:
-            if not self.tensor_dir.is_dir():  # the dump copied alone: one reason for every entry
-                if self.mode == REAL:
-                    raise self.error("dump_tensor_data", f"the tensor folder {self.tensor_dir} does not exist")
-                self.notes.append(f"dump_tensor_data: the tensor folder is missing, {RANDOM_DATA}")
-                return None
             if self.mode == REAL:
                 raise self.error(f"{field_path}.data_name", f"tensor file {path} does not exist")
             self.notes.append(f"{field_path}: tensor file {data_name} missing, {RANDOM_DATA}")
@@ -409,10 +334,6 @@ _SCALARS: dict = {
     "str": lambda r, v: _text(v),
     "complex": lambda r, v: complex(v),
     "slice": lambda r, v: slice(*v),
-def _number(value: float | None) -> str:
-    return "?" if value is None else f"{value:g}"
-
-
     "ellipsis": lambda r, v: Ellipsis,
     "torch.Size": lambda r, v: r.codec.size([int(d) for d in v]),
     "torch.dtype": lambda r, v: r.codec.dtype(v),

@@ -192,11 +192,11 @@ def recover_undescribed(call: Call) -> None:
             return value
         if out_dtype is None:
             raise Unsupported(f"{value.field} is {{}}: msprobe could not describe it")
-        call.notes.append(f"{value.field} was {{}}: read as {out_dtype}, the recorded output dtype")
         try:
             dtype = CODEC.dtype(out_dtype)
         except (KeyError, TypeError):
             raise Unsupported(f"{value.field} is {{}}, and the recorded output dtype {out_dtype!r} is none") from None
+        call.notes.append(f"{value.field} was {{}}: read as {out_dtype}, the recorded output dtype")
         return dtype
 
     call.args = tree_map(recover, call.args)
