@@ -88,6 +88,14 @@ _DENIED_GROUPS: tuple[tuple[str, str], ...] = (
         _resize_output_ sparse_resize_ sparse_resize_and_clear_ _unsafe_index _unsafe_index_put""",
     ),
     (
+        # Checked arguments are frameworks/index_checks.py's; these take raw layouts no check can bound
+        # (bench/studies/index_safety.md lists which API got which).
+        "is an unchecked kernel: it takes raw sizes, strides or sparse indices and checks none against "
+        "its storage, so a dump's values would read or write out of bounds",
+        """
+        _reshape_alias _sparse_coo_tensor_with_dims_and_tensors _sparse_mask_projection sparse_coo_tensor""",
+    ),
+    (
         "changes the state of the process (seeds, defaults, threads, modes)",
         """
         seed manual_seed initial_seed get_rng_state set_rng_state set_default_dtype set_default_device

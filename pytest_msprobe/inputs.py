@@ -100,6 +100,21 @@ class Rebuilt:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class IndexBound:
+    """What an index argument of a call may hold, from the call's other arguments (a codec's
+    `index_bounds`): [low, high] and `extras` (an ignore_index); `ordered`, non-decreasing from low."""
+
+    field: str  # input_args[1], input_kwargs.offsets
+    position: int | None
+    key: str | None
+    low: int
+    high: int
+    what: str  # what bounds it: "the 5 rows of weight"
+    extras: frozenset[int] = frozenset()
+    ordered: bool = False
+
+
 def is_tensor_spec(spec: Any) -> bool:
     return (
         isinstance(spec, dict)
@@ -137,6 +152,7 @@ class Rebuilder:
         self.mode = mode
         self.seed = seed
         self.notes: list[str] = []
+        self.drawn: dict[str, dict] = {}  # field path -> spec of each tensor drawn at random
         self._own_budget = [DEFAULT_MAX_ELEMENTS, 0]  # outside element_budget
 
     def error(self, field_path: str, what: str) -> InputError:
@@ -153,7 +169,60 @@ class Rebuilder:
             raise self.error(kwargs_key, f"expected an object, found {type(kwargs).__name__}")
         values = [self.value(spec, f"{args_key}[{i}]") for i, spec in enumerate(args)]
         named = {key: self.value(spec, f"{kwargs_key}.{key}") for key, spec in kwargs.items()}
+        if args_key == "input_args":
+            self.index_safe(values, named)
         return Rebuilt(values, named, self.notes)
+
+    def index_safe(self, args: list, kwargs: dict) -> None:
+        """Index arguments inside what they index (frameworks/index_checks.py): random ones drawn
+        there, as a real run's are, where the recorded Min/Max reach it; then every one checked,
+        random or real, and an entry whose indices leave their range refused before any call."""
+        bounds = getattr(self.codec, "index_bounds", None)
+        if bounds is None:
+            return
+        for bound in bounds(self.entry, args, kwargs):
+            spec = self.drawn.get(bound.field)
+            if spec is not None:
+                drawn = self.draw_indices(spec, bound)
+                if drawn is not None:
+                    if bound.key is None:
+                        args[bound.position or 0] = drawn
+                    else:
+                        kwargs[bound.key] = drawn
+        found = self.codec.index_refusal(self.entry, args, kwargs)  # type: ignore[attr-defined]
+        if found:
+            raise self.error(*found)
+
+    def draw_indices(self, spec: dict, bound: IndexBound) -> Any:
+        """The random index tensor drawn again in [Min, Max] and [low, high] both; None where the
+        first draw stands (already inside) or the recorded range misses the valid one (refused)."""
+        if self.codec.dtype_kind(str(spec.get("dtype"))) != "i":
+            return None  # class probabilities, a mask: no indices
+        low, high = as_float(spec.get("Min")), as_float(spec.get("Max"))
+        lo = bound.low if low is None or not math.isfinite(low) else max(int(low), bound.low)
+        hi = bound.high if high is None or not math.isfinite(high) else min(int(high), bound.high)
+        ignored = low is not None and math.isfinite(low) and int(low) in bound.extras
+
+        def taken(value: float | None) -> bool:
+            return value is not None and (bound.low <= value <= bound.high or value in bound.extras)
+
+        inside = taken(low) and taken(high)
+        if lo > hi or (inside and not bound.ordered and not ignored):
+            return None
+        seed = tensor_seed(self.seed, self.entry, bound.field)
+        array = random_array({**spec, "Min": lo, "Max": hi}, "i", seed)
+        if bound.ordered:  # offsets: from low, non-decreasing, as a real run's
+            array = np.sort(array, axis=None).reshape(array.shape)
+            if array.size:
+                array.reshape(-1)[0] = bound.low
+        elif array.size and ignored:
+            array.reshape(-1)[0] = int(low or 0)  # the ignored value (ignore_index) the run had, kept once
+        if not inside:
+            self.notes.append(
+                f"{bound.field}: recorded indices [{_number(low)}, {_number(high)}] reach outside "
+                f"[{bound.low}, {bound.high}] ({bound.what}): drawn inside"
+            )
+        return self.codec.from_array(array, self.codec.dtype(str(spec.get("dtype"))))
 
     def value(self, spec: Any, field_path: str, depth: int = 0) -> Any:
         if spec is None:
@@ -210,6 +279,7 @@ class Rebuilder:
         seed = tensor_seed(self.seed, self.entry, field_path)
         largest = FLOAT_MAX.get(short, math.inf)
         array = random_array(spec, kind, seed, self.codec.drawn_dtype(dtype) if kind == "f" else np.float64, largest)
+        self.drawn[field_path] = spec
         return self.codec.from_array(array, dtype)
 
     def budget(self, shape: list[int], field_path: str) -> None:
@@ -303,6 +373,10 @@ def _text(value: Any) -> str:
     if any("\ud800" <= char <= "\udfff" for char in text):
         raise ValueError("a lone surrogate: no file, report or terminal holds it")
     return text
+
+
+def _number(value: float | None) -> str:
+    return "?" if value is None else f"{value:g}"
 
 
 def _short(value: Any, limit: int = 200) -> str:

@@ -501,6 +501,93 @@ def file_cases(marks: Path) -> list[Case]:
     ]
 
 
+def index_cases(real: bool) -> list[Case]:
+    """Index arguments outside what they index (issue 26): kernels that trust them write or read out
+    of bounds, or crash the process. Random data (statistics) or, with `real`, tensor files
+    (written by write_index_files); each refused naming the field and the bound, before any call."""
+
+    def ints(*values: int) -> list[dict]:
+        return [scalar("int", v) for v in values]
+
+    def index(shape: list[int], low: int, high: int, name: str) -> dict:
+        extra = {"data_name": name} if real else {}
+        return spec(shape, "torch.int64", low, high, **extra)
+
+    n = 960 if real else 900
+    pool = [
+        spec([1, 1, 2, 2]),
+        spec([1, 1, 4, 4]),
+        ints(2, 2),
+        ints(2, 2),
+        ints(0, 0),
+        ints(1, 1),
+        scalar("bool", False),
+        index([1, 1, 2, 2], 10**12, 10**12, "pool_indices.pt"),
+    ]
+    return [
+        Case(
+            "max pooling's backward told to write 10^12 past a 4x4 input",
+            f"Aten.max_pool2d_with_indices_backward.{n}.forward",
+            call(pool, outputs=[spec([1, 1, 4, 4])]),
+            "input_args[7]: indices in [1000000000000, 1000000000000], outside [0, 15], the 4x4 plane of self",
+        ),
+        Case(
+            "adaptive max pooling's backward, 3-D, an index of -5000",
+            f"Aten.adaptive_max_pool3d_backward.{n}.forward",
+            call(
+                [spec([1, 1, 1, 2, 2]), spec([1, 1, 2, 4, 4]), index([1, 1, 1, 2, 2], -5000, -5000, "pool3d.pt")],
+                outputs=[spec([1, 1, 2, 4, 4])],
+            ),
+            "the 2x4x4 plane of self",
+        ),
+        Case(
+            "ctc_loss with a target class past the log-probs",
+            f"Functional.ctc_loss.{n}.forward",
+            call(
+                [
+                    spec([10, 2, 5], low=-3.0, high=-0.5),
+                    index([2, 2], 10**12, 10**12, "targets.pt"),
+                    spec([2], "torch.int64", 10, 10),
+                    spec([2], "torch.int64", 2, 2),
+                ],
+                outputs=[spec([])],
+            ),
+            "input_args[1]: indices in [1000000000000, 1000000000000], outside [0, 4], the 5 classes of log_probs",
+        ),
+        Case(
+            "embedding_bag with offsets past its indices",
+            f"Torch.embedding_bag.{n}.forward",
+            call(
+                [spec([5, 3]), spec([4], "torch.int64", 0, 4), index([2], 10**12, 10**12, "offsets.pt")],
+                outputs=[spec([2, 3]), spec([0], "torch.int64"), spec([2], "torch.int64"), spec([2], "torch.int64")],
+            ),
+            "input_args[2]: indices in [1000000000000, 1000000000000], outside [0, 4], the 4 indices of input",
+        ),
+        Case(
+            "embedding rows before the first",
+            f"Functional.embedding.{n}.forward",
+            call([index([3], -7, -7, "rows.pt"), spec([5, 3])], outputs=[spec([3, 3])]),
+            "input_args[0]: indices in [-7, -7], outside [0, 4], the 5 rows of weight: a real run's indices",
+        ),
+        Case(
+            "a view over raw sizes and strides past its storage",
+            f"Aten._reshape_alias.{n}.forward",
+            call([spec([4]), ints(4096), ints(1)], outputs=[spec([4096])]),
+            "'_reshape_alias' is an unchecked kernel",
+        ),
+    ]
+
+
+def write_index_files(folder: Path) -> None:
+    """The hostile index tensors of index_cases(real=True), as a tensor dump holds them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(torch.full((1, 1, 2, 2), 10**12), folder / "pool_indices.pt")
+    torch.save(torch.full((1, 1, 1, 2, 2), -5000), folder / "pool3d.pt")
+    torch.save(torch.full((2, 2), 10**12), folder / "targets.pt")
+    torch.save(torch.full((2,), 10**12), folder / "offsets.pt")
+    torch.save(torch.full((3,), -7), folder / "rows.pt")
+
+
 class Evil:
     """Unpickled, it writes a mark: what a .pt made with pickle can do to torch.load(weights_only=False)."""
 
@@ -659,13 +746,14 @@ def build(root: Path, marks: Path) -> Corpus:
         "an entry written twice", "Functional.gelu.930.forward", call([spec()]), "written more than once in dump.json"
     )
     cases = {
-        "stats": api_cases(marks) + name_cases() + input_cases() + [twice] + parsed,
-        "tensor": api_cases(marks) + name_cases() + file_cases(marks),
+        "stats": api_cases(marks) + name_cases() + input_cases() + [twice] + parsed + index_cases(real=False),
+        "tensor": api_cases(marks) + name_cases() + file_cases(marks) + index_cases(real=True),
         "ms": ms_cases(marks),
     }
     write_dump(root / "stats", "pt_stats_L1", cases["stats"])
     write_dump(root / "tensor", "pt_tensor_L1", cases["tensor"])
     write_tensor_files(root / "tensor" / "dump_tensor_data", marks)
+    write_index_files(root / "tensor" / "dump_tensor_data")
     write_dump(root / "ms", "ms_stats_L1", cases["ms"])
     for base, folder in (("pt_stats_L1", "clean_stats"), ("pt_tensor_L1", "clean_tensor"), ("ms_stats_L1", "clean_ms")):
         shutil.copytree(DUMPS[base], root / folder)

@@ -22,10 +22,10 @@ import torch
 from .. import apis
 from ..compare import ExtraRuns
 from ..dump import Dump, EntryName
-from ..inputs import REAL, Codec, Device, Rebuilder, is_tensor_spec, tree_map
+from ..inputs import REAL, Codec, Device, IndexBound, Rebuilder, is_tensor_spec, tree_map
 from ..reductions import finite_nonnegative
 from ..results import BENCH_FALLBACK
-from . import BenchmarkFailed, Kept, OutputPair, Probe, Recipe, Run, RunOptions, Unsupported
+from . import BenchmarkFailed, Kept, OutputPair, Probe, Recipe, Run, RunOptions, Unsupported, index_checks
 
 # Random by design: two runs never agree, so there is nothing to check.
 NONDETERMINISTIC = re.compile(
@@ -74,6 +74,14 @@ class TorchCodec:
 
     def size(self, dims: list[int]) -> Any:
         return torch.Size(dims)
+
+    def index_bounds(self, entry: str, args: list, kwargs: dict) -> list[IndexBound]:
+        """The index arguments of the call and their valid ranges (index_checks.py)."""
+        return index_checks.bounds(entry, args, kwargs)
+
+    def index_refusal(self, entry: str, args: list, kwargs: dict) -> tuple[str, str] | None:
+        """(field, why) of an index argument outside its range: the call is never made."""
+        return index_checks.refusal(entry, args, kwargs)
 
 
 CODEC = TorchCodec()
