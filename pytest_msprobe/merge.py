@@ -38,6 +38,7 @@ from .report import (
 )
 from .results import ERROR, EntryResult, OutputResult, Status
 from .resume import api_of_output
+from .untrusted import printable
 
 _FLOOR = re.compile(r"within the (\S+) rounding budget \(--msprobe-standard dtype passes it\)")
 
@@ -297,9 +298,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         lines, passed = merge(args.out_dirs, args.out)
     except MergeError as exc:
-        print(f"pytest_msprobe.merge: {exc}", file=sys.stderr)
+        print(printable(f"pytest_msprobe.merge: {exc}"), file=sys.stderr)
         return 2
-    print("\n".join(lines))
+    print("\n".join(printable(line) for line in lines))  # a path or a name of a CSV, escaped
     return 0 if passed else 1
 
 

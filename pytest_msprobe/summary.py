@@ -12,8 +12,16 @@ from .dump import BACKWARD, DUMP_FILE_NAME, FORWARD
 from .fallbacks import fallback_lines
 from .messages import call_site_text, entry_findings, entry_message, output_message, probe_text
 from .results import ERROR, PASS, SKIP, WARNING, EntryResult, Status
+from .untrusted import printable
 
 STATUSES = (PASS, ERROR, WARNING, SKIP)
+
+
+def shown(lines: list[str]) -> list[str]:
+    """Lines as a terminal may show them: a dump's text in them (names, reasons, a call site's
+    code) escaped where made, so that every printer of them (the reporter, an item's failure,
+    the merge) gets them safe."""
+    return [printable(line) for line in lines]
 
 
 def count_lines(results: Sequence[EntryResult]) -> list[str]:
@@ -66,7 +74,7 @@ def failure_lines(results: Sequence[EntryResult], limit: int = 20, statuses: Seq
         lines += found_lines(result)
     if len(failed) > limit:
         lines.append(f"... and {len(failed) - limit} more in the result CSV")
-    return lines
+    return shown(lines)
 
 
 def found_lines(result: EntryResult) -> list[str]:
@@ -88,7 +96,7 @@ def first_failure_lines(results: Sequence[EntryResult]) -> list[str]:
         of = f" of {dump}" if len(first) > 1 else ""
         lines.append(f"first failure in call order{of}: {result.entry} (entry {position + 1} of the dump)")
         lines += found_lines(result)
-    return lines
+    return shown(lines)
 
 
 def _reason_class(message: str) -> str:
@@ -118,9 +126,9 @@ def skip_lines(results: Sequence[EntryResult], examples: int = 3) -> list[str]:
             by_reason[_reason_class(entry_message(result))].append(result.entry)
     lines = []
     for reason, names in sorted(by_reason.items(), key=lambda item: -len(item[1])):
-        shown = ", ".join(names[:examples]) + (", ..." if len(names) > examples else "")
-        lines.append(f"{len(names):>4} x {reason}  ({shown})")
-    return lines
+        listed = ", ".join(names[:examples]) + (", ..." if len(names) > examples else "")
+        lines.append(f"{len(names):>4} x {reason}  ({listed})")
+    return shown(lines)
 
 
 def floor_line(results: Sequence[EntryResult]) -> list[str]:
@@ -131,10 +139,12 @@ def floor_line(results: Sequence[EntryResult]) -> list[str]:
         return []
     dtypes = ", ".join(f"{n} {dtype}" for dtype, n in at_floor.most_common())
     total = sum(at_floor.values())
-    return [
-        f"{total} of {len(failed)} failing outputs are at the rounding floor of their dtype ({dtypes}); "
-        "--msprobe-standard dtype would pass them"
-    ]
+    return shown(
+        [
+            f"{total} of {len(failed)} failing outputs are at the rounding floor of their dtype ({dtypes}); "
+            "--msprobe-standard dtype would pass them"
+        ]
+    )
 
 
 def summary_lines(results: Sequence[EntryResult], strict: bool = False) -> list[str]:
@@ -175,7 +185,7 @@ def failure_text(result: EntryResult, standard: str, strict: bool = False) -> li
     `standard` is its name: the report header describes it, once."""
     failed = [row for row in result.outputs if row.status in failing(strict)]
     if not failed:
-        return [f"{result.entry}: {entry_message(result)}"]
+        return shown([f"{result.entry}: {entry_message(result)}"])
     breaks = "break" if len(failed) > 1 else "breaks"
     lines = [f"{result.entry}: {len(failed)} of {len(result.outputs)} outputs {breaks} the {standard} standard"]
     if result.call_site is not None:
@@ -190,7 +200,7 @@ def failure_text(result: EntryResult, standard: str, strict: bool = False) -> li
     if result.probe is not None:
         lines.append(f"  fp32 probe: {probe_text(result.probe)}")
     lines += [f"  note: {note}" for note in result.notes]
-    return lines
+    return shown(lines)
 
 
 def metric_properties(result: EntryResult) -> list[tuple[str, str]]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -354,6 +356,15 @@ def test_hostile_text_in_every_field_serial_resumed_and_distributed(pytester):
     assert len(rows) == len(ENTRY_FIELDS) + 1  # one row an entry
     assert rows["Functional.relu.99"]["Forward Test Success"] == "pass"
     assert "input_kwargs: '\\\\ud800" in rows[f"Functional.relu.{ENTRY_FIELDS.index('keyword name')}"]["Message"]
+    merged = subprocess.run(
+        [sys.executable, "-m", "pytest_msprobe.merge", "serial", "--out", "merged"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    no_raw_text(merged.stdout + merged.stderr)
+    assert merged.returncode in (0, 1) and rows_by_api(pytester.path / "merged").keys() == rows.keys()
     journal = next((pytester.path / "serial").glob("accuracy_checking_journal_*.jsonl"))
     assert all(json.loads(line) for line in journal.read_text(encoding="utf-8").splitlines())
     (pytester.path / "serial.xml").read_text(encoding="utf-8")
