@@ -17,6 +17,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from . import tensor_files
 from .dump import MAX_NESTING
 from .options import DEFAULT_MAX_ELEMENTS, RANDOM, REAL
 from .results import RANDOM_DATA
@@ -63,6 +64,12 @@ def element_budget(max_elements: int) -> Iterator[None]:
         yield
     finally:
         _budget.reset(token)
+
+
+def element_bound() -> int:
+    """The bound of the entry being checked (--msprobe-max-elements): its inputs, outputs and files."""
+    budget = _budget.get()
+    return DEFAULT_MAX_ELEMENTS if budget is None else budget[0]
 
 
 class Codec(Protocol):
@@ -336,6 +343,7 @@ class Rebuilder:
         return path
 
     def load(self, path: Path, shape: list[int], dtype: Any, field_path: str) -> Any:
+        self.check_file(path, shape, field_path)
         try:
             tensor = self.codec.load(path)
         except Exception as exc:  # noqa: BLE001 - a broken file is a fault of that entry only
@@ -354,6 +362,27 @@ class Rebuilder:
             )
             return tensor.to(dtype) if cast is None else cast(tensor, dtype)
         return tensor if cast is None else cast(tensor, dtype)
+
+    def check_file(self, path: Path, shape: list[int], field_path: str) -> None:
+        """What the file declares, read before a loader allocates it: within the bound, and the
+        recorded shape (tensor_files.py)."""
+        bound = (_budget.get() or self._own_budget)[0]
+        try:
+            held = tensor_files.declared(path)
+        except (tensor_files.Unreadable, OSError) as exc:
+            raise self.error(f"{field_path}.data_name", f"cannot load {path.name}: {exc}") from None
+        if held.elements > bound:
+            raise self.error(
+                f"{field_path}.data_name",
+                f"{path.name} declares {held.elements:,} elements ({', '.join(held.storages) or held.dtype}), "
+                f"more than --msprobe-max-elements {bound:,}: not loaded",
+            )
+        if held.fault:
+            raise self.error(f"{field_path}.data_name", f"cannot load {path.name}: {held.fault}")
+        if held.holds != "tensor":
+            raise self.error(f"{field_path}.data_name", f"cannot load {path.name}: holds a {held.holds}, not a tensor")
+        if held.shape is not None and held.shape != list(shape):
+            raise self.error(f"{field_path}.shape", f"recorded {shape} but {path.name} holds {held.shape}")
 
 
 def load_error(exc: Exception) -> str:
