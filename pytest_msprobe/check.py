@@ -13,11 +13,13 @@ from .compare import Comparison, compare
 from .dump import Dump, EntryName
 from .fallbacks import explain_bench
 from .frameworks import BenchmarkFailed, OutputPair, Probe, Run, RunOptions, Unsupported, for_framework
+from .frameworks.output_bounds import recorded_entry
 from .inputs import InputError, element_budget
-from .options import DEFAULT_MAX_ELEMENTS
+from .options import DEFAULT_MAX_ELEMENTS, DEFAULT_TIMEOUT
 from .results import ERROR, PASS, SKIP, EntryResult, OutputResult, ProbeResult, worst_status
 from .stack import CallSites
 from .standards import Standard
+from .time_limit import TimeLimit, TimeUp
 
 LOW_PRECISION = ("torch.float16", "torch.bfloat16")  # what the fp32 probe is for
 
@@ -30,11 +32,32 @@ class Checker:
     standard: Standard
     error_data: Path | None = None  # where the values of entries that are not pass are saved
     repro: Path | None = None  # where the reproducers of entries that are not pass are written
-    max_elements: int = DEFAULT_MAX_ELEMENTS  # random elements one entry may build
+    max_elements: int = DEFAULT_MAX_ELEMENTS  # elements one entry may build: inputs, files, outputs
+    timeout: float = DEFAULT_TIMEOUT  # seconds one entry's check may take (0: no limit)
     # Where the model called each entry; each dump's stack.json read once per process, on first need.
     call_sites: CallSites = field(default_factory=CallSites, compare=False)
 
     def check(self, dump: Dump, name: EntryName, position: int | None = None) -> EntryResult:
+        """The entry's result; an `error` naming the limit where its check ran past --msprobe-timeout."""
+        result: EntryResult | None = None
+        limit = TimeLimit(self.timeout)
+        try:
+            with limit:
+                result = self.checked(dump, name, position)
+        except TimeUp:
+            pass  # said below: `expired` holds it, also where a framework made it another exception
+        finally:
+            limit.stop()
+        if limit.expired or result is None:
+            reason = (
+                f"stopped after {limit.elapsed:.1f} s: ran past --msprobe-timeout {self.timeout:g} s "
+                "(a slower call than any of a real step); the run goes on"
+            )
+            result = EntryResult(name.prefix, name.direction, ERROR, reason, dump=str(dump.path), position=position)
+            result.call_site = self.call_sites.of(dump.path, name)
+        return result
+
+    def checked(self, dump: Dump, name: EntryName, position: int | None) -> EntryResult:
         result = EntryResult(name.prefix, name.direction, SKIP, dump=str(dump.path), position=position)
         result.reason = dump.fault(name) or ""  # nested too deep, written twice: never read further
         if result.reason:
@@ -43,6 +66,9 @@ class Checker:
         options = replace(self.run, keep=self.error_data is not None or self.repro is not None)
         try:
             with element_budget(self.max_elements):
+                # The outputs the dump recorded, before anything is rebuilt (what the call itself
+                # would make is sized by its framework, on the meta device).
+                recorded_entry(dump.entries, name.prefix, name.direction, self.max_elements)
                 run = for_framework(dump.framework).run(dump, name, options)
         except (Unsupported, BenchmarkFailed, InputError) as exc:
             result.reason = str(exc)

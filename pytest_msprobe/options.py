@@ -24,6 +24,9 @@ PROBES = ("off", "fp32")  # --msprobe-probe
 # Random data is built from the recorded shapes: at most this many elements an entry (8 GiB as
 # float64, more than any one call of a real model's step); beyond it, the entry is a SKIP.
 DEFAULT_MAX_ELEMENTS = 2**30
+# Seconds one entry's check may take: far past any call of a real step (a ResNet step's slowest
+# entry takes seconds), so only a call asked to run for hours meets it.
+DEFAULT_TIMEOUT = 600.0
 
 _TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
 
@@ -52,6 +55,7 @@ class Options:
     repro: str = ""  # the folder of the reproducers; "": none written
     probe: str = "off"
     max_elements: int = DEFAULT_MAX_ELEMENTS
+    timeout: float = DEFAULT_TIMEOUT  # seconds; 0: no limit
     strict: bool = False  # a warning fails its item, as an error does
 
     def out_dir(self, base: Path) -> Path:
@@ -81,6 +85,7 @@ class Option:
     read: Callable[[str], Any] = str
     metavar: str | None = None
     bare: bool = False  # a flag: given on the command line without a value (true), in the ini file true/false
+    expects: str = ""  # what a value that cannot be read must be, where more than "a number"
 
     @property
     def flag(self) -> str:
@@ -101,7 +106,7 @@ class Option:
         try:
             return self.read(text)
         except ValueError:
-            kind = "an integer" if self.read is int else "true or false" if self.bare else "a number"
+            kind = self.expects or ("an integer" if self.read is int else "true or false" if self.bare else "a number")
             where = f"{self.flag} (ini {self.ini})" if self.bare else self.flag
             raise OptionError(f"{where} must be {kind}, not {text!r}") from None
 
@@ -111,6 +116,13 @@ def read_bool(text: str) -> bool:
     if word in _TRUE or word in _FALSE:
         return word in _TRUE
     raise ValueError(text)
+
+
+def read_seconds(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < float("inf"):  # NaN too
+        raise ValueError(text)
+    return value
 
 
 def _one_of(choices: tuple[str, ...]) -> str:
@@ -146,7 +158,18 @@ OPTIONS = (
         "to tell autocast's rounding from a faulty kernel",
         PROBES,
     ),
-    Option("max_elements", "random data: the most elements an entry's inputs may have (beyond: SKIP)", read=int),
+    Option(
+        "max_elements",
+        "the most elements an entry may build: its random inputs together, each tensor file it loads, "
+        "its outputs together (beyond: SKIP, before anything is allocated)",
+        read=int,
+    ),
+    Option(
+        "timeout",
+        "seconds one entry's check may take: beyond, it stops there as an error row and the run goes on (0: no limit)",
+        read=read_seconds,
+        expects="a number of seconds, 0 or more",
+    ),
     Option("strict", "a warning fails its item and the run, as an error does", read=read_bool, bare=True),
 )
 

@@ -130,6 +130,7 @@ class MsprobeRun:
             options.error_data_dir(base),
             options.repro_dir(base),
             max_elements=options.max_elements,
+            timeout=options.timeout,
         )
         self.collected: dict[str, Dump] = {}  # by node id, as DumpFile collects them
         self.dumps_told = False  # the xdist controller's header lines on the dumps

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .frameworks import Unsupported, for_framework
+from .frameworks import Unsupported, for_framework, output_bounds
 
 
 def warm_up(frameworks: Iterable[str], recorded: bool) -> None:
@@ -17,6 +17,7 @@ def warm_up(frameworks: Iterable[str], recorded: bool) -> None:
     for name in frameworks:
         try:
             for_framework(name)
+            output_bounds.warm_up()  # both size their calls on PyTorch's meta device
             if name == "mindspore" and not recorded:
                 from .frameworks import mindspore
 

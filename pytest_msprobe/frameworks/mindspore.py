@@ -20,8 +20,8 @@ import torch
 
 from .. import apis
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
-from ..inputs import REAL, Rebuilder, is_tensor_spec, tree_map
-from . import OutputPair, Recipe, Run, RunOptions, Unsupported, ms_mapping
+from ..inputs import REAL, Rebuilder, element_bound, is_tensor_spec, tree_map
+from . import OutputPair, Recipe, Run, RunOptions, Unsupported, ms_mapping, output_bounds
 from . import torch_engine as engine
 from .magnitudes import with_magnitudes
 
@@ -332,6 +332,7 @@ class MindSpore:
 
     def run(self, dump: Dump, entry: EntryName, options: RunOptions) -> Run:
         call = build_call(dump, entry, REAL if options.recorded else options.mode, options.seed)
+        output_bounds.call_outputs(call, element_bound(), self.name)  # before anything is allocated
         if not options.recorded:
             bind(options.device)
         sides = (

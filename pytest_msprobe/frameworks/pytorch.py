@@ -13,8 +13,8 @@ import torch
 
 from .. import apis, devices
 from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
-from ..inputs import REAL, Rebuilder, Undescribed, is_tensor_spec, tree_map
-from . import OutputPair, Recipe, Run, RunOptions, Unsupported, conv
+from ..inputs import REAL, Rebuilder, Undescribed, element_bound, is_tensor_spec, tree_map
+from . import OutputPair, Recipe, Run, RunOptions, Unsupported, conv, output_bounds
 from .magnitudes import with_magnitudes
 from .recorded_gradients import Attribution, attribute
 from .torch_engine import (
@@ -76,6 +76,7 @@ class PyTorch:
             REAL if options.recorded else options.mode,
             options.seed,
         )
+        output_bounds.call_outputs(call, element_bound())  # before anything the call asks is allocated
         sides = (
             backward_sides(dump, call, options) if entry.direction == BACKWARD else forward_sides(dump, call, options)
         )
