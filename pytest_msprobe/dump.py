@@ -192,32 +192,6 @@ def find_dump_files(
     return kept
 
 
-# pytest imports these when it collects a file in their folder (conftest.py, and a package's
-# __init__.py): a dump's own folders must not hold them.
-PYTEST_IMPORTS = ("conftest.py", "__init__.py")
-_LAYOUT_FOLDER = re.compile(r"rank\d*|proc\d+|step\d+")
-
-
-def code_beside(arg: Path) -> list[Path]:
-    """Python files pytest would import to collect the dumps of one --msprobe-dump path.
-
-    The dump's folders: from each dump.json's folder up to the path given (a folder), or up
-    through msprobe's own layout (`dump_path/step0/rank0/`) when a dump.json is given.
-    """
-    found = []
-    for dump in find_dump_files(arg):
-        folder = dump.resolve().parent
-        top = arg.resolve() if arg.is_dir() else folder
-        while not arg.is_dir() and _LAYOUT_FOLDER.fullmatch(top.name) and top.parent != top:
-            top = top.parent
-        while True:
-            found += [folder / name for name in PYTEST_IMPORTS if (folder / name).exists()]
-            if folder == top or folder.parent == folder:
-                break
-            folder = folder.parent
-    return sorted(set(found))
-
-
 def read_dump(path: os.PathLike | str) -> Dump:
     path = Path(path)
     raw = read_regular(path)

@@ -7,11 +7,13 @@ is imported only when --msprobe-dump or the ini key msprobe_dump names a dump.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .options import ERROR_DATA_FOLDER, OPTIONS, OptionError, Options, parse
+from .untrusted import printable
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -74,3 +76,31 @@ def pytest_configure(config: pytest.Config) -> None:
     from . import session
 
     session.start(config, options)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own, which imports them
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """pytest imports the conftest.py of the folder it is run from, and of the folders above, before
+    any pytest_configure: run from a dump's folders, one there would run. A usage error naming
+    it, before it is imported (dump_trees.py says which)."""
+    namespace = early_config.known_args_namespace
+    dumps = getattr(namespace, "msprobe_dump", None) or early_config.getini("msprobe_dump")
+    if not dumps or namespace.noconftest:
+        return
+    from .dump_trees import conftests_in_dumps  # no numpy, no framework
+
+    found = conftests_in_dumps(
+        [Path(p) for p in dumps],
+        namespace.file_or_dir,
+        early_config.getini("testpaths"),
+        early_config.invocation_params.dir,
+        early_config.rootpath,
+        early_config.inipath,
+        namespace.confcutdir,
+    )
+    if found:
+        raise pytest.UsageError(
+            f"--msprobe-dump: pytest would import {printable(str(found[0]))} when it starts, before any plugin, "
+            "and it lies in a dump's folders or above the one pytest is run from: a dump is data, never code; "
+            "run pytest from outside the dump's folders"
+        )

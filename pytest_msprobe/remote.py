@@ -130,11 +130,12 @@ class UnreadableEntry(EntryItem):
 
 
 def collector(parent: pytest.Collector, path: Path, shared: SharedDump, host: str) -> DumpFile:
-    """The collector of a dump on this worker, under the controller's node id."""
+    """The collector of a dump on this worker, under the controller's node id, a child of the
+    session: named by that id, so -k matches its folders' names, as it does a test file's."""
     if shared.items is None:
-        local: DumpFile = DumpFile.from_parent(parent, path=path, nodeid=shared.nodeid)
+        local: DumpFile = DumpFile.from_parent(parent, path=path, nodeid=shared.nodeid, name=shared.nodeid)
         return local
-    remote: RemoteDumpFile = RemoteDumpFile.from_parent(parent, path=path, nodeid=shared.nodeid)
+    remote: RemoteDumpFile = RemoteDumpFile.from_parent(parent, path=path, nodeid=shared.nodeid, name=shared.nodeid)
     remote.shared, remote.host = shared, host
     return remote
 

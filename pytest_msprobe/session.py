@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from . import devices, manifest, remote, workers
+from . import devices, dump_trees, manifest, remote, workers
 from .check import Checker
-from .dump import Dump, DumpError, code_beside, find_dump_files, parse_entry_name, peek_framework, peek_task, read_dump
+from .dump import Dump, DumpError, find_dump_files, parse_entry_name, peek_framework, peek_task, read_dump
 from .dump_folder import passed_over_lines
 from .frameworks import RunOptions, Tested
-from .items import RUN_KEY, DumpFile
+from .items import RUN_KEY
 from .options import RANDOM, Options
 from .reporter import CsvReporter
 from .results import REPORT_ATTRIBUTE
@@ -41,10 +41,10 @@ def start(config: pytest.Config, options: Options) -> None:
     workers.register(config, run)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(CsvReporter(config, run), "msprobe-reporter")
-    # A worker on another host collects a dump missing there by the controller's word (remote.py).
-    files = [str(p) for p in run.dump_files if not run.remote or p.is_file()]
-    explicit = config.args_source == pytest.Config.ArgsSource.ARGS
-    config.args = [*config.args, *files] if explicit else files
+    # The dumps are not pytest's paths to collect: pytest would walk their folders and import the
+    # Python files there (dump_trees.py). The session collects them (MsprobeRun.pytest_make_collect_report).
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        config.args = []  # the dumps alone, not the folder pytest was run from
 
 
 @contextlib.contextmanager
@@ -86,12 +86,11 @@ class MsprobeRun:
             raise pytest.UsageError(
                 f"--msprobe-dump: no dump.json under {', '.join(options.dumps)}" + "".join(f"; {r}" for r in refused)
             )
-        code = [str(found) for p in options.dumps for found in code_beside(base / p)]
-        if code:  # pytest would import them to collect the dumps: a dump is data, never code
-            raise pytest.UsageError(
-                "--msprobe-dump: the dump's folders hold Python files pytest would import to collect it: "
-                f"{', '.join(code)}; move dump.json and dump_tensor_data elsewhere"
-            )
+        # Never walked by pytest (pytest_ignore_collect), so nothing there is imported; said in the header.
+        self.dump_folders = dump_trees.all_dump_folders(base / p for p in options.dumps)
+        refused += [
+            f"{printable(str(p))}: beside a dump, not imported" for p in dump_trees.python_files(self.dump_folders)
+        ]
         if options.max_elements < 1:
             raise pytest.UsageError(f"--msprobe-max-elements must be at least 1, not {options.max_elements}")
         self.device_notes = [*refused, *notes]
@@ -177,12 +176,23 @@ class MsprobeRun:
         if not session.config.option.collectonly:
             warm_up(self.frameworks, recorded)  # not in the first entry's time
 
-    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-        shared = self.shared.get(file_path) or self.shared.get(file_path.resolve())
-        if shared is not None:
-            dump_file: DumpFile = remote.collector(parent, file_path, shared, self.host)
-            return dump_file
-        return None
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
+        """The dumps, children of the session after what the command line names: pytest never
+        walks their folders, so it imports no conftest.py or __init__.py there."""
+        report = yield
+        if isinstance(collector, pytest.Session) and report.passed:
+            report.result += [
+                remote.collector(collector, path, self.shared[path], self.host)
+                for path in self.dump_files
+                # A worker on another host collects a dump missing there by the controller's word (remote.py).
+                if not self.remote or path.is_file()
+            ]
+        return report
+
+    def pytest_ignore_collect(self, collection_path: Path) -> bool | None:
+        """A dump's folders are data, also inside a folder of tests the command line names."""
+        return True if collection_path in self.dump_folders else None
 
     @pytest.hookimpl(tryfirst=True)  # before -k, resume and the others deselect
     def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:

@@ -713,6 +713,79 @@ def whole_file_cases(root: Path, marks: Path) -> list[FileCase]:
     ]
 
 
+@dataclass(frozen=True)
+class CodeLayout:
+    """A dump unpacked with Python files in or above its folders: pytest must import none of them
+    to collect it, wherever it is run from (it may refuse to start where it would itself import a
+    conftest.py at startup). Each file writes a marker `<layout>.<path>` in marks when imported."""
+
+    what: str
+    dump: str  # its dump.json, relative to the layout's folder
+    code: tuple[str, ...]  # the Python files, relative to it
+    # Run from the dump's folder, the conftest.py pytest would import at startup (refused): where
+    # the rootdir is above the layout, or another folder (pytest imports those of the folders
+    # above); where confcutdir is that folder, as with no ini file above (none above; "": it runs).
+    refused_from_its_folder: str
+    refused_alone: str
+
+
+CODE_LAYOUTS = {
+    "beside": CodeLayout(
+        "conftest.py, __init__.py and a test module beside dump.json",
+        "dump.json",
+        ("conftest.py", "__init__.py", "test_beside.py"),
+        refused_from_its_folder="conftest.py",
+        refused_alone="conftest.py",
+    ),
+    "one_up": CodeLayout(
+        "conftest.py and a package one level above dump.json",
+        "a/dump.json",
+        ("conftest.py", "__init__.py", "a/__init__.py", "test_up.py"),
+        refused_from_its_folder="conftest.py",
+        refused_alone="",
+    ),
+    "two_up": CodeLayout(
+        "conftest.py and packages two levels above dump.json",
+        "a/b/dump.json",
+        ("conftest.py", "__init__.py", "a/__init__.py", "a/b/__init__.py", "a/conftest.py"),
+        refused_from_its_folder="a/conftest.py",
+        refused_alone="",
+    ),
+    "msprobe": CodeLayout(
+        "msprobe's dump_path/step0/rank0/ with conftest.py at its root and in step0",
+        "dump_path/step0/rank0/dump.json",
+        ("dump_path/conftest.py", "dump_path/step0/conftest.py", "dump_path/step0/__init__.py", "__init__.py"),
+        refused_from_its_folder="dump_path/step0/conftest.py",
+        refused_alone="",
+    ),
+    "test_folders": CodeLayout(
+        "test* folders beside dump.json (pytest imports their conftest.py when run from there)",
+        "rank3/dump.json",
+        ("rank3/tests/conftest.py", "rank3/testing/conftest.py", "rank3/test_data/__init__.py"),
+        refused_from_its_folder="rank3/testing/conftest.py",
+        refused_alone="rank3/testing/conftest.py",
+    ),
+}
+# A small dump: three entries of pt_stats_L1, a row each for two APIs.
+LAYOUT_ENTRIES = ("Functional.relu.0.forward", "Functional.relu.0.backward", "Tensor.add.0.forward")
+
+
+def code_layouts(root: Path, marks: Path) -> dict[str, CodeLayout]:
+    """Each layout in root/<its key>, its Python files writing their markers in marks."""
+    document = json.loads((DUMPS["pt_stats_L1"] / "dump.json").read_text())
+    document["data"] = {name: document["data"][name] for name in LAYOUT_ENTRIES}
+    for key, layout in CODE_LAYOUTS.items():
+        dump = root / key / layout.dump
+        dump.parent.mkdir(parents=True)
+        dump.write_text(json.dumps(document))
+        for name in layout.code:
+            path = root / key / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            mark = marks / f"{key}.{name.replace('/', '.')}"
+            path.write_text(f"open({str(mark)!r}, 'w').close()\n")
+    return CODE_LAYOUTS
+
+
 @dataclass
 class Corpus:
     root: Path

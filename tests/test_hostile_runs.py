@@ -273,19 +273,18 @@ def test_a_resume_with_nothing_left_exits_as_its_file_says(pytester, copy_dump):
 
 @pytest.mark.parametrize("code", ["conftest.py", "__init__.py"])
 @pytest.mark.parametrize("given", ["the dump.json", "the dump folder"])
-def test_python_files_in_a_dumps_folders_are_refused_before_pytest_imports_them(pytester, copy_dump, code, given):
+def test_python_files_in_a_dumps_folders_are_never_imported(pytester, copy_dump, code, given):
+    """pytest does not walk a dump's folders to collect it: the file is said, not imported
+    (tests/test_code_beside.py runs the other layouts, and from inside the folders)."""
     dump = copy_dump("pt_stats_L1", "dump_path/step0/rank0")
     mark = pytester.path / "ran"
     (pytester.path / "dump_path" / code).write_text(f"open({str(mark)!r}, 'w')\n")
     target = dump if given == "the dump.json" else pytester.path / "dump_path"
-    result = run_msprobe(pytester, target, device="cpu")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        [
-            f"ERROR: --msprobe-dump: the dump's folders hold Python files pytest would import "
-            f"to collect it: *dump_path/{code}; move dump.json and dump_tensor_data elsewhere"
-        ]
-    )
+    result = run_msprobe(pytester, target, "-k", "relu", device="cpu")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([f"msprobe: *dump_path/{code}: beside a dump, not imported"])
+    assert [row["API Name"] for row in read_csv(pytester.path / "out", "result")] == ["Functional.relu.0"]
     assert not mark.exists()
 
 
