@@ -47,15 +47,17 @@ def scale_recorded(dump, data_name, factor):
     torch.save((tensor.double() * factor).to(tensor.dtype), path)
 
 
-@pytest.mark.parametrize("entry, data_name", [
-    ("Functional.cross_entropy.0", "Functional.cross_entropy.0.backward.output.0.pt"),
-    ("Functional.linear.3", "Functional.linear.3.backward.output.2.pt"),  # the weight's, transposed
-])
+@pytest.mark.parametrize(
+    "entry, data_name",
+    [
+        ("Functional.cross_entropy.0", "Functional.cross_entropy.0.backward.output.0.pt"),
+        ("Functional.linear.3", "Functional.linear.3.backward.output.2.pt"),  # the weight's, transposed
+    ],
+)
 def test_a_deficit_in_a_gradient_recorded_inside_the_graph_is_an_error(pytester, copy_dump, entry, data_name):
     dump = copy_dump("gpt_bf16")
     scale_recorded(dump, data_name, 1.05)
-    result = run_msprobe(pytester, dump, "--msprobe-standard", "dtype", "-k", f"{entry}.backward",
-                         device="recorded")
+    result = run_msprobe(pytester, dump, "--msprobe-standard", "dtype", "-k", f"{entry}.backward", device="recorded")
     assert result.parseoutcomes() == {"failed": 1, "deselected": 37}
     message = read_csv(pytester.path / "out", "result")[0]["Message"]
     assert "judged against the float64 gradient there" in message and "budget" in message
@@ -67,8 +69,9 @@ def test_the_extra_runs_of_a_gradient_judged_at_a_node_are_that_nodes(pytester, 
     (measured against the input's gradient instead, they were 0.98 and 0.91 ULP: a warning)."""
     dump = copy_dump("gpt_bf16")
     scale_recorded(dump, "Functional.cross_entropy.0.backward.output.0.pt", 1.03)
-    result = run_msprobe(pytester, dump, "--msprobe-standard", "dtype", "-k", "Functional.cross_entropy.0.backward",
-                         device="recorded")
+    result = run_msprobe(
+        pytester, dump, "--msprobe-standard", "dtype", "-k", "Functional.cross_entropy.0.backward", device="recorded"
+    )
     assert result.parseoutcomes() == {"failed": 1, "deselected": 37}
     message = read_csv(pytester.path / "out", "result")[0]["Message"]
     conditioning = re.search(r"conditioning ([-+.e0-9]+)", message)
@@ -112,3 +115,62 @@ def test_batch_norms_gradients_are_its_inputs_that_take_one_however_far():
     found = attribute(recorded, specs, bench, [], [])
     assert sorted(found.matched) == [0, 3, 4] and not found.strays and not found.elsewhere
     assert torch.equal(found.matched[3], recorded[1])
+
+
+def test_a_gradient_that_is_the_incoming_one_through_a_view_is_skipped_naming_it():
+    """linear on a (1, 2, 2) input with a square weight: msprobe records grad_output viewed as (2, 2),
+    the shape of the gradient mm passes on to the flattened input (g @ W), its only candidate."""
+    g = torch.tensor([[[1.0, -2.0], [0.5, 3.0]]], dtype=torch.float64)
+    weight = torch.tensor([[0.0, 1.0], [1.0, 0.5]], dtype=torch.float64)
+    bench = [g @ weight, g.reshape(2, 2).T @ torch.ones(2, 2, dtype=torch.float64), None]
+    node = NodeGradient("MmBackward0", 0, g.reshape(2, 2) @ weight, frozenset({0}))
+    found = attribute([g.reshape(2, 2).float()], [{"shape": [2, 2]}], bench, [node], [g.float()])
+    assert found.matched == {} and not found.elsewhere
+    assert "the gradient arriving at output 0 [1, 2, 2] through a view, bit for bit" in found.strays[0]
+
+
+def test_a_pass_through_apis_gradient_equal_to_the_incoming_one_is_its_inputs():
+    """x + y: each input's gradient is the incoming one, bit for bit: judged at the input, not skipped."""
+    g = grad(1.0, -2.0)
+    found = attribute([g.float(), g.float()], [{"shape": [2]}, {"shape": [2]}], [g, g], [], [g.float()])
+    assert sorted(found.matched) == [0, 1] and not found.strays
+
+
+# Where msprobe 26.2.0 recorded the gradients of GEMMs on the real LLaMA-style and MoE dumps
+# (make/llama_dump.py): on 3-D and 4-D inputs the gradient arriving at the output through a view to the
+# shape of the GEMM that ran (a SKIP naming it, never an error, square weight or not); on 2-D and 3-D
+# bmm inputs the inputs' own (judged there).
+THROUGH_A_VIEW, JUDGED = "SKIP", "pass"
+GEMM_CASES = {
+    "llama_bf16": {
+        "Functional.linear.0": THROUGH_A_VIEW,  # q: (1, 16, 32) input, square 32x32 weight, no bias
+        "Functional.linear.1": THROUGH_A_VIEW,  # k: non-square 16x32 weight (GQA)
+        "Functional.linear.3": THROUGH_A_VIEW,  # o: square, after SDPA
+        "Functional.linear.14": THROUGH_A_VIEW,  # the head: 64x32
+        "Torch.matmul.0": THROUGH_A_VIEW,  # 4-D Q.K^T, recorded viewed as bmm's (4, 16, 16)
+        "Torch.matmul.1": THROUGH_A_VIEW,  # 4-D P.V: its (4, 16, 8) has V's flattened shape
+        "Functional.scaled_dot_product_attention.0": JUDGED,  # 4-D q, k, v: their own gradients
+    },
+    "moe_bf16": {
+        "Functional.linear.0": THROUGH_A_VIEW,  # q with bias, square
+        "Functional.linear.1": THROUGH_A_VIEW,  # k with bias, non-square
+        "Torch.einsum.0": THROUGH_A_VIEW,  # btd,vd->btv: recorded as (1, 16, 64, 1)
+        "Torch.baddbmm.0": JUDGED,  # 3-D: the scores, the mask its additive input
+        "Torch.bmm.0": JUDGED,  # 3-D P.V
+        "Functional.linear.5": JUDGED,  # an expert's gate on its gathered 2-D tokens: mm's
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(GEMM_CASES))
+def test_gemm_gradients_recorded_through_a_view_are_never_an_error(pytester, copy_dump, name):
+    cases = GEMM_CASES[name]
+    selected = " or ".join(f"{entry}.backward" for entry in cases)
+    _, result, rows, details = recorded(pytester, copy_dump, name, "-k", selected)
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    assert {entry: rows[entry]["Backward Test Success"] for entry in cases} == cases
+    for entry, verdict in cases.items():
+        outputs = [row for key, row in details.items() if key.startswith(f"{entry}.backward.output.")]
+        assert outputs and all(row["Status"] == verdict for row in outputs), entry
+        if verdict == THROUGH_A_VIEW:
+            assert all("through a view, bit for bit" in row["Message"] for row in outputs), entry

@@ -5,15 +5,21 @@ i-th floating input. For some APIs msprobe's hook sits on a node inside the
 API's own autograd graph: `F.cross_entropy` records the gradient at
 log_softmax's output (-1/N at each target, 0 elsewhere), `F.linear` records
 (bias, input, weight transposed) as addmm sees them, and on 3-D inputs the
-input flattened to 2-D. Each recorded gradient is therefore matched to the
-closest of the float64 gradients of the same shape: the call's input
-gradients and the gradient passed on by every node of its float64 graph.
+input flattened to 2-D. On inputs of 3 or more dimensions `F.linear`,
+`matmul` and `bmm` record instead the gradient arriving at the output, bit for
+bit, through a view to the 2-D or 3-D shape of the GEMM that ran: where the
+weight is square that has the input's (flattened) shape. Each recorded gradient
+is therefore matched to the closest of the float64 gradients of the same shape:
+the call's input gradients and the gradient passed on by every node of its
+float64 graph.
 
-A recorded gradient closest to its own input's gradient is judged there, however
-far (a gross deficit is a finding); one closer to another gradient is judged
-there only when it fits it (within FIT), and said so; one that fits nothing, or
-equals the gradient arriving at the output (msprobe's hook passing it on), is a
-SKIP saying so: a misattributed gradient is never an error.
+A recorded gradient proven to be the gradient arriving at the output (equal to
+it bit for bit, as it is or through a view) is a SKIP saying so, unless an
+input's gradient fits it (a pass-through API's does). Otherwise one closest to
+its own input's gradient is judged there, however far (a gross deficit is a
+finding); one closer to another gradient is judged there only when it fits it
+(within FIT), and said so; one that fits nothing is a SKIP saying what it is:
+a misattributed gradient is never an error.
 """
 
 from __future__ import annotations
@@ -79,8 +85,14 @@ def attribute(recorded: list, specs: list, bench: list, nodes: list[NodeGradient
         candidates = candidates_of(position, list(value.shape), bench, nodes, found.matched)
         distances = [distance(value, c.value) for c in candidates]
         best = min(range(len(candidates)), key=distances.__getitem__, default=None)  # a tie: the input's own
+        incoming = passed_on_as(value, passed_on)
+        if incoming and (best is None or distances[best] > FIT):
+            # Proven to be the gradient arriving at the output, not the gradient of any input (those
+            # that fit it, as a pass-through API's do, are judged): never judged as an input's.
+            found.strays.append(incoming)
+            continue
         if best is None or distances[best] > FIT:
-            why = _unfitting(value, candidates, distances, best, passed_on)
+            why = _unfitting(value, candidates, distances, best)
             if why:  # several places and none fits, or nowhere: no guess
                 found.strays.append(why)
                 continue
@@ -115,13 +127,9 @@ def candidates_of(
     return candidates
 
 
-def _unfitting(
-    value: torch.Tensor, candidates: list[Candidate], distances: list[float], best: int | None, passed_on: list
-) -> str:
+def _unfitting(value: torch.Tensor, candidates: list[Candidate], distances: list[float], best: int | None) -> str:
     """What a recorded gradient that fits no candidate is, or "" to judge it at its only candidate."""
     shape = list(value.shape)
-    if any(same_values(value, g) for g in passed_on):
-        return f"{shape} equal to the gradient arriving at the output (its hook passed it on)"
     if best is None:
         return f"{shape}, which no input or node of the float64 graph has"
     if candidates[best].own or len(candidates) == 1:
@@ -130,6 +138,22 @@ def _unfitting(
         f"{shape}, which fits none of the {len(candidates)} float64 gradients of that shape "
         f"(nearest: {candidates[best].describe()}, at a relative distance of {distances[best]:.2g})"
     )
+
+
+def passed_on_as(value: torch.Tensor, passed_on: list) -> str:
+    """What a recorded gradient is when it is, bit for bit, the gradient arriving at the output, as it
+    is or through a view (msprobe 26.2.0's hook on linear, matmul or bmm of 3 or more dimensions records
+    the grad_output flattened to the 2-D or 3-D shape of the GEMM that ran): "" when it is not."""
+    shape = list(value.shape)
+    for index, g in enumerate(passed_on):
+        if same_values(value, g):
+            return f"{shape} equal to the gradient arriving at the output (its hook passed it on)"
+        if value.numel() == g.numel() and same_values(value.reshape(-1), g.reshape(-1)):
+            return (
+                f"{shape}: the gradient arriving at output {index} {list(g.shape)} through a view, "
+                "bit for bit (its hook passed it on), no input's gradient"
+            )
+    return ""
 
 
 def distance(value: torch.Tensor, reference: torch.Tensor) -> float:
