@@ -20,8 +20,9 @@ by einsum against the tied embedding.
 Both are trained first (fp32, AdamW, a synthetic copy task) so that attention is no longer uniform,
 then cast to the dump's dtype (model.to(dtype): every API runs in that dtype on the CPU, whose kernels
 accumulate in fp32) and dumped for one step (forward and backward, no optimiser) by msprobe 26.2.0 at
-level L1 (its default risk level: views, transposes and casts left out). fp16 is loss-scaled: the
-backward starts from loss * 1024, as a GradScaler's would.
+level L1 with an API list (llama_tensor_L1.json, risk level ALL so that repeat_interleave and expand are
+kept; views, transposes and casts are not in the list). fp16 is loss-scaled: the backward starts from
+loss * 1024, as a GradScaler's would.
 """
 import math
 import os
@@ -197,7 +198,7 @@ for step in range(150):
     opt.zero_grad()
     loss.backward()
     opt.step()
-print("trained, loss %.3f" % float(loss))
+print("trained, loss %.3f" % loss.item())
 
 model = model.to(DTYPE)
 model.zero_grad()
