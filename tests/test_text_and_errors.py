@@ -437,3 +437,35 @@ def test_wrong_types_skip_their_items_and_rows_alike(pytester):
         api = node.rpartition("::")[2].rsplit(".", 1)[0]
         if api in rows:
             assert words[outcome] == rows[api]["Forward Test Success"], (node, rows[api])
+
+
+# A fault of the plugin itself on one entry, its message quoting a dump's text.
+PLUGIN_FAULT = """
+import pytest_msprobe.check
+
+def judge(self, result, name, run):
+    if name.full == "Functional.relu.1.forward":
+        raise RuntimeError("a fault quoting \\ud800 and \\x1b[2J")
+    return JUDGE(self, result, name, run)
+
+JUDGE = pytest_msprobe.check.Checker.judge
+pytest_msprobe.check.Checker.judge = judge
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+def test_a_plugin_fault_fails_its_item_and_its_row_says_error(pytester, workers):
+    folder = pytester.path / "d"
+    folder.mkdir()
+    data = {f"Functional.relu.{i}.forward": relu() for i in range(3)}
+    (folder / "dump.json").write_text(json.dumps({"task": "statistics", "framework": "pytorch", "data": data}))
+    pytester.makeconftest(PLUGIN_FAULT)
+    result = run_msprobe(pytester, folder / "dump.json", "-rA", *workers, device="cpu", subprocess=True)
+    output = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in output and not re.search("[\x1b\ud800-\udfff]", output)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED and "RuntimeError: a fault quoting \\ud800 and \\x1b[2J" in output
+    rows = rows_by_api(pytester.path / "out")
+    assert [rows[f"Functional.relu.{i}"]["Forward Test Success"] for i in range(3)] == ["pass", "error", "pass"]
+    assert "pytest-msprobe failed on this entry: RuntimeError" in rows["Functional.relu.1"]["Message"]
+    assert outcomes(result)["d/dump.json::Functional.relu.1.forward"] == "FAILED"
