@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import pluggy
 import pytest
 
 from .dump import Dump, DumpError, entry_kind, parse_entry_name, read_dump
@@ -19,10 +22,51 @@ RUN_KEY: pytest.StashKey[MsprobeRun] = pytest.StashKey()
 MAX_TERMINAL = 10_000  # characters of one entry's message in the terminal
 
 
+_HOOKS_KEY: pytest.StashKey[dict[tuple[Path, tuple[str, ...]], Any]] = pytest.StashKey()
+
+
+class _ConftestsLeftOut:
+    """A hook relay without some conftest.py modules, as pytest's own (main.FSHookProxy)."""
+
+    def __init__(self, plugins: pluggy.PluginManager, left_out: set[object]):
+        self._plugins, self._left_out = plugins, left_out
+
+    def __getattr__(self, name: str) -> pluggy.HookCaller:
+        caller = self._plugins.subset_hook_caller(name, remove_plugins=self._left_out)
+        self.__dict__[name] = caller
+        return caller
+
+
+def dump_hooks(node: pytest.Item | pytest.Collector) -> Any:
+    """The hooks of a dump's nodes: the plugins', and those of the conftest.py files pytest
+    imported (at startup, or for the tests the command line names) in the rootdir, a folder
+    above it, or a folder above the dump that is not its own. pytest's node.ihook knows the
+    conftests of the folders it walked, and it walks no dump's (session.py): it would leave out
+    the rootdir's conftest.py too."""
+    config = node.config
+    conftests = tuple(
+        name
+        for name, plugin in config.pluginmanager.list_name_plugin()
+        if isinstance(plugin, ModuleType) and name.endswith("conftest.py")  # registered under their path
+    )
+    cache = config.stash.setdefault(_HOOKS_KEY, {})
+    key = (node.path.parent, conftests)
+    if key not in cache:
+        dump_folders = config.stash[RUN_KEY].dump_folders
+        above = {config.rootpath, *config.rootpath.parents, *node.path.parents} - dump_folders
+        left_out = {config.pluginmanager.get_plugin(name) for name in conftests if Path(name).parent not in above}
+        cache[key] = _ConftestsLeftOut(config.pluginmanager, left_out) if left_out else config.hook
+    return cache[key]
+
+
 class DumpFile(pytest.File):
     """A dump.json: one item per API entry, in dump order."""
 
     dump: Dump
+
+    @property
+    def ihook(self) -> Any:
+        return dump_hooks(self)
 
     def collect(self) -> Any:
         try:
@@ -46,6 +90,10 @@ class UnreadableDump(pytest.Item):
         super().__init__(**kwargs)
         self.message = message
 
+    @property
+    def ihook(self) -> Any:
+        return dump_hooks(self)
+
     def runtest(self) -> None:
         raise DumpError(self.message)
 
@@ -66,6 +114,10 @@ class EntryItem(pytest.Item):
     result: EntryResult | None = None
     entry: str = ""  # the entry's name in the dump (self.name is it escaped)
     position: int | None = None
+
+    @property
+    def ihook(self) -> Any:
+        return dump_hooks(self)
 
     def runtest(self) -> None:
         run = self.config.stash[RUN_KEY]
