@@ -144,13 +144,19 @@ def category(api_type: str, name: str, params: list[str]) -> str:
     return "UNREVIEWED"
 
 
-def main() -> None:
+def audit() -> list[tuple[str, str, str]]:
+    """(category, API, its index-like arguments) of every allow-listed PyTorch API that has some."""
     rows = []
     for api_type, section in SECTIONS.items():
         for name in sorted(apis.wrapped(apis.PYTORCH, section)):
             params = parameters(api_type, name)
             if params:
                 rows.append((category(api_type, name, params), f"{api_type}.{name}", ", ".join(params)))
+    return rows
+
+
+def main() -> None:
+    rows = audit()
     counts = Counter(row[0] for row in rows)
     print(f"{len(rows)} allow-listed PyTorch APIs take an index-, size- or offset-like argument:")
     print(", ".join(f"{n} {what}" for what, n in sorted(counts.items())))
