@@ -810,6 +810,119 @@ def write_dump(folder: Path, base: str, cases: list[Case], raw: dict[str, Any] =
     (folder / "dump.json").write_bytes(text.encode("utf-8", "surrogatepass"))
 
 
+def size_cases() -> list[Case]:
+    """Outputs asked by arguments far past the bound (issue 26.4), inputs within it: each a SKIP naming
+    the output, its shape and the bound, found before anything is allocated (random data)."""
+
+    def ints(*values: int) -> list[dict]:
+        return [scalar("int", v) for v in values]
+
+    bound = f"more than --msprobe-max-elements {MAX_ELEMENTS:,}: not run"
+    return [
+        Case("eye of 30000", "Torch.eye.980.forward", call(ints(30000)), "output[0] would be [30000, 30000]"),
+        Case(
+            "arange to 2e9",
+            "Torch.arange.980.forward",
+            call([*ints(0), scalar("float", 2e9)]),
+            "output[0] would be [2000000000] is 2,000,000,000 elements",
+        ),
+        Case(
+            "tile to a square of 50000",
+            "Tensor.tile.980.forward",
+            call([spec([1, 1]), ints(50000, 50000)]),
+            "output[0] would be [50000, 50000]",
+        ),
+        Case(
+            "a broadcast of two vectors",
+            "Tensor.mul.980.forward",
+            call([spec([40000, 1]), spec([1, 40000])]),
+            "output[0] would be [40000, 40000]",
+        ),
+        Case(
+            "linspace of 1e10 steps",
+            "Torch.linspace.980.forward",
+            call([scalar("float", 0.0), scalar("float", 1.0), *ints(10**10)]),
+            f"output[0] would be [10000000000] is 10,000,000,000 elements (sized on PyTorch's meta device), {bound}",
+        ),
+        Case(
+            "upsample by a factor of 3000",
+            "Functional.interpolate.980.forward",
+            call([spec([1, 1, 2, 2])], {"scale_factor": scalar("float", 3000.0)}),
+            "output[0] would be [1, 1, 6000, 6000]",
+        ),
+        Case(
+            "repeats in the data",
+            "Tensor.repeat_interleave.980.forward",
+            call([spec([3]), spec([3], "torch.int64", 10**9, 10**9)]),
+            "sized by its data is 3,000,000,000 elements",
+        ),
+        Case(
+            "a recorded output of 1e12",
+            "Functional.gelu.980.forward",
+            call([spec()], outputs=[spec([10**6, 10**6])]),
+            "output[0].shape: recorded [1000000, 1000000] is 1,000,000,000,000 elements",
+        ),
+    ]
+
+
+def inflating_cases() -> list[Case]:
+    """Tensor files declaring more than they hold, or past the bound (issue 26.5): refused before a
+    loader allocates what they declare (written by write_inflating_files)."""
+    relu = "Functional.relu"
+    return [
+        Case(
+            "a deflated .pt declaring 2e6 float32",
+            f"{relu}.980.forward",
+            call([spec([2_000_000], data_name="inflating.pt")]),
+            "input_args[0].data_name: inflating.pt declares 2,000,000 elements (2,000,000 float32), more than",
+        ),
+        Case(
+            "a .pt declaring 1.5e9 elements and holding 24 bytes",
+            f"{relu}.981.forward",
+            call([spec([2, 3], data_name="lying.pt")]),
+            "input_args[0].data_name: lying.pt declares 1,500,000,000 elements",
+        ),
+        Case(
+            "a .npy header of 1.6e9 elements",
+            f"{relu}.982.forward",
+            call([spec([40000, 40000], data_name="header.npy")]),
+            "input_args[0].data_name: header.npy declares 1,600,000,000 elements (float32), more than",
+        ),
+    ]
+
+
+def write_inflating_files(folder: Path) -> None:
+    """torch.save's archive of a small tensor with its pickle's sizes rewritten (LONG1 of 8 bytes) and
+    its record deflated, or left as it was; a .npy whose header alone declares the size."""
+    import io
+    import struct
+    import zipfile
+
+    import numpy as np
+
+    def pt(name: str, elements: int, full: bool) -> None:
+        buffer = io.BytesIO()
+        torch.save(torch.arange(6, dtype=torch.float32), buffer)
+        source = zipfile.ZipFile(io.BytesIO(buffer.getvalue()))
+        size = b"\x8a\x08" + struct.pack("<q", elements)
+        with zipfile.ZipFile(folder / name, "w") as out:
+            for info in source.infolist():
+                data = source.read(info)
+                if info.filename.endswith("/data.pkl"):
+                    data = data.replace(b"cpuq\x04K\x06t", b"cpuq\x04" + size + b"t")
+                    data = data.replace(b"K\x06\x85", size + b"\x85")
+                if info.filename.endswith("/data/0") and full:
+                    data = bytes(4 * elements)
+                out.writestr(info.filename, data, compress_type=zipfile.ZIP_DEFLATED)
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pt("inflating.pt", 2_000_000, True)
+    pt("lying.pt", 1_500_000_000, False)
+    with open(folder / "header.npy", "wb") as handle:
+        np.lib.format.write_array_header_1_0(handle, {"descr": "<f4", "fortran_order": False, "shape": (40000, 40000)})
+        handle.write(bytes(64))
+
+
 def build(root: Path, marks: Path) -> Corpus:
     marks.mkdir(parents=True, exist_ok=True)
     (root.parent / "evil.pickle").write_bytes(pickle.dumps(Evil(marks / "pickle_load")))
@@ -819,14 +932,21 @@ def build(root: Path, marks: Path) -> Corpus:
         "an entry written twice", "Functional.gelu.930.forward", call([spec()]), "written more than once in dump.json"
     )
     cases = {
-        "stats": api_cases(marks) + name_cases() + input_cases() + [twice] + parsed + index_cases(real=False),
-        "tensor": api_cases(marks) + name_cases() + file_cases(marks) + index_cases(real=True),
+        "stats": api_cases(marks)
+        + name_cases()
+        + input_cases()
+        + [twice]
+        + parsed
+        + index_cases(real=False)
+        + size_cases(),
+        "tensor": api_cases(marks) + name_cases() + file_cases(marks) + index_cases(real=True) + inflating_cases(),
         "ms": ms_cases(marks),
     }
     write_dump(root / "stats", "pt_stats_L1", cases["stats"])
     write_dump(root / "tensor", "pt_tensor_L1", cases["tensor"])
     write_tensor_files(root / "tensor" / "dump_tensor_data", marks)
     write_index_files(root / "tensor" / "dump_tensor_data")
+    write_inflating_files(root / "tensor" / "dump_tensor_data")
     write_dump(root / "ms", "ms_stats_L1", cases["ms"])
     for base, folder in (("pt_stats_L1", "clean_stats"), ("pt_tensor_L1", "clean_tensor"), ("ms_stats_L1", "clean_ms")):
         shutil.copytree(DUMPS[base], root / folder)
