@@ -31,7 +31,18 @@
   (`conv.sampled`): a lower bound again, of a quarter of the work; a pass it gives says "bounded"
   (budget.Reading.bounded).
 - Anything else has no magnitude model: the standard measures its conditioning instead (the
-  spread of the benchmark under perturbed inputs).
+  spread of the benchmark under perturbed inputs), but for the forward of a unary elementwise
+  function (cos, exp, tanh, rsqrt, silu, ...: `UNARY`): a correct kernel of an exact input is a
+  few ULP off whatever the argument (cos at 4000 rad too) and perturbs no input, so the spread
+  (which moves the input by u_acc, 2e-4 at cos(4000)) would let a fast-math kernel pass.
+- `structural`: what a correct kernel's own roundings to a low dtype move an output by, a term of
+  its own (the standard scales it by c_round alone): a gradient formula that reads the forward's
+  output as it was saved, rounded to its dtype (tanh's g (1 - y^2) cancels where |y| is near 1;
+  `SAVED_OUTPUT`), |d grad / d y| u |y|; flash attention (FlashAttention-2, CUDA's flash SDPA: what
+  scaled_dot_product_attention runs on a GPU) rounds the probabilities P to bf16/fp16 before P V and
+  dS before dS K, dS^T Q, accumulating in fp32: u_low (P |V|) forward and u_low times the gradients'
+  magnitudes backward. Any kernel of that family is within it, not one implementation's error
+  pattern. (torch_npu's npu_fusion_attention computes alike; its layouts are not modelled here.)
 
 The models and their constants: bench/studies/kernel_bounds.md.
 """
@@ -85,13 +96,28 @@ PARAMETERS: dict[str, tuple[tuple[str, Any], ...]] = {
 }  # fmt: skip
 
 
+# Unary elementwise math: a correct kernel computes each element of an exact input to a few ULP
+# (opmath in fp32 for bf16/fp16), whatever the argument; in-place forms too.
+UNARY = frozenset({
+    "cos", "sin", "tan", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal",
+    "tanh", "sigmoid", "silu", "erf", "sinh", "cosh", "atan",
+})  # fmt: skip
+
+
+def _base(name: str) -> str:
+    """An in-place method's name without its underscore (tanh_ -> tanh; __add__ stays)."""
+    return name[:-1] if name.endswith("_") and not name.endswith("__") else name
+
+
 def family(api: str) -> str:
     """ "sum" (a sum or product), "formula" (softmax, layer_norm, batch_norm, gelu, cross_entropy), "routes"
-    (pooling, interpolation) or "" of an API's last name."""
+    (pooling, interpolation), "unary" (elementwise math of one input) or "" of an API's last name."""
     name = api.rsplit(".", 1)[-1]
     if name in SUMS_AND_PRODUCTS:
         return "sum"
-    return "formula" if name in PARAMETERS else "routes" if name in ROUTES else ""
+    if name in PARAMETERS:
+        return "formula"
+    return "routes" if name in ROUTES else "unary" if _base(name) in UNARY else ""
 
 
 # Formulas that run in float32 where every floating tensor of the call is float32 or narrower: a
@@ -272,11 +298,9 @@ def _cross_entropy(p: dict[str, Any], g: torch.Tensor | None) -> list:
     return [(torch.softmax(x, 1) + onehot) * per_row * kept[:, None] * scale]
 
 
-def _attention(p: dict[str, Any], g: torch.Tensor | None) -> list:
-    """softmax(Q K^T scale + mask) V with softmax's magnitudes: the output P |V| plus what the
-    scores' own rounding (the terms |Q| |K|^T |scale| each sums) moves through P; the gradients
-    P^T |g| for V, and for Q and K the softmax gradient's P (|dP| + sum P |dP|) with |dP| = |g| |V|^T,
-    through |K| and |Q|. Without dropout or grouped heads (others raise: no magnitude)."""
+def _probabilities(p: dict[str, Any]) -> tuple[torch.Tensor, float]:
+    """(softmax(Q K^T scale + mask), |scale|) of scaled_dot_product_attention's call; raises
+    without a model (dropout, grouped heads)."""
     q, k, v, mask = p["query"], p["key"], p["value"], p["attn_mask"]
     if p["dropout_p"] or p["enable_gqa"] or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
         raise ValueError("scaled_dot_product_attention with dropout or grouped heads")
@@ -287,7 +311,16 @@ def _attention(p: dict[str, Any], g: torch.Tensor | None) -> list:
         scores = scores.masked_fill(~torch.ones(rows, columns, dtype=torch.bool).tril(), float("-inf"))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-    probs = torch.softmax(scores, -1)
+    return torch.softmax(scores, -1), scale
+
+
+def _attention(p: dict[str, Any], g: torch.Tensor | None) -> list:
+    """softmax(Q K^T scale + mask) V with softmax's magnitudes: the output P |V| plus what the
+    scores' own rounding (the terms |Q| |K|^T |scale| each sums) moves through P; the gradients
+    P^T |g| for V, and for Q and K the softmax gradient's P (|dP| + sum P |dP|) with |dP| = |g| |V|^T,
+    through |K| and |Q|. Without dropout or grouped heads (others raise: no magnitude)."""
+    q, k, v, mask = p["query"], p["key"], p["value"], p["attn_mask"]
+    probs, scale = _probabilities(p)
     aq, ak, av = q.abs(), k.abs(), v.abs()
     if g is None:
         moved = probs * (aq @ ak.transpose(-2, -1) * scale)  # P times the magnitude of each score's terms
@@ -308,6 +341,74 @@ FORMULAS: dict[str, Callable[[dict[str, Any], torch.Tensor | None], list]] = {
     "cross_entropy": _cross_entropy,
     "scaled_dot_product_attention": _attention,
 }
+
+
+# Backward formulas that read the forward's output as saved (rounded to its dtype), by API: y and
+# |g| -> |d grad / d y| |y|, what a rounding of y by u |y| moves the gradient by, over u.
+SAVED_OUTPUT: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "tanh": lambda y, g: 2 * g * y * y,  # g (1 - y^2)
+    "sigmoid": lambda y, g: g * (1 - 2 * y).abs() * y.abs(),  # g y (1 - y)
+    "exp": lambda y, g: g * y.abs(),  # g y
+    "exp2": lambda y, g: math.log(2) * g * y.abs(),  # g y ln 2
+    "expm1": lambda y, g: g * y.abs(),  # g (y + 1)
+    "sqrt": lambda y, g: g / (2 * y.abs()),  # g / (2 y)
+    "rsqrt": lambda y, g: 1.5 * g * y.abs() ** 3,  # -g y^3 / 2
+    "reciprocal": lambda y, g: 2 * g * y * y,  # -g y^2
+}
+_UNARY_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "tanh": torch.tanh, "sigmoid": torch.sigmoid, "exp": torch.exp, "exp2": torch.exp2, "expm1": torch.expm1,
+    "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal,
+}  # fmt: skip
+STRUCTURAL = frozenset({*SAVED_OUTPUT, "softmax", "log_softmax", "scaled_dot_product_attention"})
+
+
+def _unit(dtype: torch.dtype) -> float:
+    """The unit roundoff of a floating dtype: 2^-8 for bf16, 2^-24 for fp32."""
+    return torch.finfo(dtype).eps / 2
+
+
+def structural(api: str, args: Sequence[Any], kwargs: dict[str, Any], grad_outputs: list | None) -> list:
+    """What a correct kernel's own roundings in the call's dtype move each output (backward: each
+    floating input's gradient) by, in float64: at most, but for softmax's dot (three standard
+    deviations of its roundings) (the module docstring; None for an output without one). Raises for
+    an API without a model."""
+    name = _base(api.rsplit(".", 1)[-1])
+    tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    g = next((t for t in grad_outputs or () if isinstance(t, torch.Tensor)), None)
+    if not tensors or name not in STRUCTURAL or (grad_outputs is not None and g is None):
+        raise ValueError(f"no structural term for {api}")
+    if name == "scaled_dot_product_attention":
+        p = _bind(name, args, kwargs)
+        u = _unit(tensors[0].dtype)
+        if g is None:
+            probs, _ = _probabilities(p)
+            return [probs @ p["value"].abs() * u]  # P rounded before P V
+        # dV = P^T dO with P rounded, dQ = dS K and dK = dS^T Q with dS rounded (and the saved
+        # output's rounding in dS's rowsum(dO O)): the gradients' magnitudes, at u_low.
+        return [None if m is None else m * u for m in _attention(p, g.detach().to(torch.float64))]
+    if g is None:
+        raise ValueError(f"{api}'s forward rounds no intermediate to its dtype")
+    x = tensors[0].detach().to(torch.float64)
+    ag = g.detach().to(torch.float64).abs()
+    if name in ("softmax", "log_softmax"):
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+        dim = dim if isinstance(dim, int) else -1
+        dtype = kwargs.get("dtype")
+        u = _unit(dtype if isinstance(dtype, torch.dtype) else tensors[0].dtype)  # the saved output's
+        signed = g.detach().to(torch.float64)
+        if name == "softmax":
+            # y (g - dot), dot = sum y g: y_i's own rounding moves it by u y_i |g_i - dot|, and the
+            # dot's rounded terms y_j g_j by a sum of n independent roundings: sqrt(3) u ||y g||_2 is
+            # three of its standard deviations (u / sqrt 3 each). Their worst case, u sum y |g|, is
+            # sqrt(n) times that on long rows and would pass a dot summed in fp16 over 512 keys.
+            y = torch.softmax(x, dim)
+            dot = (y * signed).sum(dim, keepdim=True)
+            spread = (y * signed).square().sum(dim, keepdim=True).sqrt() * math.sqrt(3)
+            return [y * ((signed - dot).abs() + spread) * u]
+        y = torch.log_softmax(x, dim)  # g - exp(y) sum g
+        return [y.exp() * y.abs() * signed.sum(dim, keepdim=True).abs() * u]
+    y = _UNARY_FNS[name](x)
+    return [SAVED_OUTPUT[name](y, ag) * _unit(tensors[0].dtype)]
 
 
 def terms_bound(api: str, inputs: Sequence[torch.Tensor], grad_outputs: Sequence[Any] | None) -> int | None:
@@ -430,6 +531,10 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
             magnitude=lambda side: sides.compared_run(replace(side, grad_transform=torch.Tensor.abs_)),
             spread=False,
         )
+    if _base(api.rsplit(".", 1)[-1]) in STRUCTURAL:
+        sides = replace(sides, structural=lambda side: structural(api, call.args, call.kwargs, grad_outputs))
+    if kind == "unary" and grad_outputs is None:  # an exact input: no perturbation to spread
+        sides = replace(sides, spread=False)
     if kind == "formula":
         return replace(sides, magnitude=lambda side: formula(api, call.args, call.kwargs, grad_outputs))
     return sides

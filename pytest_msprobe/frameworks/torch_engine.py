@@ -499,6 +499,8 @@ class Sides:
     spread: bool = True
     # (output index, its size) -> how many terms one element sums at most, where the API says (magnitudes.terms_of).
     terms: Callable[[int, int], int | None] | None = None
+    # What a correct kernel's roundings in a low dtype move each output by (magnitudes.structural).
+    structural: Callable[[Side], list] | None = None
     # The bench as the pairs compare it, for the extra runs: where a gradient was judged at a
     # node of the graph, that node's value (by default the bench itself).
     compared_bench: Callable[[Side], list] | None = None
@@ -626,6 +628,7 @@ class ExtraBenchRuns:
             sampled_magnitude=lambda: self.sampled_magnitude(index),
             spread_once=lambda relative: self.spread(index, relative, 1),
             terms=lambda: self.terms(index),
+            structural=lambda: self.run_of("structural", self.sides.structural, None, index),
         )
 
     def terms(self, index: int) -> int | None:

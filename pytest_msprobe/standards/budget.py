@@ -1,6 +1,6 @@
 """What a correct kernel may get wrong at each element of an output: the dtype standard's budget.
 
-    budget_i = c_out ulp_i  +  c_acc u_acc m_i  +  c_length u_acc sqrt(K) |b_i|  +  c_spread S_i  +  c_low L_i
+    budget_i = c_out ulp_i + c_acc u_acc m_i + c_length u_acc sqrt(K) |b_i| + c_round R_i + c_spread S_i + c_low L_i
 
     ulp_i   the spacing of the tested dtype at the correctly rounded benchmark (the subnormal
             spacing below the normal range): the final rounding (0.5) and a 1-ULP math library (1)
@@ -12,8 +12,13 @@
     K       how many terms one element sums, where the API says (conv, linear, matmul, sum, mean,
             a norm's weight gradient): where the terms share a sign a correct kernel's partial sums
             grow with the result, and what it rounds with them (no extra run)
+    R_i     what a correct kernel's own roundings to the low dtype move the element by, from the
+            API's formula (frameworks/magnitudes.structural): a saved output read by the gradient
+            (tanh's g (1 - y^2) with y rounded: 2 |g| y^2 u_y), flash attention's probabilities
+            rounded to bf16/fp16 before P V (u_low P |V|) and its dS before dS K, dS^T Q
     S_i     max over seeds of |b(inputs x (1 + u_acc r)) - b_i|, r = +-1 at random: what the
             computation's conditioning makes of intermediate rounding, for what is not a sum
+            (not asked of a unary function's forward: its exact input is not perturbed)
     L_i     |the API on the CPU in the tested dtype - b_i|, bf16/fp16 only: what PyTorch's own
             kernels round in that dtype (saved activations, scalars, partial sums)
 
@@ -159,6 +164,7 @@ class Constants:
     c_acc: float = 32.0  # correct kernels need 18.8 at most (fp32 sums in order, K = 1024); TF32 636
     c_spread: float = 8.0  # correct kernels need 2.4 at most
     c_low: float = 2.0  # correct kernels need 1.0 at most
+    c_round: float = 2.0  # a bound at 1 forward; flash's backward counts dS and the saved output's rounding: 2
     c_length: float = 2.0  # correct kernels need 1.34 at most (fp32 sums in order of 262,144 same-sign terms)
     band: float = 1.04  # a warning up to this many times the budget: half the width that holds no deficit
 
@@ -221,6 +227,7 @@ def read(
     # same verdict.
     asks: list[tuple[str, tuple[Callable[[], np.ndarray | None], ...]]] = [
         ("magnitude", (extra.sampled_magnitude, extra.lower_magnitude, extra.magnitude)),
+        ("structural", (extra.structural,)),
         ("spread", (lambda: extra.spread_once(U_ACC), lambda: extra.spread(U_ACC))),
     ]
     if fmt.mantissa_bits < 23:
@@ -310,6 +317,8 @@ class _Budget:
         terms = {"rounding": c.c_out * unit, "fp32 accumulation": magnitude}
         if self.terms:
             terms[f"partial sums of {self.terms} terms"] = c.c_length * self.u_acc * math.sqrt(self.terms) * size
+        if "structural" in self.answers:
+            terms["rounded intermediates"] = c.c_round * self.answer("structural", at)
         if "spread" in self.answers:
             terms["conditioning"] = c.c_spread * self.answer("spread", at)
         if "low" in self.answers:

@@ -4,7 +4,9 @@ A float64 benchmark differs from a correct bf16 or fp16 result by the rounding a
 fixed MaxAbsErr of 1e-4 cannot tell from a fault. This standard judges every element of an
 output against its own budget (standards/budget.py): the final rounding in the tested dtype at
 that element, plus what the computation amplifies of the fp32 accumulation a correct kernel is
-allowed (Ascend's cube unit and CUDA's tensor cores accumulate fp16/bf16/fp32 in fp32). An
+allowed (Ascend's cube unit and CUDA's tensor cores accumulate fp16/bf16/fp32 in fp32) and of the
+intermediates a correct kernel rounds to the low dtype (a saved output its gradient reads, flash
+attention's P in bf16). An
 output whose worst element is within its budget passes; up to 1.04 times it, a warning; beyond,
 an error. So a bf16 matmul accumulated in bf16, a TF32 GEMM, a tanh GELU for an erf one or a
 gradient missing a term fail, and other summation orders, 1-ULP math libraries, online softmax
@@ -53,7 +55,8 @@ class DtypeStandard:
         c = CONSTANTS
         text = (
             f"dtype (each element within {c.c_out:g} ULP + {c.c_acc:g} u_acc x its terms' magnitude "
-            f"+ {c.c_spread:g} x its conditioning + {c.c_low:g} x the CPU's bf16/fp16 kernel"
+            f"+ {c.c_round:g} x rounded intermediates + {c.c_spread:g} x its conditioning "
+            f"+ {c.c_low:g} x the CPU's bf16/fp16 kernel"
         )
         if self.warning:
             text += f"; warning up to {c.band:g}x"
