@@ -1322,3 +1322,455 @@ def call_entry(
     shapes = run(EXACT, entry)
     entry.output_specs = [None if v is None else {"dtype": str(dtype), "shape": list(v.shape)} for v in shapes]
     return entry
+
+
+# -- LLaMA-style kernels: entries of APIs the shipped dumps do not record -------
+#
+# A LLaMA-style decoder (RMSNorm, RoPE at positions in the thousands, SDPA, SwiGLU) and an MoE router
+# run kernels the GPT and CNN dumps hold no entry of. Each case is one entry written in msprobe's
+# layout from inputs drawn like the model's: a deficit's recorded outputs are what that deficient
+# kernel gives, a control's what a correct one gives (PyTorch's own CPU kernel, or a flash-style
+# attention: tiles of keys, online softmax, P rounded to bf16/fp16 before P V, fp32 accumulation).
+
+LLAMA_HEADS, LLAMA_SEQ, LLAMA_HEAD_DIM, LLAMA_WIDTH = 4, 256, 64, 256
+POSITION = 4000  # RoPE's first position: a long context's angles reach thousands of radians
+EXPERTS = 8
+PIO2_F32 = float(torch.tensor(math.pi / 2, dtype=F32))  # one fp32 constant: a fast-math range reduction
+TWO_OVER_PI_F32 = float(torch.tensor(2 / math.pi, dtype=F32))
+
+
+@dataclass
+class Recorded:
+    """What msprobe records of one call: its inputs and outputs, and for a backward entry the
+    gradients fed to the outputs and those of the floating inputs (argument order)."""
+
+    args: list
+    kwargs: dict
+    outputs: list
+    grad_outputs: list | None = None
+    grads: list | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str  # "flash_bf16"
+    deficit: bool
+    api: str  # "Functional.scaled_dot_product_attention"
+    direction: str  # the entry judged: forward or backward (a backward case records its forward too)
+    what: str
+    build: Callable[[], Recorded]
+
+
+@dataclass
+class Draw:
+    """Which inputs the cases draw: `offset` moves every seed (a study's other draws), `seq` the
+    sequence length (keys of attention, rows elsewhere)."""
+
+    offset: int = 0
+    seq: int = LLAMA_SEQ
+
+
+_DRAW = Draw()  # the draw write_cases is building (its `draw` argument)
+
+
+def _randn(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed + 1000 * _DRAW.offset)
+    return torch.randn(*shape, generator=generator, dtype=F64) * scale
+
+
+def _attention_inputs(dtype: torch.dtype, seed: int = 10) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v of a causal self-attention (1, heads, seq, 64): values with per-channel means, as a
+    trained model's (the output then does not average to 0)."""
+    shape = (1, LLAMA_HEADS, _DRAW.seq, LLAMA_HEAD_DIM)
+    q, k = _randn(seed, *shape), _randn(seed + 1, *shape)
+    v = _randn(seed + 2, *shape, scale=0.5) + _randn(seed + 3, 1, LLAMA_HEADS, 1, LLAMA_HEAD_DIM)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def _causal(scores: torch.Tensor, keys: slice | None = None) -> torch.Tensor:
+    rows, columns = scores.shape[-2], scores.shape[-1]
+    start = 0 if keys is None else keys.start
+    hidden = torch.arange(start, start + columns)[None, :] > torch.arange(rows)[:, None]
+    return scores.masked_fill(hidden, -math.inf)
+
+
+def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(output in q's dtype, log-sum-exp in fp32) of causal attention as FlashAttention-2 computes it:
+    keys in tiles, a running max and rescaled fp32 sum (online softmax), P rounded to the input dtype
+    before P V, every product accumulated in fp32."""
+    low = q.dtype
+    q, k, v = q.to(F64), k.to(F64), v.to(F64)
+    scale = 1 / math.sqrt(q.shape[-1])
+    m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=F64)
+    total = torch.zeros_like(m)
+    acc = torch.zeros_like(q)
+    for start in range(0, k.shape[-2], tile):
+        keys = slice(start, start + tile)
+        s = _causal(rnd(rnd(q @ k[..., keys, :].transpose(-1, -2), F32) * scale, F32), keys)
+        new = torch.maximum(m, s.amax(-1, keepdim=True))
+        alpha = rnd(torch.exp(m - new), F32)  # exp(-inf) = 0 before any key
+        p = rnd(torch.exp(rnd(s - new, F32)), F32)
+        total = rnd(rnd(total * alpha, F32) + rnd(p.sum(-1, keepdim=True), F32), F32)
+        acc = rnd(rnd(acc * alpha, F32) + rnd(rnd(p, low) @ v[..., keys, :], F32), F32)
+        m = new
+    out = rnd(acc / total, F32).to(low)
+    return out, rnd(m + torch.log(total), F32)
+
+
+def flash_backward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, g: torch.Tensor, tile: int
+) -> list[torch.Tensor]:
+    """dQ, dK, dV as FlashAttention-2's backward computes them: P recomputed in fp32 from the saved
+    log-sum-exp, D = rowsum(dO O) from the saved (rounded) output, P and dS rounded to the input dtype
+    before the GEMMs, fp32 accumulation."""
+    low = q.dtype
+    q, k, v, out, g = (t.to(F64) for t in (q, k, v, out, g))
+    scale = 1 / math.sqrt(q.shape[-1])
+    d = rnd((g * out).sum(-1, keepdim=True), F32)
+    dq = torch.zeros_like(q)
+    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+    for start in range(0, k.shape[-2], tile):
+        keys = slice(start, start + tile)
+        s = _causal(rnd(rnd(q @ k[..., keys, :].transpose(-1, -2), F32) * scale, F32), keys)
+        p = rnd(torch.exp(rnd(s - lse, F32)), F32)
+        dv[..., keys, :] = rnd(rnd(p, low).transpose(-1, -2) @ g, F32)
+        dp = rnd(g @ v[..., keys, :].transpose(-1, -2), F32)
+        ds = rnd(rnd(p * rnd(dp - d, F32), F32) * scale, F32)
+        dq = rnd(dq + rnd(rnd(ds, low) @ k[..., keys, :], F32), F32)
+        dk[..., keys, :] = rnd(rnd(ds, low).transpose(-1, -2) @ q, F32)
+    return [dq.to(low), dk.to(low), dv.to(low)]
+
+
+def _grad_output(seed: int, like: torch.Tensor) -> torch.Tensor:
+    return _randn(seed, *like.shape).to(like.dtype)
+
+
+def _torch_backward(fn: Callable, args: list, kwargs: dict, g: torch.Tensor) -> tuple[list, list]:
+    """(PyTorch's CPU outputs, the gradients of the floating tensor args) of fn(*args, **kwargs)."""
+    leaves = [a.detach().clone().requires_grad_(True) if _floating(a) else a for a in args]
+    out = fn(*leaves, **kwargs)
+    grads = torch.autograd.grad(out, [a for a in leaves if _floating(a)], g)
+    return [out.detach()], [t.detach() for t in grads]
+
+
+def _floating(a: Any) -> bool:
+    return isinstance(a, torch.Tensor) and a.is_floating_point()
+
+
+def _flash_case(dtype: torch.dtype, tile: int) -> Recorded:
+    q, k, v = _attention_inputs(dtype)
+    out, lse = flash_forward(q, k, v, tile)
+    g = _grad_output(20, out)
+    return Recorded([q, k, v], {"is_causal": True}, [out], [g], flash_backward(q, k, v, out, lse, g, tile))
+
+
+def _sdpa_pv_low(dtype: torch.dtype) -> Recorded:
+    """softmax in fp32, P rounded to the dtype, P V summed key by key with the running sum in the dtype."""
+    q, k, v = _attention_inputs(dtype)
+    p = rnd(torch.softmax(_causal(q.to(F64) @ k.to(F64).transpose(-1, -2) / math.sqrt(q.shape[-1])), -1), dtype)
+    total = torch.zeros(q.shape, dtype=F64)
+    for j in range(k.shape[-2]):
+        total = rnd(total + p[..., j : j + 1] * v.to(F64)[..., j : j + 1, :], dtype)
+    return Recorded([q, k, v], {"is_causal": True}, [total.to(dtype)])
+
+
+def _sdpa_qk_tf32() -> Recorded:
+    """fp32 attention whose Q K^T reads TF32 operands (10 mantissa bits); the rest exact, then rounded."""
+    q, k, v = _attention_inputs(F32)
+    qt, kt = round_mantissa(q.to(F64), 10), round_mantissa(k.to(F64), 10)
+    p = torch.softmax(_causal(qt @ kt.transpose(-1, -2) / math.sqrt(q.shape[-1])), -1)
+    return Recorded([q, k, v], {"is_causal": True}, [(p @ v.to(F64)).to(F32)])
+
+
+def _sdpa_torch(dtype: torch.dtype) -> Recorded:
+    q, k, v = _attention_inputs(dtype)
+    g = _grad_output(20, q)
+    outs, grads = _torch_backward(F.scaled_dot_product_attention, [q, k, v], {"is_causal": True}, g)
+    return Recorded([q, k, v], {"is_causal": True}, outs, [g], grads)
+
+
+def _rope_parts() -> tuple[torch.Tensor, torch.Tensor]:
+    """LLaMA's rotary inputs: inv_freq (1, 32, 1) and positions (1, 1, seq) from POSITION on, fp32."""
+    half = LLAMA_HEAD_DIM // 2
+    inv_freq = (1.0 / (10000.0 ** (torch.arange(0, LLAMA_HEAD_DIM, 2, dtype=F64) / LLAMA_HEAD_DIM))).to(F32)
+    positions = torch.arange(POSITION, POSITION + _DRAW.seq, dtype=F32)
+    return inv_freq.reshape(1, half, 1), positions.reshape(1, 1, -1)
+
+
+def _angles() -> torch.Tensor:
+    """The rotary angles (1, seq, 64) as LLaMA builds them in fp32: cat(freqs, freqs)."""
+    inv_freq, positions = _rope_parts()
+    freqs = torch.matmul(inv_freq, positions).transpose(1, 2)
+    return torch.cat([freqs, freqs], -1)
+
+
+def _rope_matmul(bf16: bool) -> Recorded:
+    """The angles' matmul (1, 32, 1) @ (1, 1, seq) in fp32; `bf16`: its product rounded to bf16."""
+    inv_freq, positions = _rope_parts()
+    exact = inv_freq.to(F64) @ positions.to(F64)
+    out = rnd(exact, torch.bfloat16) if bf16 else torch.matmul(inv_freq, positions).to(F64)
+    return Recorded([inv_freq, positions], {}, [out.to(F32)])
+
+
+def fast_trig(x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """cos or sin of fp32 x with a one-constant range reduction: k = rint(x 2/pi), r = x - k fp32(pi/2)
+    rounded to fp32, then the function of r + k pi/2 exactly (a perfect polynomial): off by k times
+    pi/2 - fp32(pi/2) (4.4e-8), about 1e-4 at 4000 rad."""
+    x = x.to(F64)
+    turns = torch.round(rnd(x * TWO_OVER_PI_F32, F32))
+    reduced = rnd(x - turns * PIO2_F32, F32)
+    return fn(reduced + turns * (math.pi / 2)).to(F32)
+
+
+def _trig(name: str, fast: bool) -> Recorded:
+    x = _angles()
+    fn = getattr(torch, name)
+    return Recorded([x], {}, [fast_trig(x, fn) if fast else fn(x)])
+
+
+def _rms_variance() -> torch.Tensor:
+    """hidden.pow(2).mean(-1, keepdim=True) + eps of LLaMA's RMSNorm, fp32 (1, seq, 1)."""
+    hidden = _randn(30, 1, _DRAW.seq, LLAMA_WIDTH, scale=3.0).to(F32)
+    return hidden.pow(2).mean(-1, keepdim=True) + 1e-6
+
+
+def _rsqrt(bits: int | None) -> Recorded:
+    x = _rms_variance()
+    out = torch.rsqrt(x) if bits is None else round_mantissa(torch.rsqrt(x.to(F64)), bits - 1).to(F32)
+    return Recorded([x], {}, [out])
+
+
+# exp's 2^f on [0, 1) as a cubic: a fast exp off by up to 2.2e-4 relative (a fast-math library's)
+_EXP2_CUBIC = [1.0, 0.6951786, 0.2261583, 0.0782451]
+
+
+def fast_exp(x: torch.Tensor) -> torch.Tensor:
+    """exp(x) = 2^n 2^f with n = floor(x log2 e) and 2^f a cubic: relative error up to 2.2e-4."""
+    t = x.to(F64) * math.log2(math.e)
+    n = torch.floor(t)
+    f = t - n
+    c = _EXP2_CUBIC
+    return torch.ldexp(c[0] + f * (c[1] + f * (c[2] + f * c[3])), n)
+
+
+def _silu_input(dtype: torch.dtype) -> torch.Tensor:
+    return _randn(40, 1, _DRAW.seq, 2 * LLAMA_WIDTH, scale=3.0).to(dtype)
+
+
+def _silu(dtype: torch.dtype, how: str) -> Recorded:
+    """SwiGLU's silu; `how`: torch (PyTorch's CPU kernel), fast_exp (forward with fast_exp) or
+    missing_term (backward g sigmoid(x), without g x sigmoid(x)(1 - sigmoid(x)))."""
+    x = _silu_input(dtype)
+    g = _grad_output(41, x)
+    outs, grads = _torch_backward(F.silu, [x], {}, g)
+    if how == "fast_exp":
+        return Recorded([x], {}, [rnd(x.to(F64) / (1 + fast_exp(-x.to(F64))), dtype).to(dtype)])
+    if how == "missing_term":
+        grads = [(g.to(F64) * torch.sigmoid(x.to(F64))).to(dtype)]
+    return Recorded([x], {}, outs, [g], grads)
+
+
+def _router_logits() -> torch.Tensor:
+    return _randn(50, _DRAW.seq, EXPERTS, scale=2.0).to(F32)
+
+
+def _router_softmax(bf16: bool) -> Recorded:
+    """The router's softmax over experts, fp32 logits; `bf16`: every step in bf16 (x - max, exp, the
+    sum in order, the division), the result returned in fp32."""
+    x = _router_logits()
+    if not bf16:
+        return Recorded([x], {"dim": -1}, [torch.softmax(x, -1)])
+    b = torch.bfloat16
+    xb = rnd(x.to(F64), b)
+    e = rnd(torch.exp(rnd(xb - xb.amax(-1, keepdim=True), b)), b)
+    return Recorded([x], {"dim": -1}, [rnd(e / _sequential(e.movedim(-1, 0), b).unsqueeze(-1), b).to(F32)])
+
+
+def _rms_norm(dtype: torch.dtype, missing_term: bool) -> Recorded:
+    """torch_npu.npu_rms_norm(x, gamma, epsilon=1e-6), the fused RMSNorm ((y, rstd) in fp32), as a
+    correct kernel computes it: in float64 from the recorded inputs, each result rounded once
+    (rstd takes no gradient: a zero one is fed to it). `missing_term`: the input's gradient
+    rstd g gamma alone, without - rstd xhat mean(g gamma xhat)."""
+    x = _randn(60, 1, _DRAW.seq, LLAMA_WIDTH).to(dtype)
+    w = (1 + _randn(61, LLAMA_WIDTH, scale=0.1)).to(dtype)
+    x64, w64 = x.to(F64).requires_grad_(True), w.to(F64).requires_grad_(True)
+    rstd = torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6)
+    y = x64 * rstd * w64
+    g = _grad_output(62, x)
+    dx, dw = torch.autograd.grad(y, [x64, w64], g.to(F64))
+    if missing_term:
+        dx = rstd.detach() * g.to(F64) * w.to(F64)
+    outputs = [y.detach().to(dtype), rstd.detach().to(F32)]
+    return Recorded([x, w], {"epsilon": 1e-6}, outputs, [g, torch.zeros_like(outputs[1])], [dx.to(dtype), dw.to(dtype)])
+
+
+def _saved_output(name: str, dtype: torch.dtype) -> Recorded:
+    """PyTorch's own forward and backward of a function whose gradient reads its saved output."""
+    fn, kwargs = (getattr(F, name), {"dim": -1}) if name.endswith("softmax") else (getattr(torch, name), {})
+    x = _randn(70, 1, _DRAW.seq, LLAMA_WIDTH, scale=3.0).to(dtype)
+    g = _grad_output(71, x)
+    outs, grads = _torch_backward(fn, [x], kwargs, g)
+    return Recorded([x], kwargs, outs, [g], grads)
+
+
+BF16, FP16 = torch.bfloat16, torch.float16
+_API = {
+    "sdpa": "Functional.scaled_dot_product_attention",
+    "matmul": "Torch.matmul",
+    "cos": "Tensor.cos",
+    "sin": "Tensor.sin",
+    "rsqrt": "Torch.rsqrt",
+    "silu": "Functional.silu",
+    "softmax": "Functional.softmax",
+    "log_softmax": "Functional.log_softmax",
+    "rms_norm": "NPU.npu_rms_norm",
+    "tanh": "Torch.tanh",
+    "sigmoid": "Torch.sigmoid",
+    "exp": "Torch.exp",
+}
+
+
+def _case(name: str, deficit: bool, api: str, direction: str, what: str, build: Callable[[], Recorded]) -> Case:
+    return Case(name, deficit, _API[api], direction, what, build)
+
+
+LLAMA_CASES: list[Case] = [
+    # deficits
+    _case("sdpa_pv_bf16", True, "sdpa", FORWARD, "P V accumulated in bf16, key by key", lambda: _sdpa_pv_low(BF16)),
+    _case("sdpa_pv_fp16", True, "sdpa", FORWARD, "P V accumulated in fp16, key by key", lambda: _sdpa_pv_low(FP16)),
+    _case("sdpa_qk_tf32", True, "sdpa", FORWARD, "fp32 attention with Q K^T on TF32 operands", _sdpa_qk_tf32),
+    _case("rope_angles_bf16", True, "matmul", FORWARD, "RoPE's angles rounded to bf16", lambda: _rope_matmul(True)),
+    _case("fast_cos", True, "cos", FORWARD, "cos with a one-constant range reduction", lambda: _trig("cos", True)),
+    _case("fast_sin", True, "sin", FORWARD, "sin with a one-constant range reduction", lambda: _trig("sin", True)),
+    _case("rsqrt12", True, "rsqrt", FORWARD, "RMSNorm's rsqrt from a 12-bit estimate", lambda: _rsqrt(12)),
+    _case("silu_fast_exp", True, "silu", FORWARD, "SiLU with a fast exp (2e-4)", lambda: _silu(F32, "fast_exp")),
+    _case(
+        "router_softmax_bf16",
+        True,
+        "softmax",
+        FORWARD,
+        "the router's fp32 softmax computed in bf16",
+        lambda: _router_softmax(True),
+    ),
+    *(
+        _case(
+            f"rms_norm_missing_term_{short}",
+            True,
+            "rms_norm",
+            BACKWARD,
+            "RMSNorm's input gradient without its mean term",
+            lambda dtype=dtype: _rms_norm(dtype, True),
+        )
+        for short, dtype in (("fp32", F32), ("bf16", BF16))
+    ),
+    *(
+        _case(
+            f"silu_missing_term_{short}",
+            True,
+            "silu",
+            BACKWARD,
+            "SiLU's gradient g sigmoid(x) alone",
+            lambda dtype=dtype: _silu(dtype, "missing_term"),
+        )
+        for short, dtype in (("fp32", F32), ("bf16", BF16))
+    ),
+    # controls: flash attention (forward and backward) and PyTorch's own CPU kernels
+    *(
+        _case(
+            f"flash_{short}_tile{tile}",
+            False,
+            "sdpa",
+            BACKWARD,
+            f"flash attention, tiles of {tile} keys, P in {short}, fp32 accumulation",
+            lambda dtype=dtype, tile=tile: _flash_case(dtype, tile),
+        )
+        for short, dtype, tile in (("bf16", BF16, 16), ("bf16", BF16, 64), ("fp16", FP16, 32))
+    ),
+    *(
+        _case(
+            f"sdpa_torch_{short}",
+            False,
+            "sdpa",
+            BACKWARD,
+            "PyTorch's CPU attention",
+            lambda dtype=dtype: _sdpa_torch(dtype),
+        )
+        for short, dtype in (("fp32", F32), ("bf16", BF16))
+    ),
+    _case("rope_angles", False, "matmul", FORWARD, "PyTorch's fp32 matmul", lambda: _rope_matmul(False)),
+    _case("cos", False, "cos", FORWARD, "PyTorch's cos at thousands of radians", lambda: _trig("cos", False)),
+    _case("sin", False, "sin", FORWARD, "PyTorch's sin at thousands of radians", lambda: _trig("sin", False)),
+    _case("rsqrt", False, "rsqrt", FORWARD, "PyTorch's rsqrt", lambda: _rsqrt(None)),
+    _case("router_softmax", False, "softmax", FORWARD, "PyTorch's fp32 softmax", lambda: _router_softmax(False)),
+    *(
+        _case(f"{api}_{short}", False, api, BACKWARD, f"PyTorch's {api}", build)
+        for short, dtype in (("fp32", F32), ("bf16", BF16))
+        for api, build in (
+            ("silu", lambda dtype=dtype: _silu(dtype, "torch")),
+            ("rms_norm", lambda dtype=dtype: _rms_norm(dtype, False)),
+            *(
+                (name, lambda dtype=dtype, name=name: _saved_output(name, dtype))
+                for name in ("tanh", "sigmoid", "exp", "softmax", "log_softmax")
+            ),
+        )
+    ),
+]
+
+
+def _spec(value: Any, folder: Path, name: str) -> Any:
+    """msprobe's record of one value (a tensor's file written under folder/dump_tensor_data)."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach()
+        torch.save(tensor.clone(), folder / "dump_tensor_data" / f"{name}.pt")
+        stats = tensor.to(F64)
+        return {
+            "type": "torch.Tensor",
+            "dtype": str(tensor.dtype),
+            "shape": list(tensor.shape),
+            **{key: float(fn(stats)) for key, fn in (("Max", torch.max), ("Min", torch.min), ("Mean", torch.mean))},
+            "Norm": float(stats.norm()),
+            "requires_grad": tensor.is_floating_point(),
+            "data_name": f"{name}.pt",
+        }
+    if isinstance(value, (list, tuple)):
+        return [_spec(v, folder, f"{name}.{i}") for i, v in enumerate(value)]
+    return None if value is None else {"type": type(value).__name__, "value": value}
+
+
+def write_cases(folder: Path, cases: Iterable[Case], draw: Draw | None = None) -> dict[str, str]:
+    """A tensor dump at folder holding each case's entries (forward, and backward for a backward
+    case) in msprobe's layout, their inputs drawn as `draw` says; returns each case's judged entry
+    by case name ("Functional.scaled_dot_product_attention.2.backward")."""
+    global _DRAW
+    before, _DRAW = _DRAW, draw or Draw()
+    try:
+        return _write_cases(Path(folder), cases)
+    finally:
+        _DRAW = before
+
+
+def _write_cases(folder: Path, cases: Iterable[Case]) -> dict[str, str]:
+    (folder / "dump_tensor_data").mkdir(parents=True, exist_ok=True)
+    data: dict[str, Any] = {}
+    counts: dict[str, int] = {}
+    judged = {}
+    for case in cases:
+        recorded = case.build()
+        prefix = f"{case.api}.{counts.setdefault(case.api, 0)}"
+        counts[case.api] += 1
+        forward = f"{prefix}.forward"
+        data[forward] = {
+            "input_args": [_spec(a, folder, f"{forward}.input.{i}") for i, a in enumerate(recorded.args)],
+            "input_kwargs": {k: _spec(v, folder, f"{forward}.input.{k}") for k, v in recorded.kwargs.items()},
+            "output": [_spec(o, folder, f"{forward}.output.{i}") for i, o in enumerate(recorded.outputs)],
+        }
+        if recorded.grads is not None and recorded.grad_outputs is not None:
+            backward = f"{prefix}.backward"
+            data[backward] = {
+                "input": [_spec(g, folder, f"{backward}.input.{i}") for i, g in enumerate(recorded.grad_outputs)],
+                "output": [_spec(g, folder, f"{backward}.output.{i}") for i, g in enumerate(recorded.grads)],
+            }
+        judged[case.name] = f"{prefix}.{case.direction}"
+    dump = {"task": "tensor", "level": "L1", "framework": "pytorch", "dump_data_dir": str(folder), "data": data}
+    (folder / "dump.json").write_text(json.dumps(dump, indent=1))
+    return judged

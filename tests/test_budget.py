@@ -64,3 +64,55 @@ def test_the_accumulation_unit_is_fp32_s_down_to_fp32_and_fp64_s_for_fp64():
     assert format_of("bf16").accumulation == 2.0**-24
     assert format_of("torch.float32").accumulation == 2.0**-24
     assert format_of("float64").accumulation == 2.0**-53
+
+
+def test_the_rounded_intermediates_term_is_asked_after_the_magnitude_and_named():
+    """An output over its budget asks the magnitude, then the structural term (before the spread), and
+    c_round times it joins the budget under its name."""
+    fmt = format_of("float32")
+    bench = np.array([1e-8, 0.5])
+    tested = bench + np.array([4e-8, 0.0])
+    asked: list[str] = []
+
+    def answer(name: str, values: np.ndarray):
+        return lambda *_: asked.append(name) or values
+
+    extra = ExtraRuns(
+        magnitude=answer("magnitude", np.abs(bench)),
+        structural=answer("structural", np.array([3e-8, 0.0])),
+        spread=answer("spread", np.zeros(2)),
+    )
+    reading = read(tested, bench, fmt, extra)
+    assert reading.ratio <= 1 and asked == ["magnitude", "structural"]
+    assert reading.parts["rounded intermediates"] == pytest.approx(2 * 3e-8 / fmt.spacing(bench)[0])
+    assert read(tested, bench, fmt, ExtraRuns()).ratio > 1
+
+
+def test_pytorch_s_fp32_tanh_gradient_is_within_its_saved_output_s_rounding():
+    """tanh's gradient g (1 - y^2) from y rounded to fp32: where |y| rounds to 1 it is 0, off by all of
+    the float64 value; 2 |g| y^2 u bounds it (the conditioning of the saved output's rounding)."""
+    from pytest_msprobe.frameworks.magnitudes import structural
+
+    x = torch.linspace(-12, 12, 2001, dtype=torch.float32).requires_grad_(True)
+    g = torch.ones_like(x)
+    (tested,) = torch.autograd.grad(torch.tanh(x), x, g)
+    x64 = x.detach().double().requires_grad_(True)
+    (bench,) = torch.autograd.grad(torch.tanh(x64), x64, g.double())
+    fmt = format_of("float32")
+    (term,) = structural("Torch.tanh", [x.detach()], {}, [g])
+    assert float((tested.double() - bench).abs().max()) > 100 * float(bench.abs().min())  # the cancellation
+    extra = ExtraRuns(structural=lambda: term.numpy())
+    assert read(tested.double().numpy(), bench.numpy(), fmt, extra).ratio <= 1
+    assert read(tested.double().numpy(), bench.numpy(), fmt, ExtraRuns()).ratio > 1
+
+
+@pytest.mark.parametrize("api", ["Torch.cos", "Tensor.exp", "Functional.silu", "Torch.rsqrt_"])
+def test_unary_math_is_a_family_of_its_own_and_saved_outputs_have_a_structural_term(api):
+    """A correct kernel of an exact input perturbs no input: the unary family asks no spread forward
+    (its backward still does: g f'(x) is a composite; end to end: test_deficits_e2e's fast cos), and
+    the APIs whose gradient reads their saved output have a structural term."""
+    from pytest_msprobe.frameworks import magnitudes
+
+    assert magnitudes.family(api) == "unary"
+    assert magnitudes.family("Functional.softmax") == "formula"
+    assert "rsqrt" in magnitudes.STRUCTURAL and "cos" not in magnitudes.STRUCTURAL

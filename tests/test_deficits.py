@@ -510,3 +510,115 @@ def test_cnn_kinds_apply_to_conv_batch_norm_and_pooling():
     assert ("batch_norm", d.BACKWARD, "missing_term") in kinds
     assert ("max_pool2d", d.BACKWARD, "accumulate_low") in kinds
     assert not any(api == "max_pool2d" and direction == d.FORWARD for api, direction, _ in kinds)  # exact: a max
+
+
+# -- LLaMA-style kernels (d.LLAMA_CASES) -----------------------------------------
+
+
+def _exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(output, P) of causal attention in float64."""
+    q, k, v = q.double(), k.double(), v.double()
+    p = torch.softmax(d._causal(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])), -1)
+    return p @ v, p
+
+
+@pytest.mark.parametrize("dtype, tile", [(torch.bfloat16, 16), (torch.bfloat16, 64), (torch.float16, 32)])
+def test_flash_attention_is_within_the_rounding_of_p_and_differs_from_the_cpu_kernel(dtype, tile):
+    """A flash-style output is within its final rounding plus u_low (P |V|) (P rounded to the dtype) and a
+    few fp32 units: a correct kernel; its errors fall elsewhere than PyTorch's CPU kernel's."""
+    q, k, v = d._attention_inputs(dtype)
+    got, _ = d.flash_forward(q, k, v, tile)
+    exact, p = _exact_attention(q, k, v)
+    u = torch.finfo(dtype).eps / 2
+    magnitude = p @ v.double().abs()
+    bound = u * exact.abs() + u * magnitude + 64 * U32 * magnitude
+    assert bool(((got.double() - exact).abs() <= bound).all())
+    cpu = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert not torch.equal(got, cpu)
+
+
+def test_flash_backward_value_gradient_is_within_the_rounding_of_p():
+    q, k, v = d._attention_inputs(torch.bfloat16)
+    o, lse = d.flash_forward(q, k, v, 32)
+    g = d._grad_output(20, o)
+    dv = d.flash_backward(q, k, v, o, lse, g, 32)[2]
+    _, p = _exact_attention(q, k, v)
+    exact = p.transpose(-1, -2) @ g.double()
+    magnitude = p.transpose(-1, -2) @ g.double().abs()
+    u = 2.0**-8
+    # P from the saved lse (fp32) and the rounding of P, then dV's own
+    assert bool(((dv.double() - exact).abs() <= u * exact.abs() + u * magnitude + 64 * U32 * magnitude).all())
+
+
+def test_fast_trig_is_off_by_the_range_reduction_s_constant_at_thousands_of_radians():
+    x = d._angles()
+    exact = torch.cos(x.double())
+    fast = (d.fast_trig(x, torch.cos).double() - exact).abs()
+    library = (torch.cos(x).double() - exact).abs()
+    turns = torch.round(x.double() * 2 / math.pi)
+    assert float(library.max()) <= 2 * 2.0**-24  # a 1-ULP library: exact input, exact argument
+    assert 5e-5 < float(fast.max()) <= float((turns * abs(math.pi / 2 - d.PIO2_F32)).max()) + 2.0**-23
+
+
+def test_fast_exp_is_off_by_about_2e_4():
+    x = torch.linspace(-20, 20, 4001, dtype=torch.float64)
+    relative = ((d.fast_exp(x) - torch.exp(x)) / torch.exp(x)).abs()
+    assert 1e-4 < float(relative.max()) < 3e-4
+
+
+def _exact_of(case: d.Case, recorded: d.Recorded) -> list[torch.Tensor]:
+    """The judged entry's float64 values: the API on the recorded inputs (backward: their gradients)."""
+    root, name = case.api.split(".", 1)
+    fn = getattr({"Functional": F, "Torch": torch, "Tensor": torch.Tensor}[root], name)
+    args = [a.double().requires_grad_(True) if isinstance(a, torch.Tensor) else a for a in recorded.args]
+    out = fn(*args, **recorded.kwargs)
+    if case.direction == d.FORWARD:
+        return [out.detach()]
+    assert recorded.grad_outputs is not None
+    return [t.detach() for t in torch.autograd.grad(out, args[:1], recorded.grad_outputs[0].double())]
+
+
+@pytest.mark.parametrize("name", [c.name for c in d.LLAMA_CASES if c.deficit and not c.api.startswith("NPU.")])
+def test_every_llama_deficit_is_material(name):
+    """More than twice as far from float64 as PyTorch's own CPU kernel and a 1-ULP library at some element
+    (and, for attention in bf16/fp16, every flash-style control)."""
+    case = next(c for c in d.LLAMA_CASES if c.name == name)
+    recorded = case.build()
+    value = (recorded.outputs if case.direction == d.FORWARD else recorded.grads or [])[0]
+    exact = _exact_of(case, recorded)[0]
+    correct = [_cpu_of(case, recorded)]
+    if case.api.endswith("attention") and value.dtype in (torch.bfloat16, torch.float16):
+        q, k, v = recorded.args
+        correct += [d.flash_forward(q, k, v, tile)[0] for tile in (16, 32, 64)]
+    assert d.material(value, exact, correct)
+
+
+def _cpu_of(case: d.Case, recorded: d.Recorded) -> torch.Tensor:
+    root, name = case.api.split(".", 1)
+    fn = getattr({"Functional": F, "Torch": torch, "Tensor": torch.Tensor}[root], name)
+    args = [a.detach().clone().requires_grad_(True) if isinstance(a, torch.Tensor) else a for a in recorded.args]
+    out = fn(*args, **recorded.kwargs)
+    if case.direction == d.FORWARD:
+        return out.detach()
+    assert recorded.grad_outputs is not None
+    return torch.autograd.grad(out, args[:1], recorded.grad_outputs[0])[0]
+
+
+def test_write_cases_lays_the_entries_out_as_msprobe_does(tmp_path):
+    cases = [c for c in d.LLAMA_CASES if c.name in ("flash_bf16_tile16", "fast_cos")]
+    judged = d.write_cases(tmp_path, cases)
+    assert judged == {
+        "flash_bf16_tile16": "Functional.scaled_dot_product_attention.0.backward",
+        "fast_cos": "Tensor.cos.0.forward",
+    }
+    data = json.loads((tmp_path / "dump.json").read_text())["data"]
+    backward = data["Functional.scaled_dot_product_attention.0.backward"]
+    assert [s["shape"] for s in backward["output"]] == [[1, d.LLAMA_HEADS, d.LLAMA_SEQ, d.LLAMA_HEAD_DIM]] * 3
+    forward = data["Functional.scaled_dot_product_attention.0.forward"]
+    assert forward["input_kwargs"] == {"is_causal": {"type": "bool", "value": True}}
+    saved = torch.load(tmp_path / "dump_tensor_data" / backward["output"][0]["data_name"])
+    assert saved.dtype == torch.bfloat16
+    other = d.write_cases(tmp_path / "other", cases, d.Draw(offset=1, seq=32))
+    assert other == judged
+    angles = json.loads((tmp_path / "other" / "dump.json").read_text())["data"]["Tensor.cos.0.forward"]
+    assert angles["input_args"][0]["shape"] == [1, 32, d.LLAMA_HEAD_DIM]

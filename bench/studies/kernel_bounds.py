@@ -37,9 +37,11 @@ measurements to print the tables again in seconds).
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import pickle
+import re
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -1193,6 +1195,65 @@ def package_check(cases: list[Case], rule: Rule) -> list[str]:
     ]
 
 
+# -- LLaMA-style kernels: the structural term R (c_round) and unary math at large arguments ---------
+
+# The ratio in a details row's Message: "worst element at 0.32 of its budget", "every element within 0.5 of
+# its budget", "5.46x its budget"
+_RATIO = re.compile(r"(?:at|within) ([0-9.e+-]+) of its budget|([0-9.e+-]+)x its budget")
+LLAMA_DRAWS = (d.Draw(0, 256), d.Draw(1, 1024))
+C_ROUNDS = (0.0, 1.0, 2.0)
+
+
+def plugin_ratios(dump: Path, out: Path, c_round: float) -> dict[str, tuple[str, float]]:
+    """(status, ratio) of every details row of the plugin run in recorded mode under the dtype standard
+    with c_round, in this process (the standard's constants patched for the run)."""
+    import pytest
+
+    from pytest_msprobe.standards import dtype as standard
+
+    before = standard.CONSTANTS
+    standard.CONSTANTS = replace(before, c_round=c_round)
+    try:
+        options = ["--msprobe-device", "recorded", "--msprobe-standard", "dtype", "--msprobe-out", str(out)]
+        pytest.main(["-q", "-p", "no:cacheprovider", "--msprobe-dump", str(dump), *options])
+    finally:
+        standard.CONSTANTS = before
+    (details,) = sorted(out.glob("accuracy_checking_details_*.csv"))
+    found = {}
+    with open(details, newline="", encoding="utf-8-sig") as handle:
+        for row in csv.DictReader(handle):
+            match = _RATIO.search(row["Message"])
+            ratio = float(match.group(1) or match.group(2)) if match else math.nan
+            found[row["API Name"]] = (row["Status"], ratio)
+    return found
+
+
+def llama_table(folder: Path) -> list[str]:
+    """Each case of deficits.LLAMA_CASES at each draw and c_round: the worst ratio of a control's outputs
+    (its forward and backward), the least of a deficit's worst output, over the draws."""
+    worst: dict[tuple[str, float], float] = {}
+    for number, draw in enumerate(LLAMA_DRAWS):
+        judged = d.write_cases(folder / f"draw{number}", d.LLAMA_CASES, draw)
+        for c_round in C_ROUNDS:
+            rows = plugin_ratios(folder / f"draw{number}" / "dump.json", folder / f"out{number}_{c_round:g}", c_round)
+            for case in d.LLAMA_CASES:
+                entry = judged[case.name]
+                prefix = entry if case.deficit else entry.rsplit(".", 1)[0]
+                ratios = [ratio for name, (_, ratio) in rows.items() if name.startswith(prefix + ".")]
+                value = max(ratios, default=math.nan)
+                key = (case.name, c_round)
+                if key not in worst:
+                    worst[key] = value
+                else:
+                    worst[key] = min(worst[key], value) if case.deficit else max(worst[key], value)
+    lines = head("case", "kind", "API", "judged", *(f"c_round {c:g}" for c in C_ROUNDS))
+    for case in d.LLAMA_CASES:
+        kind = "deficit (least)" if case.deficit else "correct (worst)"
+        cells = [fmt(worst[(case.name, c)]) for c in C_ROUNDS]
+        lines.append(f"| {case.name} | {kind} | {case.api} | {case.direction} | " + " | ".join(cells) + " |")
+    return lines
+
+
 # -- main ----------------------------------------------------------------------
 
 
@@ -1201,7 +1262,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="the bf16 GPT dump only")
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--cache", type=Path, help="keep the measurements in this pickle (read it if it exists)")
+    parser.add_argument("--llama", type=Path, metavar="FOLDER", help="only the LLaMA-style cases, written in FOLDER")
     options = parser.parse_args(argv)
+    if options.llama:
+        print("## LLaMA-style kernels: ratios through the plugin, recorded mode, per c_round\n")
+        print("\n".join(llama_table(options.llama)))
+        return
     # torch's default threads, as the plugin runs: PyTorch's CPU layer_norm gradients in bf16/fp16 sum
     # per-thread partials in the low dtype, so the "low" probe matches the recorded kernel only at the
     # thread count that wrote the dump (2 here: tests/data/make/gpt_dumps.sh on this machine)
