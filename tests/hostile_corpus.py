@@ -510,13 +510,16 @@ def index_cases(real: bool) -> list[Case]:
         return [scalar("int", v) for v in values]
 
     def index(shape: list[int], low: int, high: int, name: str) -> dict:
-        extra = {"data_name": name} if real else {}
-        return spec(shape, "torch.int64", low, high, **extra)
+        return tensor(shape, name, "torch.int64", low, high)
+
+    def tensor(shape: list[int], name: str, dtype: str = "torch.float32", low: float = -1.0, high: float = 1.0) -> dict:
+        # Real data (and recorded outputs) load every input from its file: write_index_files writes them.
+        return spec(shape, dtype, low, high, **({"data_name": name} if real else {}))
 
     n = 960 if real else 900
     pool = [
-        spec([1, 1, 2, 2]),
-        spec([1, 1, 4, 4]),
+        tensor([1, 1, 2, 2], "grad_2x2.pt"),
+        tensor([1, 1, 4, 4], "input_4x4.pt"),
         ints(2, 2),
         ints(2, 2),
         ints(0, 0),
@@ -535,7 +538,11 @@ def index_cases(real: bool) -> list[Case]:
             "adaptive max pooling's backward, 3-D, an index of -5000",
             f"Aten.adaptive_max_pool3d_backward.{n}.forward",
             call(
-                [spec([1, 1, 1, 2, 2]), spec([1, 1, 2, 4, 4]), index([1, 1, 1, 2, 2], -5000, -5000, "pool3d.pt")],
+                [
+                    tensor([1, 1, 1, 2, 2], "grad_3d.pt"),
+                    tensor([1, 1, 2, 4, 4], "input_3d.pt"),
+                    index([1, 1, 1, 2, 2], -5000, -5000, "pool3d.pt"),
+                ],
                 outputs=[spec([1, 1, 2, 4, 4])],
             ),
             "the 2x4x4 plane of self",
@@ -545,10 +552,10 @@ def index_cases(real: bool) -> list[Case]:
             f"Functional.ctc_loss.{n}.forward",
             call(
                 [
-                    spec([10, 2, 5], low=-3.0, high=-0.5),
+                    tensor([10, 2, 5], "log_probs.pt", low=-3.0, high=-0.5),
                     index([2, 2], 10**12, 10**12, "targets.pt"),
-                    spec([2], "torch.int64", 10, 10),
-                    spec([2], "torch.int64", 2, 2),
+                    tensor([2], "input_lengths.pt", "torch.int64", 10, 10),
+                    tensor([2], "target_lengths.pt", "torch.int64", 2, 2),
                 ],
                 outputs=[spec([])],
             ),
@@ -558,7 +565,11 @@ def index_cases(real: bool) -> list[Case]:
             "embedding_bag with offsets past its indices",
             f"Torch.embedding_bag.{n}.forward",
             call(
-                [spec([5, 3]), spec([4], "torch.int64", 0, 4), index([2], 10**12, 10**12, "offsets.pt")],
+                [
+                    tensor([5, 3], "weight.pt"),
+                    tensor([4], "bag.pt", "torch.int64", 0, 4),
+                    index([2], 10**12, 10**12, "offsets.pt"),
+                ],
                 outputs=[spec([2, 3]), spec([0], "torch.int64"), spec([2], "torch.int64"), spec([2], "torch.int64")],
             ),
             "input_args[2]: indices in [1000000000000, 1000000000000], outside [0, 4], the 4 indices of input",
@@ -566,13 +577,13 @@ def index_cases(real: bool) -> list[Case]:
         Case(
             "embedding rows before the first",
             f"Functional.embedding.{n}.forward",
-            call([index([3], -7, -7, "rows.pt"), spec([5, 3])], outputs=[spec([3, 3])]),
+            call([index([3], -7, -7, "rows.pt"), tensor([5, 3], "weight.pt")], outputs=[spec([3, 3])]),
             "input_args[0]: indices in [-7, -7], outside [0, 4], the 5 rows of weight: a real run's indices",
         ),
         Case(
             "a view over raw sizes and strides past its storage",
             f"Aten._reshape_alias.{n}.forward",
-            call([spec([4]), ints(4096), ints(1)], outputs=[spec([4096])]),
+            call([tensor([4], "four.pt"), ints(4096), ints(1)], outputs=[spec([4096])]),
             "'_reshape_alias' is an unchecked kernel",
         ),
     ]
@@ -586,6 +597,19 @@ def write_index_files(folder: Path) -> None:
     torch.save(torch.full((2, 2), 10**12), folder / "targets.pt")
     torch.save(torch.full((2,), 10**12), folder / "offsets.pt")
     torch.save(torch.full((3,), -7), folder / "rows.pt")
+    for name, shape in (
+        ("grad_2x2.pt", (1, 1, 2, 2)),
+        ("input_4x4.pt", (1, 1, 4, 4)),
+        ("grad_3d.pt", (1, 1, 1, 2, 2)),
+        ("input_3d.pt", (1, 1, 2, 4, 4)),
+        ("weight.pt", (5, 3)),
+        ("four.pt", (4,)),
+    ):
+        torch.save(torch.rand(shape), folder / name)
+    torch.save(torch.rand(10, 2, 5).log_softmax(2), folder / "log_probs.pt")
+    torch.save(torch.full((2,), 10), folder / "input_lengths.pt")
+    torch.save(torch.full((2,), 2), folder / "target_lengths.pt")
+    torch.save(torch.tensor([0, 1, 2, 4]), folder / "bag.pt")
 
 
 class Evil:
