@@ -44,7 +44,8 @@ def check_csv_of_dump(option: str, csv: Path, apis: set[str], dump: Path, entrie
     missing = sorted(apis - known)
     if not missing:
         return ""
-    shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+    # Names read from a CSV: text, escaped (a hand-made one may hold a terminal's escapes, a lone surrogate).
+    shown = ", ".join(escape(api) for api in missing[:3]) + (", ..." if len(missing) > 3 else "")
     held = len(apis) - len(missing)
     if held < LEAST_SHARED * len(apis):
         raise ValueError(

@@ -20,6 +20,7 @@ from .items import EntryItem
 from .report import ReportError, read_finished_apis
 from .results import EntryResult
 from .summary import failing
+from .untrusted import encodable
 
 FINISHED_KEY = "msprobe_finished"
 BASELINE_KEY = "msprobe_baseline_failed"
@@ -85,7 +86,8 @@ class Selection:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
-        node.workerinput[FINISHED_KEY] = sorted(list(entry) for entry in self.finished)
+        # Encodable: execnet sends UTF-8, and a hand-made CSV's name may hold a lone surrogate (no entry's).
+        node.workerinput[FINISHED_KEY] = sorted([encodable(api), direction] for api, direction in self.finished)
         if self.baseline is not None:
             node.workerinput[BASELINE_KEY] = sorted(list(pair) for pair in self.baseline.failed)
 

@@ -711,6 +711,10 @@ def whole_file_cases(root: Path, marks: Path) -> list[FileCase]:
     write("file_deep_header", '{"task": "statistics", "x": ' + "[" * 10_000 + "]" * 10_000 + ', "data": {}}')
     (root / "file_fifo").mkdir()
     os.mkfifo(root / "file_fifo" / "dump.json")
+    # A dump whose tensor folder is a link out of its folder: followed, it reads any file by its name.
+    shutil.copytree(DUMPS["pt_tensor_L1"], root / "file_tensor_link", ignore=shutil.ignore_patterns("dump_tensor_data"))
+    shutil.copytree(DUMPS["pt_tensor_L1"] / "dump_tensor_data", root.parent / "elsewhere")
+    (root / "file_tensor_link" / "dump_tensor_data").symlink_to(root.parent / "elsewhere")
     (root / "file_device").mkdir()
     (root / "file_device" / "dump.json").symlink_to("/dev/zero")
     # A folder named dump.json holding a test module: pytest would collect and run it if it were given.
@@ -729,8 +733,10 @@ def whole_file_cases(root: Path, marks: Path) -> list[FileCase]:
         FileCase("an empty file", "file_empty", "not valid JSON"),
         FileCase("a list at the top", "file_list", "not an msprobe dump"),
         FileCase("data that is a list", "file_data_list", "not an msprobe dump"),
-        FileCase("bytes that are no UTF-8", "file_bad_utf8", "not valid JSON"),
+        # Read as lone surrogates (`\\udcff`), as a JSON `\\ud800` is: only its entry is odd, named.
+        FileCase("bytes that are no UTF-8", "file_bad_utf8", "not an API entry name"),
         FileCase("nesting outside the entries", "file_deep_header", "outside the entries of `data`"),
+        FileCase("a tensor folder that links out of the dump's", "file_tensor_link", "outside the dump's folder"),
         FileCase("a FIFO named dump.json", "file_fifo", "not a regular file", where="header"),
         FileCase("a link to a device named dump.json", "file_device", "not a regular file", where="header"),
         FileCase("a folder named dump.json", "file_folder", "not a regular file", where="header"),
@@ -819,6 +825,92 @@ class Corpus:
 
     def count(self) -> int:
         return sum(len(cases) for cases in self.cases.values()) + len(self.files)
+
+
+HOSTILE_TEXT = "\ud800\x00\x1b[2J\u202e\udcff"  # no UTF-8 holds it, a terminal obeys it
+
+
+def text_cases() -> list[Case]:
+    """Text no file or terminal takes raw (a lone surrogate, a NUL, an escape sequence) in the
+    fields of an argument: each a SKIP naming its field, its row and the terminal escaped (issue 26.6)."""
+    relu, t = "Functional.relu", HOSTILE_TEXT
+    return [
+        Case(
+            "a keyword name",
+            f"{relu}.960.forward",
+            call([spec()], {t: scalar("bool", False)}),
+            "input_kwargs: '\\ud800",
+        ),
+        Case("a dtype", f"{relu}.961.forward", call([spec(dtype=t)]), "input_args[0].dtype: unknown dtype '\\ud800"),
+        Case(
+            "a shape as a string",
+            f"{relu}.962.forward",
+            call([{**spec(), "shape": t}]),
+            "input_args[0].shape: not a list",
+        ),
+        Case("a type", f"{relu}.963.forward", call([{**spec(), "type": t}]), "input_args[0].type: unsupported"),
+        Case(
+            "a str argument",
+            f"{relu}.964.forward",
+            call([spec()], {"inplace": scalar("str", t)}),
+            "input_kwargs.inplace",
+        ),
+        Case(
+            "a data_name", f"{relu}.965.forward", call([spec(data_name=t)]), "input_args[0].data_name: not a file name"
+        ),
+    ]
+
+
+def type_cases() -> list[Case]:
+    """Fields of the wrong kind (issue 26.9): a SKIP naming the field, its item skipped alike."""
+    leaky = "Functional.leaky_relu"
+    return [
+        Case(
+            "a type that is a list",
+            f"{leaky}.970.forward",
+            call([spec(), {"type": [], "value": 0.1}]),
+            "input_args[1].type",
+        ),
+        Case(
+            "a type that is an object",
+            f"{leaky}.971.forward",
+            call([spec(), {"type": {}, "value": 0.1}]),
+            "input_args[1].type",
+        ),
+        Case(
+            "a float of 400 digits",
+            f"{leaky}.972.forward",
+            call([spec(), scalar("float", 10**400)]),
+            "input_args[1].value",
+        ),
+        Case(
+            "a dtype that is a list",
+            f"{leaky}.973.forward",
+            call([spec(dtype=["torch.float32"])]),
+            "input_args[0].dtype: not",
+        ),
+        Case(
+            "a shape that is an object",
+            f"{leaky}.974.forward",
+            call([{**spec(), "shape": {"0": 2}}]),
+            "input_args[0].shape: not",
+        ),
+        Case(
+            "a Max that is a list", f"{leaky}.975.forward", call([spec(high=[1.0])]), "input_args[0].Max: not a number"
+        ),
+        Case(
+            "an output dtype that is a list",
+            f"{leaky}.976.forward",
+            call([spec()], outputs=[spec(dtype=[])]),
+            "output[0].dtype",
+        ),
+        Case(
+            "requires_grad a string",
+            f"{leaky}.977.forward",
+            call([{**spec(), "requires_grad": "yes"}]),
+            "requires_grad",
+        ),
+    ]
 
 
 def write_dump(folder: Path, base: str, cases: list[Case], raw: dict[str, Any] = {}) -> None:  # noqa: B006
@@ -962,6 +1054,8 @@ def build(root: Path, marks: Path) -> Corpus:
         + [twice]
         + parsed
         + index_cases(real=False)
+        + text_cases()
+        + type_cases()
         + size_cases(),
         "tensor": api_cases(marks) + name_cases() + file_cases(marks) + index_cases(real=True) + inflating_cases(),
         "ms": ms_cases(marks),

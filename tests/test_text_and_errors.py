@@ -469,3 +469,12 @@ def test_a_plugin_fault_fails_its_item_and_its_row_says_error(pytester, workers)
     assert [rows[f"Functional.relu.{i}"]["Forward Test Success"] for i in range(3)] == ["pass", "error", "pass"]
     assert "pytest-msprobe failed on this entry: RuntimeError" in rows["Functional.relu.1"]["Message"]
     assert outcomes(result)["d/dump.json::Functional.relu.1.forward"] == "FAILED"
+
+
+def test_names_a_hand_made_csv_holds_are_shown_escaped_in_the_header():
+    from pytest_msprobe.provenance import check_csv_of_dump
+
+    entries = {(f"Functional.relu.{i}", "forward") for i in range(10)}
+    apis = {api for api, _ in entries} | {"Functional.relu\x1b[2J\ud800.0"}
+    note = check_csv_of_dump("--msprobe-baseline", Path("b.csv"), apis, Path("dump.json"), entries)
+    assert "Functional.relu\\x1b[2J\\ud800.0" in note and shown(note) == note
