@@ -572,7 +572,7 @@ def index_cases(real: bool) -> list[Case]:
                 ],
                 outputs=[spec([2, 3]), spec([0], "torch.int64"), spec([2], "torch.int64"), spec([2], "torch.int64")],
             ),
-            "input_args[2]: indices in [1000000000000, 1000000000000], outside [0, 4], the 4 indices of input",
+            "input_args[2]: indices in [1000000000000, 1000000000000], outside [0, 4], the length 4 of indices",
         ),
         Case(
             "embedding rows before the first",

@@ -176,7 +176,7 @@ def _numel(tensor: str) -> Valid:
         shape = p.shape(tensor)
         if shape is None or len(shape) != 1:
             return None  # 2-D input: offsets are not used
-        return 0, shape[0], f"the {shape[0]} indices of {tensor}"
+        return 0, shape[0], f"the length {shape[0]} of {tensor}"
 
     return valid
 
@@ -297,11 +297,8 @@ RULES: Mapping[str, Mapping[str, Api]] = {
     "Tensor": _PUBLIC,
     "Torch": {
         **_PUBLIC,
-        "embedding": Api("weight input padding_idx", (Rule("input", _rows("weight")),)),
-        "embedding_bag": Api(
-            "weight input offsets scale_grad_by_freq mode sparse per_sample_weights include_last_offset padding_idx",
-            (Rule("input", _rows("weight")), Rule("offsets", _numel("input"), ordered=True)),
-        ),
+        "embedding": Api("weight indices padding_idx", (Rule("indices", _rows("weight")),)),
+        "embedding_bag": _EMBEDDING_BAG_ATEN,
         "embedding_renorm_": Api("input indices", (Rule("indices", _rows("input")),)),
         "ctc_loss": Api(_CTC_PARAMS, _CTC),
     },
