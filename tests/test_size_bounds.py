@@ -27,8 +27,8 @@ from pytest_msprobe import tensor_files
 from pytest_msprobe.check import Checker
 from pytest_msprobe.dump import parse_entry_name, read_dump
 from pytest_msprobe.frameworks import RunOptions, Tested
-from pytest_msprobe.frameworks.output_bounds import OutputTooLarge, recorded_entry
-from pytest_msprobe.frameworks.torch_engine import CODEC
+from pytest_msprobe.frameworks.output_bounds import OutputTooLarge, call_outputs, recorded_entry
+from pytest_msprobe.frameworks.torch_engine import CODEC, Call
 from pytest_msprobe.inputs import InputError, Rebuilder, element_budget
 from pytest_msprobe.options import Options
 from pytest_msprobe.results import ERROR, PASS, SKIP
@@ -185,6 +185,38 @@ def test_a_mindspore_entry_is_bounded_by_its_recorded_shapes_and_its_size_argume
     assert "output[0].shape: recorded [60000, 60000]" in check(path, "Mint.abs.0.forward").reason
     assert check(path, "Mint.abs.1.forward", device="recorded").status == SKIP  # no tensor data: not for the bound
     assert "more than --msprobe-max-elements" not in check(path, "Mint.abs.1.forward", device="recorded").reason
+
+
+def test_a_mindspore_call_is_sized_on_meta_by_its_pytorch_bench(tmp_path):
+    x = {"type": "mindspore.Tensor", "dtype": "Float32", "shape": [2, 2], "Max": 1.0, "Min": -1.0}
+    entries = {
+        "Mint.eye.0.forward": {"input_args": ints(20000), "input_kwargs": {}, "output": [x]},
+        "Mint.tile.0.forward": {"input_args": [x, ints(30000, 30000)], "input_kwargs": {}, "output": []},
+        "Mint.eye.1.forward": {"input_args": ints(20), "input_kwargs": {}, "output": [{**x, "shape": [20, 20]}]},
+    }
+    path = write_dump(tmp_path, entries, framework="mindspore")
+    assert "output[0] would be [20000, 20000] is 400,000,000 elements" in check(path, "Mint.eye.0.forward").reason
+    assert "output[0] would be [60000, 60000]" in check(path, "Mint.tile.0.forward").reason
+    assert check(path, "Mint.eye.1.forward").status == PASS
+
+
+def failing_call(api: str, args: list, outputs: list) -> Call:
+    def no_meta_kernel(*args, **kwargs):
+        raise NotImplementedError("no meta kernel")
+
+    name = parse_entry_name(f"{api}.0.forward")
+    assert name is not None
+    return Call(name, None, no_meta_kernel, args, {}, outputs)
+
+
+def test_without_a_meta_kernel_the_size_arguments_speak():
+    with pytest.raises(OutputTooLarge, match=r"input_args\[1\]: the size argument \[60000, 60000\] is 3,600,000,000"):
+        call_outputs(failing_call("Torch.some_op", [torch.zeros(2), [60000, 60000]], [tensor([2])]), BOUND)
+    call_outputs(failing_call("Torch.some_op", [torch.zeros(2), [600, 600]], [tensor([2])]), BOUND)
+    # A MindSpore entry: its recorded shapes, where it has them; its size arguments where not.
+    call_outputs(failing_call("Mint.some_op", [[60000, 60000]], [tensor([2])]), BOUND, "mindspore")
+    with pytest.raises(OutputTooLarge, match=r"input_args\[0\]: the size argument"):
+        call_outputs(failing_call("Mint.some_op", [[60000, 60000]], []), BOUND, "mindspore")
 
 
 # -- tensor files ------------------------------------------------------------------------
@@ -376,7 +408,8 @@ def test_a_dump_asking_huge_outputs_skips_each_naming_it_and_stays_small(pyteste
 
 
 @pytest.mark.slow
-def test_a_slow_entry_is_an_error_row_and_the_run_goes_on(pytester):
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_slow_entry_is_an_error_row_and_the_run_goes_on(pytester, workers):
     # A real slow call, in C: a float64 matmul of 3000 x 3000 matrices (seconds), allowed by the bound.
     entries = {
         "Torch.matmul.0.forward": entry([tensor([3000, 3000]), tensor([3000, 3000])], outputs=[tensor([3000, 3000])]),
@@ -391,6 +424,7 @@ def test_a_slow_entry_is_an_error_row_and_the_run_goes_on(pytester):
         "3",
         "--msprobe-max-elements",
         "20000000",
+        *workers,
         device="cpu",
         subprocess=True,
     )
@@ -401,7 +435,7 @@ def test_a_slow_entry_is_an_error_row_and_the_run_goes_on(pytester):
     assert rows["Torch.matmul.0"]["Forward Test Success"] == "error"
     assert "ran past --msprobe-timeout 3 s" in rows["Torch.matmul.0"]["Message"]
     assert all(rows[n.rsplit(".", 1)[0]]["Forward Test Success"] == "pass" for n in GOOD)
-    assert elapsed < 120
+    assert elapsed < 300  # workers started and the matmul returned, not the whole unbounded check
 
 
 def test_the_timeout_is_an_option_and_an_ini_key(pytester, copy_dump):
