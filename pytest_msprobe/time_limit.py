@@ -7,8 +7,9 @@ process may then be ended from outside; xdist makes that worker's entry an error
 a BaseException, so that no `except Exception` of the frameworks takes it for a kernel's error;
 and `expired` says the limit was reached even where one made it some other exception.
 
-Only where an alarm can be had: a main thread, on a system with SIGALRM (not Windows); elsewhere
-`armed` is False and nothing is bounded. No pytest, no framework.
+Only where an alarm can be had: a main thread, on a system with SIGALRM (not Windows), and no
+other alarm set (pytest-timeout's: a process has one timer); elsewhere `armed` is False and
+nothing is bounded. No pytest, no framework.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class TimeLimit:
 
     def __enter__(self) -> TimeLimit:
         self.started = time.monotonic()
+        if self.armed and signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+            self.armed = False  # another's alarm is set (pytest-timeout's): one timer a process, left to it
         if self.armed:
             self._previous = signal.signal(signal.SIGALRM, self._alarm)
             self._set = True

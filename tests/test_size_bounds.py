@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import signal
 import struct
 import sys
 import time
@@ -357,6 +358,21 @@ def test_a_time_limit_stops_python_at_once_and_a_kernel_when_it_returns():
     with TimeLimit(0) as never:
         time.sleep(0.05)
     assert not never.armed and not never.expired
+
+
+def test_an_alarm_set_by_another_is_left_to_it():
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(True))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with TimeLimit(0.05) as limit:
+            time.sleep(0.1)
+        assert not limit.armed and not limit.expired
+        time.sleep(0.5)
+        assert fired == [True]  # its timer neither replaced nor cancelled
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_an_entry_past_the_timeout_is_an_error_naming_the_limit(tmp_path, monkeypatch):
