@@ -22,13 +22,10 @@ RUN_KEY: pytest.StashKey[MsprobeRun] = pytest.StashKey()
 MAX_TERMINAL = 10_000  # characters of one entry's message in the terminal
 
 
-_HOOKS_KEY: pytest.StashKey[dict[tuple[Path, tuple[str, ...]], Any]] = pytest.StashKey()
-
-
 class _ConftestsLeftOut:
     """A hook relay without some conftest.py modules, as pytest's own (main.FSHookProxy)."""
 
-    def __init__(self, plugins: pluggy.PluginManager, left_out: set[object]):
+    def __init__(self, plugins: pluggy.PluginManager, left_out: set[ModuleType]):
         self._plugins, self._left_out = plugins, left_out
 
     def __getattr__(self, name: str) -> pluggy.HookCaller:
@@ -37,26 +34,35 @@ class _ConftestsLeftOut:
         return caller
 
 
-def dump_hooks(node: pytest.Item | pytest.Collector) -> Any:
+class DumpHooks:
     """The hooks of a dump's nodes: the plugins', and those of the conftest.py files pytest
     imported (at startup, or for the tests the command line names) in the rootdir, a folder
     above it, or a folder above the dump that is not its own. pytest's node.ihook knows the
     conftests of the folders it walked, and it walks no dump's (session.py): it would leave out
-    the rootdir's conftest.py too."""
-    config = node.config
-    conftests = tuple(
-        name
-        for name, plugin in config.pluginmanager.list_name_plugin()
-        if isinstance(plugin, ModuleType) and name.endswith("conftest.py")  # registered under their path
-    )
-    cache = config.stash.setdefault(_HOOKS_KEY, {})
-    key = (node.path.parent, conftests)
-    if key not in cache:
-        dump_folders = config.stash[RUN_KEY].dump_folders
-        above = {config.rootpath, *config.rootpath.parents, *node.path.parents} - dump_folders
-        left_out = {config.pluginmanager.get_plugin(name) for name in conftests if Path(name).parent not in above}
-        cache[key] = _ConftestsLeftOut(config.pluginmanager, left_out) if left_out else config.hook
-    return cache[key]
+    the rootdir's conftest.py too. A plugin: a conftest registered later is taken in."""
+
+    def __init__(self, config: pytest.Config, dump_folders: set[Path]):
+        self.config, self.dump_folders = config, dump_folders
+        self._by_dump: dict[Path, Any] = {}  # node.ihook is read a dozen times an entry
+
+    def of(self, path: Path) -> Any:
+        """The hooks of the nodes of the dump at path."""
+        hooks = self._by_dump.get(path)
+        if hooks is None:
+            plugins, rootpath = self.config.pluginmanager, self.config.rootpath
+            above = {rootpath, *rootpath.parents, *path.parents} - self.dump_folders
+            left_out = {
+                plugin
+                for name, plugin in plugins.list_name_plugin()
+                # Registered under their path (PytestPluginManager._importconftest).
+                if isinstance(plugin, ModuleType) and name.endswith("conftest.py") and Path(name).parent not in above
+            }
+            hooks = self._by_dump[path] = _ConftestsLeftOut(plugins, left_out) if left_out else self.config.hook
+        return hooks
+
+    def pytest_plugin_registered(self, plugin_name: str) -> None:
+        if plugin_name and plugin_name.endswith("conftest.py"):
+            self._by_dump.clear()
 
 
 class DumpFile(pytest.File):
@@ -66,7 +72,7 @@ class DumpFile(pytest.File):
 
     @property
     def ihook(self) -> Any:
-        return dump_hooks(self)
+        return self.config.stash[RUN_KEY].hooks.of(self.path)
 
     def collect(self) -> Any:
         try:
@@ -92,7 +98,7 @@ class UnreadableDump(pytest.Item):
 
     @property
     def ihook(self) -> Any:
-        return dump_hooks(self)
+        return self.config.stash[RUN_KEY].hooks.of(self.path)
 
     def runtest(self) -> None:
         raise DumpError(self.message)
@@ -117,7 +123,7 @@ class EntryItem(pytest.Item):
 
     @property
     def ihook(self) -> Any:
-        return dump_hooks(self)
+        return self.config.stash[RUN_KEY].hooks.of(self.path)
 
     def runtest(self) -> None:
         run = self.config.stash[RUN_KEY]

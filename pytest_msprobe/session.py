@@ -20,7 +20,7 @@ from .check import Checker
 from .dump import Dump, DumpError, find_dump_files, parse_entry_name, peek_framework, peek_task, read_dump
 from .dump_folder import passed_over_lines
 from .frameworks import RunOptions, Tested
-from .items import RUN_KEY
+from .items import RUN_KEY, DumpHooks
 from .options import RANDOM, Options
 from .reporter import CsvReporter
 from .results import REPORT_ATTRIBUTE
@@ -37,6 +37,7 @@ def start(config: pytest.Config, options: Options) -> None:
     run = MsprobeRun(config, options, [threads] if threads else [])
     config.stash[RUN_KEY] = run
     config.pluginmanager.register(run, "msprobe-run")
+    config.pluginmanager.register(run.hooks, "msprobe-dump-hooks")
     config.pluginmanager.register(run.selection, "msprobe-selection")
     workers.register(config, run)
     if not hasattr(config, "workerinput"):
@@ -88,6 +89,7 @@ class MsprobeRun:
             )
         # Never walked by pytest (pytest_ignore_collect), so nothing there is imported; said in the header.
         self.dump_folders = dump_trees.all_dump_folders(base / p for p in options.dumps)
+        self.hooks = DumpHooks(config, self.dump_folders)  # the dump items' node.ihook
         refused += [
             f"{printable(str(p))}: beside a dump, not imported" for p in dump_trees.python_files(self.dump_folders)
         ]
