@@ -114,9 +114,13 @@ def _reason_class(message: str) -> str:
     return re.sub(r"\S+", _fold_numbers, reason)
 
 
+# A number, or an escape (`\x1b`, `\ud800`: untrusted.py's) kept whole: its digits are no number.
+_NUMBER_OR_ESCAPE = re.compile(r"\\(?:x[0-9a-f]{2}|u[0-9a-f]{4})|\d+")
+
+
 def _fold_numbers(word: re.Match) -> str:
     folders, slash, name = word.group().rpartition("/")
-    return folders + slash + re.sub(r"\d+", "N", name)
+    return folders + slash + _NUMBER_OR_ESCAPE.sub(lambda m: m.group() if m.group()[0] == "\\" else "N", name)
 
 
 def skip_lines(results: Sequence[EntryResult], examples: int = 3) -> list[str]:

@@ -478,3 +478,15 @@ def test_names_a_hand_made_csv_holds_are_shown_escaped_in_the_header():
     apis = {api for api, _ in entries} | {"Functional.relu\x1b[2J\ud800.0"}
     note = check_csv_of_dump("--msprobe-baseline", Path("b.csv"), apis, Path("dump.json"), entries)
     assert "Functional.relu\\x1b[2J\\ud800.0" in note and shown(note) == note
+
+
+def test_a_skip_reason_keeps_its_escapes_whole_where_numbers_fold():
+    from pytest_msprobe.summary import skip_lines
+
+    reasons = [
+        f"Functional.gelu.{i}.forward: input_kwargs.approximate.value: cannot read '\ud800\x1b[2J' as str"
+        for i in range(2)
+    ]
+    results = [EntryResult(f"Functional.gelu.{i}", "forward", SKIP, reason) for i, reason in enumerate(reasons)]
+    (line,) = skip_lines(results)
+    assert "   2 x input_kwargs.approximate.value: cannot read '\\ud800\\x1b[NJ' as str" in line and shown(line) == line
