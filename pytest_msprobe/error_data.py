@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import files
 from .frameworks import Kept
 from .inputs import Device, tree_map
 from .messages import entry_message, output_message
@@ -40,7 +41,12 @@ NUMPY_LOAD = "numpy.load(path): one array per value, keyed by where it sits (arg
 
 def save(folder: Path, dump: Dump, result: EntryResult, kept: Kept, checker: Checker) -> Path:
     """Write the entry's values and manifest; returns the entry's folder."""
-    target = entry_folder(folder, dump, result)
+    with entry_folder(folder, dump, result) as target:
+        _save(target, dump, result, kept, checker)
+    return target.path
+
+
+def _save(target: files.Folder, dump: Dump, result: EntryResult, kept: Kept, checker: Checker) -> None:
     torch_values = dump.framework in ("pytorch", "mindtorch")
     files, values = {}, {}
     for part, value in zip(PARTS, (kept.inputs, kept.tested, kept.bench, kept.grad_outputs)):
@@ -70,8 +76,7 @@ def save(folder: Path, dump: Dump, result: EntryResult, kept: Kept, checker: Che
         "values": values,
         "load": TORCH_LOAD if torch_values else NUMPY_LOAD,
     }
-    (target / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
-    return target
+    target.write_text(MANIFEST, json.dumps(manifest, indent=2, default=str))
 
 
 def output_row(result: EntryResult, output: OutputResult) -> dict[str, Any]:
@@ -89,11 +94,10 @@ def output_row(result: EntryResult, output: OutputResult) -> dict[str, Any]:
     }
 
 
-def entry_folder(folder: Path, dump: Dump, result: EntryResult) -> Path:
-    """`<folder>/<dump folder>/<entry>/`, made."""
-    target = folder / dump_label(Path(dump.path)) / result.entry
-    target.mkdir(parents=True, exist_ok=True)
-    return target
+def entry_folder(folder: Path, dump: Dump, result: EntryResult) -> files.Folder:
+    """`<folder>/<dump folder>/<entry>/`, made: below folder, never through a link (a shared
+    folder may hold one planted at a name the run will use); close it when its files are written."""
+    return files.Folder.make(folder, [*Path(dump_label(Path(dump.path))).parts, result.entry])
 
 
 def dump_label(dump_path: Path) -> str:
@@ -111,18 +115,20 @@ def portable(value: Any) -> Any:
     return value
 
 
-def save_torch(target: Path, part: str, value: Any) -> str:
+def save_torch(target: files.Folder, part: str, value: Any) -> str:
     import torch
 
     name = f"{part}.pt"
-    torch.save(value, target / name)
+    with target.open_new(name, binary=True) as handle:
+        torch.save(value, handle)
     return name
 
 
-def _save_numpy(target: Path, part: str, value: Any) -> str:
+def _save_numpy(target: files.Folder, part: str, value: Any) -> str:
     name = f"{part}.npz"
     arrays = {at: _as_array(leaf) for at, leaf in leaves(value) if leaf is not None}
-    np.savez(target / name, **arrays)
+    with target.open_new(name, binary=True) as handle:
+        np.savez(handle, **arrays)
     return name
 
 

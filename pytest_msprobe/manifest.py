@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import __version__, files
 from .options import Options
 from .report import RESULT_PREFIX, details_path_for
 
@@ -54,9 +54,11 @@ def describe(dump: Path, options: Options, device: str, api_calls: int | None, s
 
 
 def write(result_path: Path, description: dict[str, Any]) -> Path:
+    """The manifest, a new file: anything already at its name (a link) is refused (files.FileTaken)."""
     path = path_for(result_path)
     document = {**description, "result": result_path.name, "details": details_path_for(result_path).name}
-    path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    text = json.dumps(document, indent=1) + "\n"
+    files.write_new(path, text)
     return path
 
 

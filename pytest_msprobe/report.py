@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Callable, NamedTuple
 
+from . import files
 from .dump import BACKWARD, FORWARD, parse_entry_name
 from .messages import api_message, details_message
 from .results import ERROR, EntryResult
@@ -163,7 +164,8 @@ class CsvWriter:
 
     @staticmethod
     def _open(path: Path, columns: list[str], exclusive: bool) -> IO[str]:
-        handle = open(path, "x" if exclusive else "a", newline="", encoding="utf-8")  # noqa: SIM115 - the whole run
+        # Never through a link planted at the name (files.py); FileExistsError where anything has it.
+        handle = files.open_new(path, newline="") if exclusive else files.open_append(path, newline="")
         try:
             if exclusive or handle.tell() == 0:
                 handle.write("\ufeff")

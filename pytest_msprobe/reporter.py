@@ -2,17 +2,38 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
+import types
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from . import manifest, summary
+from . import files, manifest, summary
+from .dump import parse_entry_name
 from .journal import Journal, journal_path_for
-from .report import ApiBook, ApiRow, CsvWriter, ReportError, dump_folders, split_node_id, timestamp
+from .report import ApiBook, ApiRow, CsvWriter, ReportError, details_path_for, dump_folders, split_node_id, timestamp
 from .results import REPORT_ATTRIBUTE, EntryResult
 from .untrusted import cut, printable
 
 MAX_LINE = 1000  # characters of one summary line: a 200,000-character entry name is cut there
+MAX_RUNNING = 400  # characters of the frame name that says which entry ran when the process died
+
+
+def _entry_frame(function: Callable[[], Any]) -> Any:
+    __tracebackhide__ = True  # pytest's tracebacks of a failing entry leave it out
+    return function()
+
+
+def call_named(label: str, function: Callable[[], Any]) -> Any:
+    """function() from a frame whose function name is label. A segfault or an abort kills the
+    process where nothing of Python runs again, but the traceback of faulthandler (pytest's, on
+    stderr) names every frame: so `Fatal Python error` comes with `msprobe: running <entry>`."""
+    code = _entry_frame.__code__.replace(co_name=label)
+    return types.FunctionType(code, {})(function)
 
 
 class CsvReporter:
@@ -38,6 +59,16 @@ class CsvReporter:
         self.unfinished: list[ApiRow] = []
         self.session: pytest.Session | None = None
         self.stopped = ""  # why the rows stopped (a full disk)
+        self.locks: list[files.ResultLock] = []  # of the fresh pairs (a resumed one's is its Resumed's)
+        self.late: list[str] = []  # what could not be written at the end (a manifest), for the summary
+        config.add_cleanup(self.release)
+        baseline = run.selection.baseline
+        if baseline is not None and baseline.path.resolve() != (run.selection.resumed or Path()).resolve():
+            holder = files.holder_of(baseline.path)
+            if holder is not None:  # rows it has not written yet, a row half written
+                raise pytest.UsageError(
+                    f"--msprobe-baseline: {baseline.path} is being written by another run: {holder}; wait for it to end"
+                )
         self.finishing = False
         self.stopped_late = False
         if not config.option.collectonly:
@@ -53,6 +84,32 @@ class CsvReporter:
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
         self.book.expect(ids)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        """A serial run's entry (the xdist controller runs none: a worker that dies is its
+        workers.py's): its name in the journal before it runs, and on the stack while it runs,
+        so that a crash in the API leaves it behind (journal.py) and in faulthandler's traceback."""
+        entry = parse_entry_name(getattr(item, "entry", "") or "")
+        if entry is None or self.stopped:
+            return (yield)
+        dump = self.dump_key(split_node_id(item.nodeid)[0])
+        writer = self.open(Path(dump))
+        try:
+            self.journals[writer.result_path].start(entry.prefix, entry.direction, dump)
+        except OSError as exc:
+            self.stop(
+                f"msprobe: cannot write {self.journals[writer.result_path].path} ({exc.strerror or exc}): stopped; "
+                f"the rows written are whole, --msprobe-resume {writer.result_path} runs the rest"
+            )
+        journal = self.journals[writer.result_path].path
+        label = cut(printable(f"msprobe: running {entry.full} (journal {journal})"), MAX_RUNNING)
+        item.runtest = functools.partial(call_named, label, item.runtest)  # type: ignore[method-assign]
+        try:
+            return (yield)
+        finally:
+            with contextlib.suppress(AttributeError):
+                del item.runtest
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, REPORT_ATTRIBUTE, None)
@@ -126,13 +183,32 @@ class CsvReporter:
                 raise pytest.UsageError(
                     f"--msprobe-resume: {resumed}: cannot append to it: {exc.strerror or exc}"
                 ) from None
+            option = "--msprobe-resume" if resumed else "--msprobe-out"
             try:
-                self.journals[writer.result_path] = Journal(journal_path_for(writer.result_path))
+                if not resumed:  # a resumed pair is locked from before its files were read (resume.py)
+                    self.locks.append(files.ResultLock.acquire(writer.result_path))
+                    taken = manifest.path_for(writer.result_path)
+                    if os.path.lexists(taken):  # written at the end: a link there now is refused now
+                        raise files.FileTaken(taken, f"{files.what_is_at(taken)} is already there: not written through")
+                journal = Journal(journal_path_for(writer.result_path), fresh=not resumed)
             except OSError as exc:
                 writer.close()
-                raise pytest.UsageError(f"--msprobe-out: cannot write the journal: {exc}") from None
+                if not resumed:  # just made, empty: nothing of them stays
+                    for made in (writer.result_path, details_path_for(writer.result_path)):
+                        with contextlib.suppress(OSError):
+                            made.unlink()
+                self.release()
+                raise pytest.UsageError(f"{option}: {exc}") from None
+            self.journals[writer.result_path] = journal
             self.writers[path] = writer
         return self.writers[path]
+
+    def release(self) -> None:
+        """The locks of the pairs this run wrote: another run may write them now."""
+        for lock in self.locks:
+            lock.release()
+        if self.run.selection.state is not None:
+            self.run.selection.state.release()
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
         self.finishing = True
@@ -144,9 +220,15 @@ class CsvReporter:
             self.write(row)
         for path, writer in self.writers.items():
             writer.close()
-            if not manifest.path_for(writer.result_path).exists():  # a resumed pair keeps its own
+            if self.run.selection.resumed and os.path.lexists(manifest.path_for(writer.result_path)):
+                continue  # a resumed pair keeps its own
+            try:
                 manifest.write(writer.result_path, self.run.describe(path))
+            except OSError as exc:  # a link at its name, a full disk
+                why = exc if isinstance(exc, files.FileRefused) else f"{exc.strerror or exc}"
+                self.late.append(f"msprobe: the manifest {manifest.path_for(writer.result_path)} is not written: {why}")
         for journal in self.journals.values():
+            journal.end()  # nothing runs any more: no entry of this run crashed
             journal.close()
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -162,6 +244,7 @@ class CsvReporter:
             lines += selection.baseline.summary_lines(self.results)
         if self.stopped_late:
             lines += ["", self.stopped]
+        lines += self.late
         for path, dump in sorted({self.dump_path(row.dump): row.dump for row in self.unfinished}.items()):
             count = sum(row.dump == dump for row in self.unfinished)
             where = f"{dump}: " if len(self.writers) > 1 else ""

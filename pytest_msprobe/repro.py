@@ -57,12 +57,12 @@ def save(folder: Path, dump: Dump, result: EntryResult, kept: Kept, checker: Che
     """Write the entry's inputs.pt, verdict.json and repro.py; returns the entry's folder."""
     if kept.recipe is None:
         raise ValueError(f"the {dump.framework} framework gave no recipe to rebuild the call from")
-    target = entry_folder(folder, dump, result)
-    save_torch(target, "inputs", inputs(kept, checker.run.recorded, result))
-    verdict = verdict_data(dump, result, checker)
-    (target / "verdict.json").write_text(json.dumps(verdict, indent=2, default=str), encoding="utf-8")
-    (target / "repro.py").write_text(script(dump, result, kept.recipe, checker), encoding="utf-8")
-    return target
+    with entry_folder(folder, dump, result) as target:  # never through a link (files.py)
+        save_torch(target, "inputs", inputs(kept, checker.run.recorded, result))
+        verdict = verdict_data(dump, result, checker)
+        target.write_text("verdict.json", json.dumps(verdict, indent=2, default=str))
+        target.write_text("repro.py", script(dump, result, kept.recipe, checker))
+    return target.path
 
 
 def inputs(kept: Kept, recorded: bool, result: EntryResult) -> dict[str, Any]:

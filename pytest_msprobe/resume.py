@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from . import files
 from .dump import BACKWARD, FORWARD
-from .journal import journal_path_for, read_journal
+from .journal import Journal, journal_path_for, read_contents, read_journal
 from .report import (
     DETAILS_COLUMNS,
     RESULT_COLUMNS,
@@ -33,7 +34,8 @@ from .report import (
     read_result_rows,
     untext,
 )
-from .results import EntryResult, OutputResult, Status
+from .results import ERROR, EntryResult, OutputResult, Status
+from .untrusted import cut, printable
 
 STATUS_WORDS = {status.value for status in Status}
 
@@ -116,12 +118,11 @@ def _lines(data: bytes, start: int, read_to: list[int]) -> Iterator[str]:
 
 
 def _truncate(path: Path, length: int) -> None:
-    if path.stat().st_size > length:
-        with open(path, "r+b") as handle:
+    """Cut path to length (0: no header left, killed before it was flushed: the writer starts
+    the file afresh), never through a link."""
+    with files.open_existing(path) as handle:
+        if os.fstat(handle.fileno()).st_size > length:
             handle.truncate(length)
-    # No header left (killed before it was flushed): the writer starts the file afresh.
-    if length == 0:
-        path.write_bytes(b"")
 
 
 # -- per entry: the journal, and rows a partial run left without a direction ------------------
@@ -140,6 +141,15 @@ class Resumed:
     waiting: dict[str, dict[str, EntryResult]] = field(default_factory=dict)
     reopened: list[str] = field(default_factory=list)  # APIs whose rows lacked a direction the dump has
     earlier: list[EntryResult] = field(default_factory=list)  # every entry not run again, for the verdict
+    # The entry the resumed run was running when its process died (the journal's open `running`
+    # line): an error now, not run again.
+    crashed: list[EntryResult] = field(default_factory=list)
+    # This run's hold on the pair and its journal, from before they are touched to the run's end.
+    lock: files.ResultLock | None = None
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
 
 def resume(result_path: Path, dump_entries: set[tuple[str, str]] | None = None) -> Resumed:
@@ -150,15 +160,47 @@ def resume(result_path: Path, dump_entries: set[tuple[str, str]] | None = None) 
     row is cut from both files and written again, whole, once the entries it lacks have run;
     the results it held come back from the journal (an API the journal lacks runs whole).
     Details rows go first, so a kill between the two rewrites leaves a row whose details a
-    next resume writes again. Raises ReportError (resuming cannot start).
+    next resume writes again.
+
+    The pair and its journal are locked first, for the whole run (Resumed.lock: release it at the
+    end): a second run that writes them is refused. Raises ReportError (resuming cannot start).
     """
-    kept_apis = prepare(result_path)
+    if not result_path.is_file():
+        raise ReportError(f"{result_path}: no such result CSV")
     try:
-        journal = _latest(read_journal(journal_path_for(result_path)))
+        lock = files.ResultLock.acquire(result_path)
+    except OSError as exc:  # LockHeld names the holder, FileRefused the link
+        raise ReportError(f"cannot resume into it: {exc}" if isinstance(exc, files.LockHeld) else str(exc)) from None
+    try:
+        state = _resume(result_path, dump_entries)
+    except BaseException:
+        lock.release()
+        raise
+    state.lock = lock
+    return state
+
+
+def _resume(result_path: Path, dump_entries: set[tuple[str, str]] | None) -> Resumed:
+    kept_apis = prepare(result_path)
+    journal_path = journal_path_for(result_path)
+    try:
+        contents = read_contents(journal_path)
+        journal = _latest(contents.results)
         rows = read_result_rows(result_path)
     except OSError as exc:
         raise ReportError(f"{result_path}: cannot resume into it: {exc}") from None
     state = Resumed(result_path)
+    crashed = contents.crashed
+    if crashed is not None and crashed.api not in kept_apis and (crashed.api, crashed.direction) not in journal:
+        result = EntryResult(crashed.api, crashed.direction, ERROR, crash_message(journal_path), dump=crashed.dump)
+        try:  # a result like any other from now on: a next resume finds it there
+            writer = Journal(journal_path)
+            writer.add(result)
+            writer.close()
+        except OSError as exc:
+            raise ReportError(f"{journal_path}: cannot write to it: {exc}") from None
+        journal[(crashed.api, crashed.direction)] = result
+        state.crashed.append(result)
     directions: dict[str, set[str]] = {}
     for api, direction in dump_entries or ():
         directions.setdefault(api, set()).add(direction)
@@ -196,7 +238,17 @@ def describe(state: Resumed) -> str:
     text += " are not run again"
     if state.reopened:
         text += f"; {len(state.reopened)} rows without a direction the dump has are written again, whole"
+    for result in state.crashed:  # a name from the dump, through the journal: escaped, cut
+        text += f"; {cut(printable(result.entry), 1000)} is an error, not run again: {result.reason}"
     return text
+
+
+def crash_message(journal_path: Path) -> str:
+    """The reason of the entry a serial run was running when its process died."""
+    return (
+        "the process ended while this entry ran (a crash in the API: a segfault or an abort; or a kill: "
+        f"the OOM killer, kill -9): not run again; see the run's journal {journal_path.name}"
+    )
 
 
 def _latest(results: list[EntryResult]) -> dict[tuple[str, str], EntryResult]:
@@ -219,8 +271,8 @@ def _rewrite_without(path: Path, columns: list[str], dropped: Callable[[list[str
     for i in range(1, len(rows)):
         if rows[i] and not dropped(rows[i]):
             keep += data[ends[i - 1] : ends[i]]
-    temporary = path.with_name(path.name + ".resume")
-    temporary.write_bytes(bytes(keep))
+    temporary = files.replace_temporary(path)
+    files.write_new(temporary, bytes(keep))
     os.replace(temporary, path)
 
 
