@@ -21,7 +21,7 @@ import pickle
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -77,10 +77,11 @@ def declared(path: Path) -> Declared:
     """The sizes `path` declares; Unreadable where they cannot be read without loading it."""
     with open(path, "rb") as handle:
         magic = handle.read(6)
-    if magic == NPY_MAGIC:
-        return _npy(path)
-    if magic[:4] == ZIP_MAGIC:
-        return _pt(path)
+        handle.seek(0)
+        if magic == NPY_MAGIC:
+            return _npy(path, handle)
+        if magic[:4] == ZIP_MAGIC:
+            return _pt(handle)
     raise Unreadable(
         "neither a .npy array nor the zip archive torch.save writes (a legacy or raw pickle): "
         "its sizes cannot be read before loading it"
@@ -90,16 +91,15 @@ def declared(path: Path) -> Declared:
 # -- .npy --------------------------------------------------------------------
 
 
-def _npy(path: Path) -> Declared:
+def _npy(path: Path, handle: BinaryIO) -> Declared:
     fmt = np.lib.format
-    with open(path, "rb") as handle:
-        try:
-            version = fmt.read_magic(handle)
-            reader = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-            shape, _, dtype = reader(handle)  # a header of at most numpy's 10,000 bytes
-        except (ValueError, TypeError, SyntaxError, OSError) as exc:
-            raise Unreadable(f"a .npy header that does not read: {_line(exc)}") from None
-        start = handle.tell()
+    try:
+        version = fmt.read_magic(handle)
+        reader = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, _, dtype = reader(handle)  # a header of at most numpy's 10,000 bytes
+    except (ValueError, TypeError, SyntaxError, OSError) as exc:
+        raise Unreadable(f"a .npy header that does not read: {_line(exc)}") from None
+    start = handle.tell()
     if dtype.hasobject:
         raise Unreadable(f"a .npy of Python objects ({dtype}): no tensor holds them")
     elements = math.prod(shape)
@@ -138,6 +138,18 @@ class _Stub:
         pass
 
 
+_STUBS: dict[str, type] = {}  # the stubs of the globals torch.save writes, made once a process
+
+
+def _stub(qualified: str) -> type:
+    found = _STUBS.get(qualified)
+    if found is None:
+        found = type(qualified.rsplit(".", 1)[-1], (_Stub,), {"qualified": qualified})
+        if len(_STUBS) < 2 * GLOBALS_LIMIT:  # a file's odd names are not kept
+            _STUBS[qualified] = found
+    return found
+
+
 @dataclass(frozen=True)
 class _Storage:
     key: str
@@ -160,7 +172,7 @@ class _Reader(pickle.Unpickler):
         if qualified not in self.stubs:
             if len(self.stubs) >= GLOBALS_LIMIT:
                 raise Unreadable(f"its pickle names more than {GLOBALS_LIMIT} globals")
-            self.stubs[qualified] = type(name, (_Stub,), {"qualified": qualified})
+            self.stubs[qualified] = _stub(qualified)
         return self.stubs[qualified]
 
     def persistent_load(self, pid: Any) -> _Storage:
@@ -177,9 +189,9 @@ class _Reader(pickle.Unpickler):
         return storage
 
 
-def _pt(path: Path) -> Declared:
+def _pt(handle: BinaryIO) -> Declared:
     try:
-        with zipfile.ZipFile(path) as archive:
+        with zipfile.ZipFile(handle) as archive:
             return _pt_archive(archive)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as exc:
         raise Unreadable(f"a zip archive that does not read: {_line(exc)}") from None
