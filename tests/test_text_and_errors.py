@@ -439,6 +439,32 @@ def test_wrong_types_skip_their_items_and_rows_alike(pytester):
             assert words[outcome] == rows[api]["Forward Test Success"], (node, rows[api])
 
 
+# A disk that fills while the manifest is written: the file is whole or not there (merge would
+# refuse an empty one), and the error is the caller's to say (reporter.py: one summary line).
+FULL_AT_MANIFEST = """
+import json, resource, signal, sys
+from pathlib import Path
+from pytest_msprobe import manifest
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), int(sys.argv[2])))
+try:
+    manifest.write(Path(sys.argv[1]), {"format": manifest.FORMAT, "settings": {"pad": "x" * 20000}})
+except OSError as exc:
+    print("refused:", exc.strerror)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("room", [0, 100, 8192])
+def test_a_manifest_the_disk_cannot_hold_is_not_written_at_all(tmp_path, room):
+    result_csv = tmp_path / "accuracy_checking_result_1.csv"
+    run = subprocess.run(
+        [sys.executable, "-c", FULL_AT_MANIFEST, str(result_csv), str(room)], capture_output=True, text=True
+    )
+    assert run.returncode == 0 and run.stdout.startswith("refused: File too large"), run.stdout + run.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 # A fault of the plugin itself on one entry, its message quoting a dump's text.
 PLUGIN_FAULT = """
 import pytest_msprobe.check
