@@ -291,11 +291,17 @@ def test_python_files_in_a_dumps_folders_are_never_imported(pytester, copy_dump,
 def test_the_element_bound_is_an_option_and_an_ini_key(pytester, copy_dump):
     dump = copy_dump("pt_stats_L1")
     result = run_msprobe(pytester, dump, "--msprobe-max-elements", "100", "-rs", device="cpu")
+    # Outputs are sized first (their recorded shapes), then the inputs random data would fill.
     result.stdout.fnmatch_lines(
         [
-            "*Functional.conv2d.0.forward: input_args[[]1[]].shape: [[]4, 3, 3, 3[]] is 108 "
-            "elements: random data for this entry would be 204, more than "
-            "--msprobe-max-elements 100*"
+            "*Functional.conv2d.0.forward: output[[]0[]].shape: recorded [[]2, 4, 4, 4[]] is 128 elements, "
+            "more than --msprobe-max-elements 100: not run (nothing was allocated for it)*",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*Functional.linear.0.forward: input_args[[]0[]].shape: [[]2, 64[]] is 128 elements: random data "
+            "for this entry would be 128, more than --msprobe-max-elements 100*",
         ]
     )
     pytester.makeini("[pytest]\nmsprobe_max_elements = 0\n")
