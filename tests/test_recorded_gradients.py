@@ -174,3 +174,16 @@ def test_gemm_gradients_recorded_through_a_view_are_never_an_error(pytester, cop
         assert outputs and all(row["Status"] == verdict for row in outputs), entry
         if verdict == THROUGH_A_VIEW:
             assert all("through a view, bit for bit" in row["Message"] for row in outputs), entry
+
+
+@pytest.mark.parametrize("scale, judged", [(1.3, True), (-1.0, False)])
+def test_a_gradient_far_from_the_one_node_of_its_shape_is_judged_there_only_if_it_carries_it(scale, judged):
+    """linear's weight gradient recorded transposed has one candidate, a node: 30% off it is a gross deficit
+    (judged there, an error), while a tensor no closer to it than zero is (here its negation, 2 away)
+    proves nothing about where it was taken: a SKIP, never an error."""
+    bench = [grad(1.0, 2.0, 3.0), torch.zeros(3, 2, dtype=torch.float64)]
+    node = NodeGradient(
+        "TBackward0", 0, torch.tensor([[1.0, -1.0, 0.5], [2.0, 0.0, 1.0]], dtype=torch.float64), frozenset({1})
+    )
+    found = attribute([(node.value * scale).float()], [{"shape": [2, 3]}], bench, [node], [grad(9.0, 9.0)])
+    assert (list(found.matched) == [1]) is judged and bool(found.strays) is not judged

@@ -37,6 +37,9 @@ from .torch_engine import NodeGradient, input_of, shapes_of
 # their node (bf16), two different gradients of one shape 0.53 and more apart (layer_norm's
 # weight and bias): bench/studies/gradient_attribution.md.
 FIT = 0.1
+# A recorded gradient at least this far from a node's float64 gradient is no closer to it than zero
+# is: nothing of it proves it was taken there (a tensor of another place is about 1.4 away).
+UNRELATED = 1.0
 
 
 @dataclass
@@ -132,8 +135,10 @@ def _unfitting(value: torch.Tensor, candidates: list[Candidate], distances: list
     shape = list(value.shape)
     if best is None:
         return f"{shape}, which no input or node of the float64 graph has"
-    if candidates[best].own or len(candidates) == 1:
-        return ""  # closest to its own input, or the one place it can be: a gross deficit is a finding
+    if candidates[best].own:
+        return ""  # closest to its own input, where msprobe records it: a gross deficit is a finding
+    if len(candidates) == 1 and distances[best] < UNRELATED:
+        return ""  # the one place it can be, and it carries that gradient: a gross deficit is a finding
     return (
         f"{shape}, which fits none of the {len(candidates)} float64 gradients of that shape "
         f"(nearest: {candidates[best].describe()}, at a relative distance of {distances[best]:.2g})"
