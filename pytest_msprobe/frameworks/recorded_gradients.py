@@ -18,8 +18,9 @@ it bit for bit, as it is or through a view) is a SKIP saying so, unless an
 input's gradient fits it (a pass-through API's does). Otherwise one closest to
 its own input's gradient is judged there, however far (a gross deficit is a
 finding); one closer to another gradient is judged there only when it fits it
-(within FIT), and said so; one that fits nothing is a SKIP saying what it is:
-a misattributed gradient is never an error.
+(within FIT), or when that is the one node of its shape and the gradient is
+nearer it than zero is (UNRELATED), and said so; one that fits nothing is a
+SKIP saying what it is: a misattributed gradient is never an error.
 """
 
 from __future__ import annotations
