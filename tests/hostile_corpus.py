@@ -12,6 +12,8 @@ Folders under root:
 - ms/      ms_stats_L1 (MindSpore statistics) + MindSpore's API cases
 - clean_stats/, clean_tensor/, clean_ms/: the same good dumps untouched, to compare rows with
 - file_*/  one whole-file case each (a FIFO, a header of the wrong type, a file that is no JSON)
+- layouts/ small dumps unpacked with conftest.py, __init__.py and test modules in and above their
+  folders (CODE_LAYOUTS): none may be imported
 """
 
 from __future__ import annotations
@@ -1066,6 +1068,7 @@ def build(root: Path, marks: Path) -> Corpus:
     write_index_files(root / "tensor" / "dump_tensor_data")
     write_inflating_files(root / "tensor" / "dump_tensor_data")
     write_dump(root / "ms", "ms_stats_L1", cases["ms"])
+    code_layouts(root / "layouts", marks)  # Python files in and above dumps' folders: none imported
     for base, folder in (("pt_stats_L1", "clean_stats"), ("pt_tensor_L1", "clean_tensor"), ("ms_stats_L1", "clean_ms")):
         shutil.copytree(DUMPS[base], root / folder)
     for path in root.rglob("*"):
