@@ -318,6 +318,11 @@ class Rebuilder:
         except OSError as exc:  # a name longer than the file system takes
             raise self.error(f"{field_path}.data_name", f"{_short(data_name)}: {exc.strerror or exc}") from None
         if not found:
+            if not self.tensor_dir.is_dir():  # the dump copied alone: one reason for every entry
+                if self.mode == REAL:
+                    raise self.error("dump_tensor_data", f"the tensor folder {self.tensor_dir} does not exist")
+                self.notes.append(f"dump_tensor_data: the tensor folder is missing, {RANDOM_DATA}")
+                return None
             if self.mode == REAL:
                 raise self.error(f"{field_path}.data_name", f"tensor file {path} does not exist")
             self.notes.append(f"{field_path}: tensor file {data_name} missing, {RANDOM_DATA}")
