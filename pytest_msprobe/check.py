@@ -16,7 +16,7 @@ from .frameworks import BenchmarkFailed, OutputPair, Probe, Run, RunOptions, Uns
 from .frameworks.output_bounds import recorded_entry
 from .inputs import InputError, element_budget
 from .options import DEFAULT_MAX_ELEMENTS, DEFAULT_TIMEOUT
-from .results import ERROR, PASS, SKIP, EntryResult, OutputResult, ProbeResult, worst_status
+from .results import ERROR, PASS, SKIP, EntryResult, OutputResult, ProbeResult, judged_twice, worst_status
 from .stack import CallSites
 from .standards import Standard
 from .time_limit import TimeLimit, TimeUp
@@ -36,6 +36,8 @@ class Checker:
     timeout: float = DEFAULT_TIMEOUT  # seconds one entry's check may take (0: no limit)
     # Where the model called each entry; each dump's stack.json read once per process, on first need.
     call_sites: CallSites = field(default_factory=CallSites, compare=False)
+    # --msprobe-device recorded,<device>: the check of the recorded outputs, made beside this one.
+    recorded_too: Checker | None = None
 
     def check(self, dump: Dump, name: EntryName, position: int | None = None) -> EntryResult:
         """The entry's result; an `error` naming the limit where its check ran past --msprobe-timeout."""
@@ -55,6 +57,8 @@ class Checker:
             )
             result = EntryResult(name.prefix, name.direction, ERROR, reason, dump=str(dump.path), position=position)
             result.call_site = self.call_sites.of(dump.path, name)
+        if self.recorded_too is not None:
+            result = judged_twice(self.recorded_too.check(dump, name, position), result, self.run.tested_on)
         return result
 
     def checked(self, dump: Dump, name: EntryName, position: int | None) -> EntryResult:

@@ -17,16 +17,23 @@ def floor_text(output: OutputResult) -> str:
 
 def output_message(output: OutputResult) -> str:
     """The Message of a details row: the rules broken (or kept), the rounding floor, how it was
-    paired, why the bench is not float64."""
+    paired, why the bench is not float64; and its side, where an entry was judged twice (the two
+    rows of one output tell their side apart by it)."""
+    text = output_text(output)
+    return f"{output.side}: {text}" if output.side and text else text
+
+
+def output_text(output: OutputResult) -> str:
+    """output_message without the side, for lines that name the output by its label."""
     return join([*output.reasons, floor_text(output), output.note, output.bench_note])
 
 
 def output_findings(result: EntryResult) -> list[str]:
     """`output.0: <why>` for every output that did not pass, failures before SKIPs; and how a
     passing one was paired, where that needs saying."""
-    told = [o for o in result.outputs if (o.status != PASS and output_message(o)) or o.note]
+    told = [o for o in result.outputs if (o.status != PASS and output_text(o)) or o.note]
     ranked = sorted(told, key=lambda o: (o.status == PASS, o.status == SKIP))
-    return [f"output.{o.index}: {output_message(o) if o.status != PASS else o.note}" for o in ranked]
+    return [f"{o.label}: {output_text(o) if o.status != PASS else o.note}" for o in ranked]
 
 
 def entry_message(result: EntryResult) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .devices import CHOICES as DEVICES
+from .devices import RECORDED
 from .standards import STANDARDS
 
 # Input data: the dumped tensor files, random data from the recorded statistics, or real where it can.
@@ -27,6 +28,8 @@ DEFAULT_MAX_ELEMENTS = 2**30
 # Seconds one entry's check may take: far past any call of a real step (a ResNet step's slowest
 # entry takes seconds), so only a call asked to run for hours meets it.
 DEFAULT_TIMEOUT = 600.0
+# The share of entries a run may SKIP and still pass: any, so long as one output was compared.
+DEFAULT_MAX_SKIP_RATIO = 1.0
 
 _TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
 
@@ -56,7 +59,18 @@ class Options:
     probe: str = "off"
     max_elements: int = DEFAULT_MAX_ELEMENTS
     timeout: float = DEFAULT_TIMEOUT  # seconds; 0: no limit
+    max_skip_ratio: float = DEFAULT_MAX_SKIP_RATIO  # more SKIPped entries than this share: exit 5
     strict: bool = False  # a warning fails its item, as an error does
+
+    @property
+    def rerun_on(self) -> str | None:
+        """The device each call runs on again, or None where only the recorded outputs are judged."""
+        return next((side for side in self.device.split(",") if side != RECORDED), None)
+
+    @property
+    def judges_recorded(self) -> bool:
+        """Whether the outputs a tensor dump recorded are judged (alone, or beside a re-run)."""
+        return RECORDED in self.device.split(",")
 
     def out_dir(self, base: Path) -> Path:
         return base / self.out
@@ -125,6 +139,26 @@ def read_seconds(text: str) -> float:
     return value
 
 
+def read_device(text: str) -> str:
+    """One of DEVICES, or the recorded outputs and a device both (`recorded,cpu`): each entry is
+    judged twice, on what the dump recorded and on a run of the call on that device."""
+    sides = [side.strip() for side in text.split(",")]
+    if len(sides) == 1 and sides[0] in DEVICES:
+        return sides[0]
+    if len(sides) == 2 and RECORDED in sides:
+        device = sides[1 - sides.index(RECORDED)]
+        if device in DEVICES and device != RECORDED:
+            return f"{RECORDED},{device}"
+    raise ValueError(text)
+
+
+def read_ratio(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:  # NaN too
+        raise ValueError(text)
+    return value
+
+
 def _one_of(choices: tuple[str, ...]) -> str:
     return " or ".join(choices) if len(choices) == 2 else f"one of {', '.join(choices)}"
 
@@ -137,7 +171,13 @@ OPTIONS = (
         "input data: real (the tensor files), random (from the statistics), auto (real where the tensor file exists)",
         MODES,
     ),
-    Option("device", "device under test", DEVICES),
+    Option(
+        "device",
+        f"device under test: {', '.join(DEVICES)}; or {RECORDED},<device> to judge the recorded outputs and a "
+        "run on the device both",
+        read=read_device,
+        expects=f"one of {', '.join(DEVICES)}, or {RECORDED} and one of the others (recorded,cpu)",
+    ),
     Option("devices", "device ids, one per xdist worker: 0-7 or 0,1,2,3 (auto: 0..n-1; without xdist the first)"),
     Option("seed", "seed of the random inputs (mixed with each entry's name)", read=int),
     Option("cosine", "basic standard: an output passes when Cosine > this", read=float),
@@ -169,6 +209,13 @@ OPTIONS = (
         "seconds one entry's check may take: beyond, it stops there as an error row and the run goes on (0: no limit)",
         read=read_seconds,
         expects="a number of seconds, 0 or more",
+    ),
+    Option(
+        "max_skip_ratio",
+        "the largest share of SKIPped entries a run may have and pass (beyond it, or where no "
+        "output was compared at all: exit 5)",
+        read=read_ratio,
+        expects="a share from 0 to 1",
     ),
     Option("strict", "a warning fails its item and the run, as an error does", read=read_bool, bare=True),
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .untrusted import encodable
@@ -69,9 +69,17 @@ class OutputResult:
     severity: float | None = None
     nonfinite: bool = False  # NaN or inf where the other side has none
     bench_note: str = ""  # why the bench is not in float64, where it is not
+    # Which of an entry's two checks it is of, in a run that judges the recorded outputs and a
+    # re-run both (--msprobe-device recorded,cpu): "recorded" or the device; "" in any other run.
+    side: str = ""
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
+
+    @property
+    def label(self) -> str:
+        """`output.0`, or `output.0 (recorded)` in a run that judges each entry twice."""
+        return f"output.{self.index}" + (f" ({self.side})" if self.side else "")
 
 
 @dataclass(frozen=True)
@@ -175,3 +183,25 @@ def _words(data: dict[str, Any]) -> None:
         data["status"] = data["status"].value
     for row in data["outputs"]:
         row["status"] = row["status"].value
+
+
+RECORDED_SIDE = "recorded"
+
+
+def judged_twice(recorded: EntryResult, rerun: EntryResult, device: str) -> EntryResult:
+    """One entry judged on the outputs its dump recorded and on a run of the call on `device`:
+    one result holding both sides' outputs, each with its side, failing where either fails (a
+    side that SKIPs leaves the other's verdict). Reasons and notes say their side."""
+    sides = ((RECORDED_SIDE, recorded), (device, rerun))
+    outputs = [replace(output, side=side) for side, result in sides for output in result.outputs]
+    reason = "; ".join(f"{side}: {result.reason}" for side, result in sides if result.reason)
+    notes = list(dict.fromkeys(note for _, result in sides for note in result.notes))
+    return replace(
+        rerun,
+        status=worst_status([recorded.status, rerun.status]),
+        reason=reason,
+        outputs=outputs,
+        notes=notes,
+        call_site=rerun.call_site or recorded.call_site,
+        probe=rerun.probe or recorded.probe,
+    )

@@ -19,8 +19,11 @@ from . import devices, dump_trees, manifest, remote, workers
 from .check import Checker
 from .dump import Dump, DumpError, find_dump_files, parse_entry_name, peek_framework, peek_task, read_dump
 from .dump_folder import passed_over_lines
+from .dump_notes import header_notes
 from .frameworks import RunOptions, Tested
+from .gate import CoverageGate
 from .items import RUN_KEY, DumpHooks
+from .last_failed import LastFailed
 from .options import RANDOM, Options
 from .reporter import CsvReporter
 from .results import REPORT_ATTRIBUTE
@@ -42,6 +45,8 @@ def start(config: pytest.Config, options: Options) -> None:
     workers.register(config, run)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(CsvReporter(config, run), "msprobe-reporter")
+        config.pluginmanager.register(LastFailed(config, options), "msprobe-last-failed")
+        config.pluginmanager.register(CoverageGate(options.max_skip_ratio), "msprobe-coverage-gate")
     # The dumps are not pytest's paths to collect: pytest would walk their folders and import the
     # Python files there (dump_trees.py). The session collects them (MsprobeRun.pytest_make_collect_report).
     if config.args_source != pytest.Config.ArgsSource.ARGS:
@@ -97,10 +102,12 @@ class MsprobeRun:
             raise pytest.UsageError(f"--msprobe-max-elements must be at least 1, not {options.max_elements}")
         self.device_notes = [*refused, *notes]
         self.frameworks = {peek_framework(path) for path in self.dump_files}
+        device = options.rerun_on or devices.RECORDED  # the tested side: a device, else what was recorded
         if workers.remote_hosts(config):
-            self.device_kind = options.device  # the controller's devices are not its workers': each host chooses
+            self.device_kind = device  # the controller's devices are not its workers': each host chooses
         else:
-            self.device_kind = devices.choose(options.device, self.device_notes, self.frameworks)
+            self.device_kind = devices.choose(device, self.device_notes, self.frameworks)
+        self.device_notes += header_notes(self.dump_files, None if options.judges_recorded else self.device_kind)
         self.check_recorded()
         self.device_ids = devices.ids_for(options.devices, workers.workers_per_host(config))
         if not hasattr(config, "workerinput") and not workers.remote_hosts(config):
@@ -133,6 +140,18 @@ class MsprobeRun:
             max_elements=options.max_elements,
             timeout=options.timeout,
         )
+        if options.judges_recorded and not recorded:  # recorded,<device>: each entry judged twice
+            self.checker = replace(
+                self.checker,
+                error_data=_side_folder(self.checker.error_data, self.device_kind),
+                repro=_side_folder(self.checker.repro, self.device_kind),
+                recorded_too=replace(
+                    self.checker,
+                    run=replace(run_options, device=devices.RECORDED, tested=Tested.RECORDED, probe=False),
+                    error_data=_side_folder(self.checker.error_data, devices.RECORDED),
+                    repro=_side_folder(self.checker.repro, devices.RECORDED),
+                ),
+            )
         self.collected: dict[str, Dump] = {}  # by node id, as DumpFile collects them
         self.dumps_told = False  # the xdist controller's header lines on the dumps
 
@@ -151,7 +170,7 @@ class MsprobeRun:
         return manifest.describe(path, self.options, self.device_kind, api_calls, shard)
 
     def check_recorded(self) -> None:
-        if self.device_kind != devices.RECORDED:
+        if not self.options.judges_recorded:
             return
         if self.options.mode == RANDOM:
             raise pytest.UsageError(
@@ -204,6 +223,11 @@ class MsprobeRun:
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         run, standard = self.checker.run, self.checker.standard
         lines = [f"msprobe: device {run.tested_on}, mode {run.mode}, seed {run.seed}, standard {standard.describe()}"]
+        if run.tested is Tested.DEVICE and self.checker.recorded_too is not None:
+            lines.append(
+                f"msprobe: each entry judged twice, on the outputs the dump recorded and on a run on {run.tested_on}: "
+                "its item fails where either fails"
+            )
         lines += [f"msprobe: {note}" for note in self.device_notes]
         lines += [f"msprobe: {line}" for line in standard.header_lines()]
         if self.checker.repro is not None:
@@ -263,3 +287,8 @@ def _node_path(config: pytest.Config, path: Path) -> str:
         return path.relative_to(config.rootpath.resolve()).as_posix()
     except ValueError:
         return str(path)
+
+
+def _side_folder(folder: Path | None, side: str) -> Path | None:
+    """Where one side's error data or reproducers go when an entry is judged twice."""
+    return None if folder is None else folder / side

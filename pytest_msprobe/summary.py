@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from .dump import BACKWARD, DUMP_FILE_NAME, FORWARD
 from .fallbacks import fallback_lines
-from .messages import call_site_text, entry_findings, entry_message, output_message, probe_text
+from .messages import call_site_text, entry_findings, entry_message, output_text, probe_text
 from .results import ERROR, PASS, SKIP, WARNING, EntryResult, Status
 from .untrusted import printable
 
@@ -197,10 +197,10 @@ def failure_text(result: EntryResult, standard: str, strict: bool = False) -> li
     for row in failed:
         cosine = "n/a" if row.cosine is None else f"{row.cosine:.6g}"
         lines.append(
-            f"  output.{row.index} {row.tested_dtype} {row.shape}: {row.status}, Cosine {cosine}, "
+            f"  {row.label} {row.tested_dtype} {row.shape}: {row.status}, Cosine {cosine}, "
             f"MaxAbsErr {row.max_abs_err:.4g}, MaxRelativeErr {row.max_rel_err:.4g}"
         )
-        lines.append(f"    {output_message(row)}")
+        lines.append(f"    {output_text(row)}")
     if result.probe is not None:
         lines.append(f"  fp32 probe: {probe_text(result.probe)}")
     lines += [f"  note: {note}" for note in result.notes]
@@ -211,7 +211,7 @@ def metric_properties(result: EntryResult) -> list[tuple[str, str]]:
     """(name, value) pairs for --junitxml: the metrics of every output."""
     props = []
     for row in result.outputs:
-        name = result.output_name(row)
+        name = result.output_name(row) + (f".{row.side}" if row.side else "")
         props.append((f"{name}.status", row.status.value))
         for metric, value in (
             ("cosine", row.cosine),
