@@ -8,7 +8,8 @@ executes each as a module of its own (templates/repro.py, `package_module`).
 - reductions.py, the metrics' pass and the block iteration the budget reads an output with;
 - standards/budget.py, whole: the per-element budget (numpy only);
 - frameworks/magnitudes.py, its formulas (softmax, layer_norm, batch_norm, gelu, cross_entropy),
-  the list of sums and products and a contraction's float32 lower bound; not `with_magnitudes`,
+  the structural term (`structural`), the list of sums and products and a contraction's float32
+  lower bound; not `with_magnitudes`,
   which wires them to the engine;
 - standards/dtype.py, its message (`_message`, `CONSTANTS`).
 
@@ -79,6 +80,14 @@ PARTS = (
                 "U_FLOAT32",
                 "terms_bound",
                 "lower_bound",
+                "UNARY",
+                "_base",
+                "_probabilities",
+                "structural",
+                "SAVED_OUTPUT",
+                "_UNARY_FNS",
+                "STRUCTURAL",
+                "_unit",
             }
         ),
     ),

@@ -1378,11 +1378,14 @@ def _randn(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
     return torch.randn(*shape, generator=generator, dtype=F64) * scale
 
 
-def _attention_inputs(dtype: torch.dtype, seed: int = 10) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _attention_inputs(
+    dtype: torch.dtype, seed: int = 10, peak: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q, k, v of a causal self-attention (1, heads, seq, 64): values with per-channel means, as a
-    trained model's (the output then does not average to 0)."""
+    trained model's (the output then does not average to 0); `peak` scales q and k (scores peak^2
+    times as wide: a trained model's sharper attention)."""
     shape = (1, LLAMA_HEADS, _DRAW.seq, LLAMA_HEAD_DIM)
-    q, k = _randn(seed, *shape), _randn(seed + 1, *shape)
+    q, k = _randn(seed, *shape, scale=peak), _randn(seed + 1, *shape, scale=peak)
     v = _randn(seed + 2, *shape, scale=0.5) + _randn(seed + 3, 1, LLAMA_HEADS, 1, LLAMA_HEAD_DIM)
     return q.to(dtype), k.to(dtype), v.to(dtype)
 
@@ -1482,8 +1485,8 @@ def _sdpa_qk_tf32() -> Recorded:
     return Recorded([q, k, v], {"is_causal": True}, [(p @ v.to(F64)).to(F32)])
 
 
-def _sdpa_torch(dtype: torch.dtype) -> Recorded:
-    q, k, v = _attention_inputs(dtype)
+def _sdpa_torch(dtype: torch.dtype, peak: float = 1.0) -> Recorded:
+    q, k, v = _attention_inputs(dtype, peak=peak)
     g = _grad_output(20, q)
     outs, grads = _torch_backward(F.scaled_dot_product_attention, [q, k, v], {"is_causal": True}, g)
     return Recorded([q, k, v], {"is_causal": True}, outs, [g], grads)
@@ -1696,6 +1699,14 @@ LLAMA_CASES: list[Case] = [
             lambda dtype=dtype: _sdpa_torch(dtype),
         )
         for short, dtype in (("fp32", F32), ("bf16", BF16))
+    ),
+    _case(
+        "sdpa_torch_fp32_peaked",
+        False,
+        "sdpa",
+        BACKWARD,
+        "PyTorch's CPU attention, scores 16 times as wide (dV from P recomputed in fp32)",
+        lambda: _sdpa_torch(F32, peak=4.0),
     ),
     _case("rope_angles", False, "matmul", FORWARD, "PyTorch's fp32 matmul", lambda: _rope_matmul(False)),
     _case("cos", False, "cos", FORWARD, "PyTorch's cos at thousands of radians", lambda: _trig("cos", False)),

@@ -279,7 +279,7 @@ def test_dtype_standard_repros_give_the_run_verdict_and_worst_element_ratio(pyte
     assert seen["dtype"] >= {"torch.bfloat16", "torch.float32"}
     assert seen["direction"] == {"forward", "backward"}
     assert seen["status"] >= {"error", "pass"}
-    assert seen["asked"] == {"magnitude", "spread", "low"}
+    assert seen["asked"] == {"magnitude", "structural", "spread", "low"}  # structural: softmax, attention
     # The gradient at a node of the graph: its bench and extra runs are the run's, and said so.
     folder = pytester.path / "repro" / "pt_tensor_L1" / "Functional.linear.1.backward"
     saved = torch.load(folder / "inputs.pt", weights_only=True)

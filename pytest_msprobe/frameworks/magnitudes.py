@@ -37,8 +37,9 @@
   (which moves the input by u_acc, 2e-4 at cos(4000)) would let a fast-math kernel pass.
 - `structural`: what a correct kernel's own roundings to a low dtype move an output by, a term of
   its own (the standard scales it by c_round alone): a gradient formula that reads the forward's
-  output as it was saved, rounded to its dtype (tanh's g (1 - y^2) cancels where |y| is near 1;
-  `SAVED_OUTPUT`), |d grad / d y| u |y|; flash attention (FlashAttention-2, CUDA's flash SDPA: what
+  output as it was saved, rounded to fp32 (tanh's g (1 - y^2) cancels where |y| is near 1;
+  `SAVED_OUTPUT`), |d grad / d y| u |y| (in bf16/fp16 the standard's low run reads the same saved
+  output and follows its rounding); flash attention (FlashAttention-2, CUDA's flash SDPA: what
   scaled_dot_product_attention runs on a GPU) rounds the probabilities P to bf16/fp16 before P V and
   dS before dS K, dS^T Q, accumulating in fp32: u_low (P |V|) forward and u_low times the gradients'
   magnitudes backward. Any kernel of that family is within it, not one implementation's error
@@ -314,21 +315,32 @@ def _probabilities(p: dict[str, Any]) -> tuple[torch.Tensor, float]:
     return torch.softmax(scores, -1), scale
 
 
-def _attention(p: dict[str, Any], g: torch.Tensor | None) -> list:
+def _attention(p: dict[str, Any], g: torch.Tensor | None, recomputed: bool = True) -> list:
     """softmax(Q K^T scale + mask) V with softmax's magnitudes: the output P |V| plus what the
     scores' own rounding (the terms |Q| |K|^T |scale| each sums) moves through P; the gradients
-    P^T |g| for V, and for Q and K the softmax gradient's P (|dP| + sum P |dP|) with |dP| = |g| |V|^T,
-    through |K| and |Q|. Without dropout or grouped heads (others raise: no magnitude)."""
+    W^T |g| for V, and for Q and K the softmax gradient's P (|dP| + sum P |dP|) with |dP| = |g| |V|^T,
+    through |K| and |Q|. W is P and, `recomputed`, what moves P where the backward recomputes it
+    from fp32 scores and log-sum-exp (PyTorch's CPU kernel, flash): exp(s - lse) is off by
+    (|s - lse| + the scores' terms) relative units, P times them. Without dropout or grouped heads
+    (others raise: no magnitude)."""
     q, k, v, mask = p["query"], p["key"], p["value"], p["attn_mask"]
     probs, scale = _probabilities(p)
     aq, ak, av = q.abs(), k.abs(), v.abs()
+    terms = aq @ ak.transpose(-2, -1) * scale  # the magnitude of each score's terms
     if g is None:
-        moved = probs * (aq @ ak.transpose(-2, -1) * scale)  # P times the magnitude of each score's terms
+        moved = probs * terms  # P times the magnitude of each score's terms
         return [probs @ av + moved @ av + moved.sum(-1, keepdim=True) * (probs @ v).abs()]
+    weight = probs
+    if recomputed:
+        logits = torch.log(probs)  # s - lse, -inf where P is 0 (masked or underflowed)
+        shift = torch.where(probs > 0, logits.abs(), torch.zeros_like(probs))
+        weight = probs * (1 + terms + shift)
     ag = g.abs()
     dp = ag @ av.transpose(-2, -1)
+    # dS = P (dP - D): its own terms outweigh what recomputing P moves (PyTorch's fp32 CPU kernel at
+    # 0.46 of the budget without it, seq 1024); dV = P^T dO has no other term (6.6x its budget without).
     ds = probs * (dp + (probs * dp).sum(-1, keepdim=True))
-    found = [ds @ ak * scale, ds.transpose(-2, -1) @ aq * scale, probs.transpose(-2, -1) @ ag]
+    found = [ds @ ak * scale, ds.transpose(-2, -1) @ aq * scale, weight.transpose(-2, -1) @ ag]
     # One per floating input, in argument order: a floating mask's gradient has no model here.
     return found + ([None] if mask is not None and mask.is_floating_point() else [])
 
@@ -385,16 +397,23 @@ def structural(api: str, args: Sequence[Any], kwargs: dict[str, Any], grad_outpu
             return [probs @ p["value"].abs() * u]  # P rounded before P V
         # dV = P^T dO with P rounded, dQ = dS K and dK = dS^T Q with dS rounded (and the saved
         # output's rounding in dS's rowsum(dO O)): the gradients' magnitudes, at u_low.
-        return [None if m is None else m * u for m in _attention(p, g.detach().to(torch.float64))]
+        found = _attention(p, g.detach().to(torch.float64), recomputed=False)
+        return [None if m is None else m * u for m in found]
     if g is None:
         raise ValueError(f"{api}'s forward rounds no intermediate to its dtype")
+    saved = kwargs.get("dtype") if name in ("softmax", "log_softmax") else None
+    saved = saved if isinstance(saved, torch.dtype) else tensors[0].dtype
+    if saved.itemsize < 4:
+        # bf16/fp16: the standard's `low` run, PyTorch's kernel in that dtype, reads the same saved
+        # output, rounded alike, and follows its error element by element; a worst-case term on top
+        # would pass a softmax gradient whose dot is summed in bf16 (tests/test_repro.py's corpus).
+        raise ValueError(f"{api}: the saved output's rounding in {saved} is the low run's")
     x = tensors[0].detach().to(torch.float64)
     ag = g.detach().to(torch.float64).abs()
     if name in ("softmax", "log_softmax"):
         dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
         dim = dim if isinstance(dim, int) else -1
-        dtype = kwargs.get("dtype")
-        u = _unit(dtype if isinstance(dtype, torch.dtype) else tensors[0].dtype)  # the saved output's
+        u = _unit(saved)
         signed = g.detach().to(torch.float64)
         if name == "softmax":
             # y (g - dot), dot = sum y g: y_i's own rounding moves it by u y_i |g_i - dot|, and the

@@ -13,7 +13,7 @@
             a norm's weight gradient): where the terms share a sign a correct kernel's partial sums
             grow with the result, and what it rounds with them (no extra run)
     R_i     what a correct kernel's own roundings to the low dtype move the element by, from the
-            API's formula (frameworks/magnitudes.structural): a saved output read by the gradient
+            API's formula (frameworks/magnitudes.structural): a saved fp32 output read by the gradient
             (tanh's g (1 - y^2) with y rounded: 2 |g| y^2 u_y), flash attention's probabilities
             rounded to bf16/fp16 before P V (u_low P |V|) and its dS before dS K, dS^T Q
     S_i     max over seeds of |b(inputs x (1 + u_acc r)) - b_i|, r = +-1 at random: what the
