@@ -11,8 +11,8 @@ writes from journal and new results are the rows an uninterrupted run writes. Li
 A serial run also writes `{"running": {...}}` before each entry runs: where the process dies in
 the entry (a segfault or an abort in a kernel, the OOM killer), nothing closes that line, and a
 resume records the entry as an error instead of running it again (the xdist controller does the
-same for a worker that dies). The entry's result line closes it; a run that ends in order with an
-entry unfinished (Ctrl-C, -x, a full disk) cuts it. No pytest.
+same for a worker that dies). The line is cut as soon as the entry's call returns or raises, so it
+marks only a death inside the API's call; its result line, when it comes, is a line of its own. No pytest.
 """
 
 from __future__ import annotations
@@ -66,9 +66,10 @@ class Journal:
         self._write({RUNNING: {"api": api, "direction": direction, "dump": dump, "pid": os.getpid()}})
 
     def end(self) -> None:
-        """The run ends in order (Ctrl-C, -x, a full disk) with an entry running: its `running`
-        line is cut (appends go on at the new end: O_APPEND), so that a resume runs it again
-        rather than take it for a crash. A cut needs no room on the disk, as a line would."""
+        """The entry's call returned or raised (or the run ends in order: Ctrl-C, -x, a full disk):
+        its `running` line is cut (appends go on at the new end: O_APPEND). A kill after this, before
+        its result line, leaves no mark: a resume runs it again, as before. A cut needs no room on
+        the disk, as a line would."""
         if self._running is not None and self._fd is not None:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, self._running[1])

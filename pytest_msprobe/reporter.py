@@ -102,14 +102,26 @@ class CsvReporter:
                 f"msprobe: cannot write {self.journals[writer.result_path].path} ({exc.strerror or exc}): stopped; "
                 f"the rows written are whole, --msprobe-resume {writer.result_path} runs the rest"
             )
-        journal = self.journals[writer.result_path].path
-        label = cut(printable(f"msprobe: running {entry.full} (journal {journal})"), MAX_RUNNING)
-        item.runtest = functools.partial(call_named, label, item.runtest)  # type: ignore[method-assign]
+        label = cut(
+            printable(f"msprobe: running {entry.full} (journal {self.journals[writer.result_path].path})"), MAX_RUNNING
+        )
+        journal = self.journals[writer.result_path]
+        item.runtest = functools.partial(self._run_entry, journal, label, item.runtest)  # type: ignore[method-assign]
         try:
             return (yield)
         finally:
             with contextlib.suppress(AttributeError):
                 del item.runtest
+
+    @staticmethod
+    def _run_entry(journal: Journal, label: str, runtest: Callable[[], Any]) -> Any:
+        """The entry's call, under its name; once it returns or raises, its `running` line is cut:
+        a death after this (in a hook, a kill) is no crash of the API, and a resume runs it again."""
+        __tracebackhide__ = True
+        try:
+            return call_named(label, runtest)
+        finally:
+            journal.end()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, REPORT_ATTRIBUTE, None)
