@@ -24,6 +24,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("msprobe") and (config.getoption("msprobe_dump") or config.getini("msprobe_dump")):
         return
     import pytest_msprobe.frameworks.torch_engine  # noqa: F401
+    from pytest_msprobe.frameworks import output_bounds
+
+    # The meta device's first call imports torch._dynamo and its operator libraries, which do not
+    # survive a second import either (a plugin run in process pays it at its session's start).
+    output_bounds.warm_up()
 
     if importlib.util.find_spec("mindspore") is not None:
         from pytest_msprobe.frameworks import mindspore as ms_framework
