@@ -108,7 +108,11 @@ def reference_read(tested, bench, fmt, extra, constants, accumulation):
         return i, float(ratio.flat[i])
 
     asked = []
-    asks = [("magnitude", extra.magnitude), ("spread", lambda: extra.spread(budget.U_ACC))]
+    asks = [
+        ("magnitude", extra.magnitude),
+        ("structural", extra.structural),
+        ("spread", lambda: extra.spread(budget.U_ACC)),
+    ]
     if fmt.mantissa_bits < 23:
         asks.append(("low", extra.low))
     for name, ask in asks:
@@ -122,6 +126,8 @@ def reference_read(tested, bench, fmt, extra, constants, accumulation):
         answer = np.where(np.isfinite(answer), answer, 0.0)
         if name == "magnitude":
             terms["fp32 accumulation"] = constants.c_acc * u_acc * np.maximum(magnitude, answer)
+        elif name == "structural":
+            terms["rounded intermediates"] = constants.c_round * answer
         elif name == "spread":
             terms["conditioning"] = constants.c_spread * answer
         else:
@@ -243,7 +249,7 @@ budget_cases = st.tuples(
     st.sampled_from(sorted(FORMATS)),
     st.integers(1, 40),
     st.integers(0, 2**32 - 1),
-    st.lists(st.sampled_from(["none", "small", "large", "nan", "negative"]), min_size=3, max_size=3),
+    st.lists(st.sampled_from(["none", "small", "large", "nan", "negative"]), min_size=4, max_size=4),
     st.sampled_from([None, 2.0**-11, 2.0**-8]),
 )
 
@@ -273,7 +279,12 @@ def test_the_reading_is_the_whole_array_one_to_the_last_bit(case):
         return values.astype(np.float32) if rng.random() < 0.3 else values  # a float32 run's answer
 
     given_answers = [answer(kind) for kind in answers]
-    extra = ExtraRuns(lambda: given_answers[0], lambda relative: given_answers[1], lambda: given_answers[2])
+    extra = ExtraRuns(
+        lambda: given_answers[0],
+        lambda relative: given_answers[1],
+        lambda: given_answers[2],
+        structural=lambda: given_answers[3],
+    )
     shape = (n,) if n % 2 else (n // 2, 2)
     tested, bench = tested.reshape(shape), bench.reshape(shape)
     given_answers = [None if a is None else a.reshape(shape) for a in given_answers]
