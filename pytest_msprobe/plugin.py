@@ -83,20 +83,20 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """pytest imports the conftest.py of the folder it is run from, and of the folders above, before
     any pytest_configure: run from a dump's folders, one there would run. A usage error naming
     it, before it is imported (dump_trees.py says which)."""
-    namespace = early_config.known_args_namespace
-    dumps = getattr(namespace, "msprobe_dump", None) or early_config.getini("msprobe_dump")
-    if not dumps or namespace.noconftest:
+    given = early_config.known_args_namespace  # the command line, parsed before conftests load
+    dumps = getattr(given, "msprobe_dump", None) or early_config.getini("msprobe_dump")
+    if not dumps or given.noconftest:
         return
     from .dump_trees import conftests_in_dumps  # no numpy, no framework
 
     found = conftests_in_dumps(
         [Path(p) for p in dumps],
-        namespace.file_or_dir,
+        given.file_or_dir,
         early_config.getini("testpaths"),
         early_config.invocation_params.dir,
         early_config.rootpath,
         early_config.inipath,
-        namespace.confcutdir,
+        given.confcutdir,
     )
     if found:
         raise pytest.UsageError(
