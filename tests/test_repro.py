@@ -414,7 +414,7 @@ def test_a_mindspore_entry_recorded_3_percent_off_gives_the_run_dtype_verdict(py
     _, details, folders = repro_run(pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype")
     assert [p.name for p in folders.iterdir()] == ["Mint.mul.0.forward"]
     report = run_alone(folders / "Mint.mul.0.forward", tmp_path)
-    assert report["status"] == "error" and report["outputs"][0]["asked"] == ["magnitude", "spread", "low"]
+    assert report["status"] == "error" and report["outputs"][0]["asked"] == ["magnitude", "structural", "spread", "low"]
     assert_reproduces(report, details, "Mint.mul.0.forward")
     assert_same_verdict(report, folders / "Mint.mul.0.forward")
 
