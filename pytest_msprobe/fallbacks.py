@@ -46,7 +46,7 @@ def bench_fallback(result: EntryResult) -> bool:
 
 
 KINDS = (
-    ("on random data: tensor files missing from the tensor dump", random_data),
+    ("on random data: a tensor file the dump names is missing", random_data),
     ("benchmarked in float32: float64 has no kernel for them", bench_fallback),
 )
 

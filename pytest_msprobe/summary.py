@@ -12,7 +12,7 @@ from .dump import BACKWARD, DUMP_FILE_NAME, FORWARD
 from .fallbacks import fallback_lines
 from .messages import call_site_text, entry_findings, entry_message, output_text, probe_text
 from .results import ERROR, PASS, SKIP, WARNING, EntryResult, Status
-from .untrusted import printable
+from .untrusted import cut, printable
 
 STATUSES = (PASS, ERROR, WARNING, SKIP)
 
@@ -70,7 +70,8 @@ def failure_lines(results: Sequence[EntryResult], limit: int = 20, statuses: Seq
     labels = dump_labels(results)
     lines = []
     for result in failed[:limit]:
-        lines.append(f"{labels.get(result.dump, '')}{result.entry}: {entry_findings(result)}"[:400])
+        # Cut with a visible mark: the whole message is in the result CSV.
+        lines.append(cut(f"{labels.get(result.dump, '')}{result.entry}: {entry_findings(result)}", 400, " in the CSV"))
         lines += found_lines(result)
     if len(failed) > limit:
         lines.append(f"... and {len(failed) - limit} more in the result CSV")

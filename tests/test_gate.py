@@ -135,7 +135,7 @@ def test_every_failure_line_names_its_rank_and_fallbacks_are_counted(pytester, c
     assert len(failures) == 12  # the six bf16 failures of each rank, every line naming its rank
     assert {line.split(": ", 1)[0] for line in failures} == {"rank0", "rank1"}
     at = lines.index("fallbacks:")
-    assert lines[at + 1] == ("   2 entries on random data: tensor files missing from the tensor dump  "
+    assert lines[at + 1] == ("   2 entries on random data: a tensor file the dump names is missing  "
                              "(Functional.relu.0.forward, Functional.relu.0.backward)")
 
 

@@ -62,3 +62,9 @@ def test_a_line_names_its_dump_where_there_are_several():
 ])
 def test_a_value_beside_its_bound_shows_which_side_it_is_on(value, bound, shown):
     assert beside(value, bound, 6 if bound == 0.99 else 3) == shown
+
+
+def test_a_long_failure_line_is_cut_with_a_visible_mark():
+    long = EntryResult("Torch.mul.0", "forward", "error", "x" * 1000, [row(0.5, 1.0, 10.0)])
+    line = failure_lines([long])[0]
+    assert len(line) <= 400 and line.endswith("more characters in the CSV]")
