@@ -101,6 +101,7 @@ class MsprobeRun:
         if options.max_elements < 1:
             raise pytest.UsageError(f"--msprobe-max-elements must be at least 1, not {options.max_elements}")
         self.device_notes = [*refused, *notes]
+        self.passed_over = refused  # files given and not checked: said again at the end under -q
         self.frameworks = {peek_framework(path) for path in self.dump_files}
         device = options.rerun_on or devices.RECORDED  # the tested side: a device, else what was recorded
         if workers.remote_hosts(config):
@@ -236,6 +237,12 @@ class MsprobeRun:
             where = " on the CPU (the tested side is recorded)" if run.recorded else ""
             lines.append(f"msprobe: fp32 probe of every failing fp16/bf16 entry{where}")
         return lines
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """-q hides the header, where the files given and not taken as dumps are named."""
+        if self.config.option.verbose < 0:
+            for line in self.passed_over:
+                terminalreporter.write_line(f"msprobe: {line}")
 
     def pytest_report_collectionfinish(self, config: pytest.Config) -> list[str]:
         return dump_lines(self.collected)

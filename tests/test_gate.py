@@ -213,6 +213,9 @@ def test_a_folder_names_the_json_files_it_passed_over(pytester):
         "msprobe: --msprobe-dump public: and 1 stack.json/construct.json beside its dumps",
     ])
     result.stdout.fnmatch_lines(["msprobe: public/step0/rank0/dump.json: pytorch statistics dump, *"])
+    quiet = run_msprobe(pytester, None, "--msprobe-dump", "public", "-q", "-k", "relu", device="cpu", out="q")
+    assert "rootdir" not in quiet.stdout.str()  # -q: no header
+    quiet.stdout.fnmatch_lines(["msprobe: --msprobe-dump public: passed over 1 JSON file that is no dump: notes.json"])
 
 
 @pytest.mark.slow
