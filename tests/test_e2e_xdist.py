@@ -45,7 +45,7 @@ def test_two_workers_write_the_rows_of_a_serial_run(pytester, copy_dump, default
         assert rows(pytester.path / "xdist", kind) == rows(pytester.path / "serial", kind)
     assert len(rows(pytester.path / "xdist", "result")) == 37 + 26
     # The header names each dump and its entries, as a serial run's does (the controller collects nothing).
-    told = [[line for line in run.outlines if re.match(r"msprobe: \S+/dump\.json: ", line)] for run in (serial, spread)]
+    told = [[line for line in run.outlines if re.match(r"msprobe: \S+/dump\.json: \w+ \w+ dump, ", line)] for run in (serial, spread)]
     assert told[0] == told[1] and len(told[0]) == 2, told
     # Each worker's device, pytest's own progress, and the msprobe section ending with the two CSVs.
     spread.stdout.fnmatch_lines([
