@@ -78,16 +78,25 @@ def _flat(specs: Any) -> list:
 
 def recorded_outputs(entry: str, specs: list, bound: int) -> None:
     """The outputs the dump recorded for `entry` (flattened specs), counted together."""
+    shapes = [_sizes(spec.get("shape")) if is_tensor_spec(spec) else None for spec in specs]
+    over = _first_over(shapes, bound)
+    if over is not None:
+        index, shape, count, together = over
+        raise _over(entry, f"output[{index}].shape: recorded", shape, count, bound, together)
+
+
+def _first_over(shapes: list, bound: int) -> tuple[int, list[int], int, str] | None:
+    """The first output at which the shapes, counted together, pass `bound`: (index, shape, its
+    count, how many with those before it), or None."""
     total = 0
-    for index, spec in enumerate(specs):
-        shape = _sizes(spec.get("shape")) if is_tensor_spec(spec) else None
+    for index, shape in enumerate(shapes):
         if shape is None:
             continue
         count = math.prod(shape)
         total += count
         if total > bound:
-            together = f" ({total:,} with the outputs before it)" if total != count else ""
-            raise _over(entry, f"output[{index}].shape: recorded", shape, count, bound, together)
+            return index, shape, count, f" ({total:,} with the outputs before it)" if total != count else ""
+    return None
 
 
 def recorded_shapes(specs: list) -> bool:
@@ -102,16 +111,11 @@ def call_outputs(call: Call, bound: int, framework: str = "pytorch") -> None:
         return  # its output is its input's shape, and its input is within the bound: no meta run
     found = on_meta(call)
     if found is not None:
-        total = 0
-        for index, shape in enumerate(found):
-            if shape is None:
-                continue
-            count = math.prod(shape)
-            total += count
-            if total > bound:
-                together = f" ({total:,} with the outputs before it)" if total != count else ""
-                how = f"{together} (sized on PyTorch's meta device)"
-                raise _over(entry, f"output[{index}] would be", shape, count, bound, how)
+        over = _first_over(list(found), bound)
+        if over is not None:
+            index, shape, count, together = over
+            how = f"{together} (sized on PyTorch's meta device)"
+            raise _over(entry, f"output[{index}] would be", shape, count, bound, how)
         return
     rule = DATA_SIZED.get(call.name.api.rsplit(".", 1)[-1]) if framework == "pytorch" else None
     if rule is not None:
