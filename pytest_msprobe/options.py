@@ -13,12 +13,13 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
-from .devices import CHOICES as DEVICES
-from .devices import RECORDED
-from .standards import STANDARDS
-
 # Input data: the dumped tensor files, random data from the recorded statistics, or real where it can.
 AUTO, REAL, RANDOM = "auto", "real", "random"
+# The device under test (frameworks/devices.py binds it): auto picks npu, else cuda, else cpu;
+# recorded judges the outputs a tensor dump recorded.
+NPU, CUDA, CPU, RECORDED = "npu", "cuda", "cpu", "recorded"
+DEVICES = (AUTO, NPU, CUDA, CPU, RECORDED)
+STANDARDS = ("basic", "dtype")  # judging/standards/ implements each (a test holds the two lists together)
 MODES = (AUTO, REAL, RANDOM)
 ERROR_DATA_FOLDER = "msprobe_error_data"  # under --msprobe-out
 PROBES = ("off", "fp32")  # --msprobe-probe

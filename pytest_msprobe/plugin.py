@@ -73,7 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not dumps:
         return  # the plugin is not used: nothing else is read or imported
     options = read_options(config, dumps)
-    from . import session
+    from .glue import session
 
     session.start(config, options)
 
@@ -87,7 +87,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     dumps = getattr(given, "msprobe_dump", None) or early_config.getini("msprobe_dump")
     if not dumps or given.noconftest:
         return
-    from .dump_trees import conftests_in_dumps  # no numpy, no framework
+    from .dumps.trees import conftests_in_dumps  # no numpy, no framework
 
     found = conftests_in_dumps(
         [Path(p) for p in dumps],

@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from pytest_msprobe import check
+from pytest_msprobe.checking import check
 
 _check = check.Checker.check
 

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from conftest import run_msprobe
-from pytest_msprobe import allocator
+from pytest_msprobe.distributed import allocator
 
 pytest.importorskip("xdist")
 TCMALLOC = allocator.choose({}).library  # None where it is not installed

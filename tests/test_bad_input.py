@@ -9,7 +9,6 @@ import pytest
 from conftest import read_csv, run_msprobe
 
 
-
 def edit(dump_json, fn):
     document = json.loads(dump_json.read_text())
     fn(document["data"])

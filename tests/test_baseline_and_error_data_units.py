@@ -9,13 +9,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from pytest_msprobe import error_data
-from pytest_msprobe.baseline import Baseline
-from pytest_msprobe.check import Checker
+from pytest_msprobe.artifacts import error_data
+from pytest_msprobe.checking.check import Checker
 from pytest_msprobe.frameworks import Kept, RunOptions, Tested
+from pytest_msprobe.judging.standards.basic import BasicStandard
+from pytest_msprobe.reports.baseline import Baseline
+from pytest_msprobe.reports.csv_files import CsvWriter, ReportError
 from pytest_msprobe.results import EntryResult, OutputResult
-from pytest_msprobe.standards.basic import BasicStandard
-from pytest_msprobe.report import CsvWriter, ReportError
 
 
 def result(api, direction, status):

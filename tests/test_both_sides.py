@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from test_e2e_torch import ALTERATIONS, alter, failed_ids
 
 from conftest import read_csv, run_msprobe
 from pytest_msprobe.results import EntryResult, OutputResult, judged_twice
-from test_e2e_torch import ALTERATIONS, alter, failed_ids
 
 
 def test_an_entry_judged_twice_fails_where_either_side_fails():

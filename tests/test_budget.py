@@ -1,4 +1,4 @@
-"""The spacing and rounding behind the dtype standard's budget (pytest_msprobe/standards/budget.py)."""
+"""The spacing and rounding behind the dtype standard's budget (pytest_msprobe/judging/standards/budget.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from hypothesis import given
 
-from pytest_msprobe.compare import ExtraRuns
-from pytest_msprobe.standards.budget import format_of, read
+from pytest_msprobe.judging.compare import ExtraRuns
+from pytest_msprobe.judging.standards.budget import format_of, read
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 finite = st.floats(-6e4, 6e4, allow_nan=False, allow_infinity=False)

@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_msprobe.compare import ExtraRuns
 from pytest_msprobe.frameworks.magnitudes import lower_bound, terms_bound
 from pytest_msprobe.frameworks.torch_engine import Side, perturbed
-from pytest_msprobe.standards.budget import FORMATS, read
+from pytest_msprobe.judging.compare import ExtraRuns
+from pytest_msprobe.judging.standards.budget import FORMATS, read
 
 CASES = {
     "conv2d": (F.conv2d, [(8, 6, 20, 20), (12, 3, 3, 3), (12,)], {"stride": 2, "padding": 1, "groups": 2}),

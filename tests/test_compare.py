@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from pytest_msprobe.compare import Comparison, compare, cosine, metrics
+from pytest_msprobe.judging.compare import Comparison, compare, cosine, metrics
+from pytest_msprobe.judging.standards.basic import BasicStandard
 from pytest_msprobe.results import ERROR, PASS, SKIP, WARNING, worst_status
-from pytest_msprobe.standards.basic import BasicStandard
 
 finite = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
 vectors = arrays(np.float64, st.integers(2, 64), elements=finite)

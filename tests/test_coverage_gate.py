@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from conftest import read_csv, run_msprobe
-from pytest_msprobe.coverage import Coverage, shortfall
+from pytest_msprobe.reports.coverage import Coverage, shortfall
 from pytest_msprobe.results import EntryResult, OutputResult
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, read_csv, run_msprobe
-from pytest_msprobe.journal import Journal, journal_path_for, read_contents
+from pytest_msprobe.reports.journal import Journal, journal_path_for, read_contents
 from pytest_msprobe.results import EntryResult
 
 CRASH_AT = "Functional.gelu.0.forward"  # its API has a backward too, which runs after the resume

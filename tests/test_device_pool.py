@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_msprobe import devices
+from pytest_msprobe.frameworks import devices
+from pytest_msprobe.reports.csv_files import ApiBook, crash_result
 from pytest_msprobe.results import ERROR, EntryResult
-from pytest_msprobe.report import ApiBook, crash_result
 
 
 def test_workers_take_the_ids_in_order_and_keep_them():
@@ -147,7 +147,7 @@ def test_a_crashed_entry_is_an_error_paired_with_the_other_direction():
 
 @pytest.mark.parametrize("tx, workers", [(["popen"] * 4, 4), (["3*popen"], 3), (["2*popen", "ssh=host"], 3)])
 def test_workers_are_counted_as_xdist_counts_them(tx, workers):
-    from pytest_msprobe.workers import planned_workers
+    from pytest_msprobe.glue.workers import planned_workers
 
     config = types.SimpleNamespace(option=types.SimpleNamespace(dist="load", tx=tx, collectonly=False))
     assert planned_workers(config) == workers

@@ -14,12 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
-from pytest_msprobe.compare import Comparison, ExtraRuns, compare
+from pytest_msprobe.judging.compare import Comparison, ExtraRuns, compare
+from pytest_msprobe.judging.standards.basic import BasicStandard
+from pytest_msprobe.judging.standards.budget import FORMATS, format_of
+from pytest_msprobe.judging.standards.dtype import DtypeStandard
+from pytest_msprobe.judging.standards.tolerances import Tolerances
 from pytest_msprobe.results import ERROR, PASS, WARNING
-from pytest_msprobe.standards.basic import BasicStandard
-from pytest_msprobe.standards.budget import FORMATS, format_of
-from pytest_msprobe.standards.dtype import DtypeStandard
-from pytest_msprobe.standards.tolerances import Tolerances
 
 LOW = {"torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16}
 DTYPES = [*LOW, "torch.float32"]

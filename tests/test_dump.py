@@ -11,8 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import DATA, DUMPS
-from pytest_msprobe.dump import (
-    DumpError, entry_kind, find_dump_files, parse_entry_name, parse_json, peek_task, read_dump,
+from pytest_msprobe.dumps.dump import (
+    DumpError,
+    entry_kind,
+    find_dump_files,
+    parse_entry_name,
+    parse_json,
+    peek_task,
+    read_dump,
 )
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
-from conftest import run_msprobe, read_csv
 from dumpwriter import DumpWriter
 
+from conftest import read_csv, run_msprobe
 
 
 @pytest.mark.parametrize("device", ["cpu", "recorded"])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_msprobe, read_csv
+from conftest import read_csv, run_msprobe
 
 FORWARD_APIS = 37  # examples/pt_tensor_L1: 37 forward and 29 backward API entries
 ENTRIES = 66

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from conftest import run_msprobe, ROOT, read_csv
+from conftest import ROOT, read_csv, run_msprobe
 
 FAILING = 6  # examples/pt_tensor_L1 under the default rule, on cpu and recorded alike
 # Every entry that is not pass fails here: recorded, Torch.matmul.0.backward's gradient (recorded

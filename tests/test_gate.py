@@ -250,6 +250,6 @@ def test_a_run_that_names_no_dump_imports_nothing_heavy(pytester):
     assert result.ret == pytest.ExitCode.OK
     modules = set((pytester.path / "modules").read_text().split())
     assert "pytest_msprobe.plugin" in modules  # loaded, by its entry point
-    light = {"pytest_msprobe", "pytest_msprobe.plugin", "pytest_msprobe.options", "pytest_msprobe.devices",
-             "pytest_msprobe.standards", "pytest_msprobe.results", "pytest_msprobe.untrusted"}  # stdlib alone
+    light = {"pytest_msprobe", "pytest_msprobe.plugin", "pytest_msprobe.options", "pytest_msprobe.frameworks.devices",
+             "pytest_msprobe.judging.standards", "pytest_msprobe.results", "pytest_msprobe.untrusted"}  # stdlib alone
     assert modules <= light, modules - light

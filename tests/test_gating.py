@@ -5,9 +5,9 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import pytest
+from test_e2e_torch import ALTERATIONS, alter
 
 from conftest import read_csv, run_msprobe
-from test_e2e_torch import ALTERATIONS, alter
 
 # examples/pt_tensor_L1 under the default rule: bf16 outputs fail on rounding alone.
 CLEAN_FAILURES = {"Torch.matmul.1.forward", "Functional.linear.1.forward", "Tensor.float.2.backward",

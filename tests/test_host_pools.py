@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_msprobe import hosts
+from pytest_msprobe.distributed import hosts
 
 
 def test_the_ssh_value_names_the_host_and_popen_is_the_controllers():

@@ -12,8 +12,8 @@ from pathlib import Path
 import hostile_corpus
 import pytest
 
-from pytest_msprobe.dump import parse_entry_name
-from pytest_msprobe.report import read_result_rows
+from pytest_msprobe.dumps.dump import parse_entry_name
+from pytest_msprobe.reports.csv_files import read_result_rows
 from pytest_msprobe.untrusted import escape
 
 pytestmark = pytest.mark.slow  # subprocesses, and xdist

@@ -16,7 +16,7 @@ import pytest
 from test_resume import KILLER
 
 from conftest import read_csv, run_msprobe
-from pytest_msprobe.report import read_result_rows
+from pytest_msprobe.reports.csv_files import read_result_rows
 
 
 def rows(folder: Path, kind: str = "result") -> Counter:
@@ -95,8 +95,8 @@ def test_a_name_that_looks_like_a_formula_gets_one_row_through_a_resume(pytester
 
 
 SAME_SECOND = """
-import pytest_msprobe.reporter
-pytest_msprobe.reporter.timestamp = lambda: "20260101000000"  # both runs start in the same second
+import pytest_msprobe.glue.reporter
+pytest_msprobe.glue.reporter.timestamp = lambda: "20260101000000"  # both runs start in the same second
 """
 
 

@@ -19,15 +19,24 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import DUMPS
-from pytest_msprobe import apis, dump_scan, resume
-from pytest_msprobe.baseline import Baseline
-from pytest_msprobe.dump import DumpError, parse_entry_name, read_dump
+from pytest_msprobe.dumps import apis
+from pytest_msprobe.dumps import scan as dump_scan
+from pytest_msprobe.dumps.dump import DumpError, parse_entry_name, read_dump
 from pytest_msprobe.frameworks import Unsupported
 from pytest_msprobe.frameworks.ms_mapping import PRIMITIVE
 from pytest_msprobe.frameworks.torch_engine import CODEC
-from pytest_msprobe.inputs import InputError, Rebuilder, element_budget
-from pytest_msprobe.messages import api_message
-from pytest_msprobe.report import MAX_CELL, CsvWriter, ReportError, details_path_for, read_result_rows, text_cell
+from pytest_msprobe.inputs.rebuild import InputError, Rebuilder, element_budget
+from pytest_msprobe.reports import resume
+from pytest_msprobe.reports.baseline import Baseline
+from pytest_msprobe.reports.csv_files import (
+    MAX_CELL,
+    CsvWriter,
+    ReportError,
+    details_path_for,
+    read_result_rows,
+    text_cell,
+)
+from pytest_msprobe.reports.messages import api_message
 from pytest_msprobe.results import EntryResult, OutputResult
 from pytest_msprobe.untrusted import escape, printable, unescape
 

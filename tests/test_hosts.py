@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from sshd import Hosts
 
 from conftest import read_csv, run_msprobe
-from sshd import Hosts
 
 pytest.importorskip("xdist")
 

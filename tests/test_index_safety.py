@@ -395,7 +395,7 @@ def test_hostile_indices_crash_nothing(tmp_path):
 
 def test_reshape_alias_is_never_called():
     """A view over raw sizes and strides reads whatever lies past its storage: off the allow-list."""
-    from pytest_msprobe import apis
+    from pytest_msprobe.dumps import apis
     from pytest_msprobe.frameworks import Unsupported
 
     for api in ("_reshape_alias", "_sparse_coo_tensor_with_dims_and_tensors"):
@@ -467,7 +467,7 @@ def test_random_indices_are_drawn_inside_what_they_index(low, high, seed):
     import torch
 
     from pytest_msprobe.frameworks.torch_engine import CODEC
-    from pytest_msprobe.inputs import InputError, Rebuilder
+    from pytest_msprobe.inputs.rebuild import InputError, Rebuilder
 
     if low is not None and high is not None and low > high:
         low, high = high, low
@@ -499,7 +499,7 @@ def test_indices_inside_are_drawn_as_before():
     import numpy as np
 
     from pytest_msprobe.frameworks.torch_engine import CODEC
-    from pytest_msprobe.inputs import Rebuilder, random_array, tensor_seed
+    from pytest_msprobe.inputs.rebuild import Rebuilder, random_array, tensor_seed
 
     entry = "Functional.embedding.0.forward"
     body = {"input_args": [_spec([48], "torch.int64", 0, 4), _spec([5, 3])]}
@@ -512,7 +512,7 @@ def test_an_ignore_index_and_offsets_are_drawn_as_a_run_has_them():
     """cross_entropy's Min -100 (ignore_index) is kept, the rest drawn among the classes (uniform in
     [-100, 6] made 94% invalid targets); embedding_bag's offsets start at 0 and never decrease."""
     from pytest_msprobe.frameworks.torch_engine import CODEC
-    from pytest_msprobe.inputs import Rebuilder
+    from pytest_msprobe.inputs.rebuild import Rebuilder
 
     body = {"input_args": [_spec([64, 7]), _spec([64], "torch.int64", -100, 6)]}
     target = Rebuilder(CODEC, "Functional.cross_entropy.0.forward", Path("."), "random", 0).rebuild(body).args[1]
@@ -527,7 +527,7 @@ def test_real_indices_outside_are_refused(tmp_path):
     import torch
 
     from pytest_msprobe.frameworks.torch_engine import CODEC
-    from pytest_msprobe.inputs import InputError, Rebuilder
+    from pytest_msprobe.inputs.rebuild import InputError, Rebuilder
 
     torch.save(torch.tensor([[[[0, 1], [2, -1]]]]), tmp_path / "indices.pt")
     torch.save(torch.tensor([[[[0, 1], [2, 15]]]]), tmp_path / "fine.pt")

@@ -12,8 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_msprobe.frameworks.torch_engine import CODEC
-from pytest_msprobe.inputs import (
-    RANDOM, REAL, Device, InputError, Rebuilder, Undescribed, random_array, tensor_seed,
+from pytest_msprobe.inputs.rebuild import (
+    RANDOM,
+    REAL,
+    Device,
+    InputError,
+    Rebuilder,
+    Undescribed,
+    random_array,
+    tensor_seed,
 )
 
 

@@ -16,19 +16,12 @@ import torch
 import torch.nn.functional as F
 
 from conftest import DATA, read_csv, run_msprobe
-from pytest_msprobe.compare import ExtraRuns
-from pytest_msprobe.dump import EntryName
+from pytest_msprobe.dumps.dump import EntryName
 from pytest_msprobe.frameworks import conv
-from pytest_msprobe.frameworks.magnitudes import (
-    family,
-    formula,
-    lower_bound,
-    terms_bound,
-    terms_of,
-    with_magnitudes,
-)
+from pytest_msprobe.frameworks.magnitudes import family, formula, lower_bound, terms_bound, terms_of, with_magnitudes
 from pytest_msprobe.frameworks.torch_engine import Call, ExtraBenchRuns, Side, Sides, absolute, forward, gradients
-from pytest_msprobe.standards.budget import FORMATS, Constants, read
+from pytest_msprobe.judging.compare import ExtraRuns
+from pytest_msprobe.judging.standards.budget import FORMATS, Constants, read
 
 RESNET = DATA / "public" / "gpu_resnet" / "dump.json"
 
@@ -443,7 +436,7 @@ def test_a_conv_backward_entry_s_benchmark_runs_its_backward_kernel_alone(mode):
     step did. Its gradients are autograd's bit for bit (tests/data/cnn_fp32's conv entries)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from pytest_msprobe.dump import parse_entry_name, read_dump
+    from pytest_msprobe.dumps.dump import parse_entry_name, read_dump
     from pytest_msprobe.frameworks import RunOptions, Tested
     from pytest_msprobe.frameworks import pytorch as pt
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_msprobe.last_failed import differences, verdict_settings
+from pytest_msprobe.glue.last_failed import differences, verdict_settings
 from pytest_msprobe.options import Options
 
 

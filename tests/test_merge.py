@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import read_csv, run_msprobe
-from pytest_msprobe import merge
-from pytest_msprobe.messages import api_message
+from pytest_msprobe.reports import merge
+from pytest_msprobe.reports.messages import api_message
 from pytest_msprobe.results import PASS, EntryResult
 
 pytest.importorskip("pytest_split")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_msprobe, DATA, read_csv
+from conftest import DATA, read_csv, run_msprobe
 
 ms = pytest.importorskip("mindspore")
 
@@ -460,11 +460,11 @@ def test_a_kernel_error_is_not_blamed_on_the_next_entry_in_a_fresh_process(tmp_p
     dump = tmp_path / "dump.json"
     dump.write_text(json.dumps({"task": "statistics", "framework": "mindspore", "data": KERNEL_GAPS}))
     script = f"""
-from pytest_msprobe.check import Checker
-from pytest_msprobe.dump import read_dump
+from pytest_msprobe.checking.check import Checker
+from pytest_msprobe.dumps.dump import read_dump
 from pytest_msprobe.frameworks import RunOptions, Tested
-from pytest_msprobe.messages import entry_message
-from pytest_msprobe.standards.basic import BasicStandard
+from pytest_msprobe.reports.messages import entry_message
+from pytest_msprobe.judging.standards.basic import BasicStandard
 dump = read_dump({str(dump)!r})
 names = {{n.full: n for n in dump.api_names()}}
 checker = Checker(RunOptions("cpu", Tested.DEVICE, "auto", 1234), BasicStandard())
@@ -487,10 +487,10 @@ def test_a_recorded_check_needs_no_mindspore_and_the_plugin_never_imports_it(tmp
     script = f"""
 import sys
 import pytest_msprobe.plugin
-from pytest_msprobe.check import Checker
-from pytest_msprobe.dump import read_dump
+from pytest_msprobe.checking.check import Checker
+from pytest_msprobe.dumps.dump import read_dump
 from pytest_msprobe.frameworks import RunOptions, Tested
-from pytest_msprobe.standards.basic import BasicStandard
+from pytest_msprobe.judging.standards.basic import BasicStandard
 assert "mindspore" not in sys.modules
 dump = read_dump({str(DATA / "ms_tensor_L1" / "dump.json")!r})
 names = {{n.full: n for n in dump.api_names()}}

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from pytest_msprobe.frameworks import Unsupported
 from pytest_msprobe.frameworks import mindspore as framework
 from pytest_msprobe.frameworks.mindspore import CODEC, missing_kernel
-from pytest_msprobe.inputs import InputError, Rebuilder
-from pytest_msprobe.frameworks import Unsupported
+from pytest_msprobe.inputs.rebuild import InputError, Rebuilder
 
 
 @pytest.mark.parametrize("name, dtype, kind", [

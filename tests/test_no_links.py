@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import read_csv, run_msprobe
-from pytest_msprobe import files, manifest
-from pytest_msprobe.journal import JOURNAL_PREFIX, Journal, journal_path_for, read_contents
-from pytest_msprobe.report import RESULT_PREFIX, CsvWriter, details_path_for
+from pytest_msprobe.reports import files, manifest
+from pytest_msprobe.reports.csv_files import RESULT_PREFIX, CsvWriter, details_path_for
+from pytest_msprobe.reports.journal import JOURNAL_PREFIX, Journal, journal_path_for, read_contents
 from pytest_msprobe.results import EntryResult
 
 

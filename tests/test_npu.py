@@ -10,10 +10,10 @@ import os
 
 import pytest
 import torch
+from dumpwriter import DumpWriter
 
 from conftest import read_csv, run_msprobe
-from dumpwriter import DumpWriter
-from pytest_msprobe import devices
+from pytest_msprobe.frameworks import devices
 from pytest_msprobe.frameworks.npu_reference import lookup
 
 
@@ -201,7 +201,7 @@ def test_binding_the_npu_for_mindspore_dumps_goes_through_mindspore(monkeypatch)
 
 def test_the_framework_is_read_from_the_head_of_a_dump():
     from conftest import DATA
-    from pytest_msprobe.dump import peek_framework
+    from pytest_msprobe.dumps.dump import peek_framework
 
     assert peek_framework(DATA / "ms_tensor_L1" / "dump.json") == "mindspore"
     assert peek_framework(DATA / "pt_stats_L1" / "dump.json") == "pytorch"

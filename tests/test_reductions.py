@@ -18,12 +18,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from pytest_msprobe import compare, inputs, reductions
-from pytest_msprobe.compare import ExtraRuns
 from pytest_msprobe.frameworks.torch_engine import CODEC
-from pytest_msprobe.inputs import Rebuilder, random_array
-from pytest_msprobe.standards import budget
-from pytest_msprobe.standards.budget import FORMATS, Constants, read
+from pytest_msprobe.inputs.rebuild import Rebuilder, random_array
+from pytest_msprobe.inputs.rebuild import rebuild as inputs
+from pytest_msprobe.judging import compare, reductions
+from pytest_msprobe.judging.compare import ExtraRuns
+from pytest_msprobe.judging.standards import budget
+from pytest_msprobe.judging.standards.budget import FORMATS, Constants, read
 
 
 @pytest.fixture(autouse=True)

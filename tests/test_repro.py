@@ -22,13 +22,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import DUMPS, read_csv, run_msprobe
-from pytest_msprobe import repro, repro_sources
-from pytest_msprobe.compare import Comparison, ExtraRuns, compare
-from pytest_msprobe.messages import output_message
+from pytest_msprobe.artifacts import repro, repro_sources
+from pytest_msprobe.judging.compare import Comparison, ExtraRuns, compare
+from pytest_msprobe.judging.standards.basic import BasicStandard
+from pytest_msprobe.judging.standards.dtype import DtypeStandard
+from pytest_msprobe.judging.standards.tolerances import Tolerances
+from pytest_msprobe.reports.messages import output_message
 from pytest_msprobe.results import EntryResult, OutputResult
-from pytest_msprobe.standards.basic import BasicStandard
-from pytest_msprobe.standards.dtype import DtypeStandard
-from pytest_msprobe.standards.tolerances import Tolerances
 
 RTOL = 1e-12  # the repro's metrics against the CSV's, on the CPU
 METRICS = {"Cosine": "cosine", "MaxAbsErr": "max_abs_err", "MaxRelativeErr": "max_rel_err"}
@@ -555,11 +555,11 @@ def test_the_package_code_in_a_script_is_the_package_source():
     # budget.py whole: every line but its import of the package, in order.
     (budget_part,) = [part for part in repro_sources.PARTS if part.name == "budget"]
     whole = repro_sources.source(budget_part).splitlines()[1:]
-    budget = repro_sources.module_path("pytest_msprobe.standards.budget").read_text().splitlines()
+    budget = repro_sources.module_path("pytest_msprobe.judging.standards.budget").read_text().splitlines()
     assert [line for line in budget if line.strip() and not line.startswith("from ..")] == [
         line for line in whole if line.strip()
     ]
     with pytest.raises(ValueError, match="no top-level Nothing"):
-        repro_sources.source(repro_sources.Part("x", "pytest_msprobe.standards.dtype", frozenset({"Nothing"})))
+        repro_sources.source(repro_sources.Part("x", "pytest_msprobe.judging.standards.dtype", frozenset({"Nothing"})))
     with pytest.raises(ValueError, match="Tolerances"):
-        repro_sources.source(repro_sources.Part("x", "pytest_msprobe.standards.dtype", frozenset({"DtypeStandard"})))
+        repro_sources.source(repro_sources.Part("x", "pytest_msprobe.judging.standards.dtype", frozenset({"DtypeStandard"})))

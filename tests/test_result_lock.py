@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, read_csv, run_msprobe
-from pytest_msprobe import files
+from pytest_msprobe.reports import files
 
 
 def paused_run(pytester: pytest.Pytester, dump: Path, at: str, *args: str) -> subprocess.Popen:

@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 
 from conftest import read_csv, run_msprobe
-from pytest_msprobe import resume
-from pytest_msprobe.journal import journal_path_for
-from pytest_msprobe.report import details_path_for
+from pytest_msprobe.reports import resume
+from pytest_msprobe.reports.csv_files import details_path_for
+from pytest_msprobe.reports.journal import journal_path_for
 
 # Kills the process that writes the CSVs (the xdist controller under -n) when the
 # KILL_AT-th test report arrives: a run killed at an arbitrary moment.

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_msprobe import resume
-from pytest_msprobe.journal import Journal, journal_path_for, read_journal
-from pytest_msprobe.report import CsvWriter, ReportError, details_path_for
+from pytest_msprobe.reports import resume
+from pytest_msprobe.reports.csv_files import CsvWriter, ReportError, details_path_for
+from pytest_msprobe.reports.journal import Journal, journal_path_for, read_journal
 from pytest_msprobe.results import EntryResult, OutputResult
 
 # Messages that need quoting: commas, quotes, a newline inside a field, multi-byte text, a formula start.

@@ -24,17 +24,16 @@ import pytest
 import torch
 
 from conftest import read_csv, run_msprobe
-from pytest_msprobe import tensor_files
-from pytest_msprobe.check import Checker
-from pytest_msprobe.dump import parse_entry_name, read_dump
+from pytest_msprobe.checking.check import Checker
+from pytest_msprobe.checking.time_limit import TimeLimit, TimeUp
+from pytest_msprobe.dumps.dump import parse_entry_name, read_dump
 from pytest_msprobe.frameworks import RunOptions, Tested
 from pytest_msprobe.frameworks.output_bounds import OutputTooLarge, call_outputs, recorded_entry
 from pytest_msprobe.frameworks.torch_engine import CODEC, Call
-from pytest_msprobe.inputs import InputError, Rebuilder, element_budget
+from pytest_msprobe.inputs.rebuild import InputError, Rebuilder, element_budget, tensor_files
+from pytest_msprobe.judging.standards import make_standard
 from pytest_msprobe.options import Options
 from pytest_msprobe.results import ERROR, PASS, SKIP
-from pytest_msprobe.standards import make_standard
-from pytest_msprobe.time_limit import TimeLimit, TimeUp
 
 BOUND = 1_000_000
 

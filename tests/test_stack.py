@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import read_csv, run_msprobe
-from pytest_msprobe import stack
-from pytest_msprobe.dump import parse_entry_name
+from pytest_msprobe.dumps import stack
+from pytest_msprobe.dumps.dump import parse_entry_name
 from pytest_msprobe.results import CallSite
 
 SHIPPED = Path(__file__).resolve().parent.parent / "examples" / "pt_tensor_L1" / "stack.json"

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from pytest_msprobe.figures import beside
+from pytest_msprobe.judging.figures import beside
+from pytest_msprobe.reports.summary import failure_lines, skip_lines
 from pytest_msprobe.results import EntryResult, OutputResult
-from pytest_msprobe.summary import failure_lines, skip_lines
 
 
 def skipped(api: str, message: str) -> EntryResult:

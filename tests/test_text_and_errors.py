@@ -26,17 +26,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import read_csv, run_msprobe
-from pytest_msprobe.check import Checker
-from pytest_msprobe.dump import DumpPathError, find_dump_files, parse_entry_name, read_dump
+from pytest_msprobe.checking.check import Checker
+from pytest_msprobe.dumps.dump import DumpPathError, find_dump_files, parse_entry_name, read_dump
+from pytest_msprobe.dumps.stack import parse_frame, read_stacks
 from pytest_msprobe.frameworks import RunOptions, Tested
-from pytest_msprobe.messages import api_message, entry_message
+from pytest_msprobe.glue.remote import SharedDump
+from pytest_msprobe.judging.standards import make_standard
 from pytest_msprobe.options import Options
-from pytest_msprobe.remote import SharedDump
-from pytest_msprobe.report import CsvWriter, read_result_rows
+from pytest_msprobe.reports.csv_files import CsvWriter, read_result_rows
+from pytest_msprobe.reports.messages import api_message, entry_message
+from pytest_msprobe.reports.summary import failure_text, metric_properties, summary_lines
 from pytest_msprobe.results import SKIP, EntryResult
-from pytest_msprobe.stack import parse_frame, read_stacks
-from pytest_msprobe.standards import make_standard
-from pytest_msprobe.summary import failure_text, metric_properties, summary_lines
 from pytest_msprobe.untrusted import cut, encodable, escape, printable
 
 # What a terminal obeys or no UTF-8 holds: printable() must leave none of it.
@@ -259,7 +259,7 @@ def test_an_output_spec_of_the_wrong_type_is_named_too(tmp_path):
 
 def test_no_field_of_a_shipped_dump_is_of_the_wrong_type():
     from conftest import DUMPS
-    from pytest_msprobe.dump import field_fault
+    from pytest_msprobe.dumps.dump import field_fault
 
     for folder in DUMPS.values():
         for path in find_dump_files(folder):
@@ -288,7 +288,7 @@ def test_a_path_that_leads_nowhere_is_refused_naming_why(tmp_path):
 
 def test_a_tensor_folder_that_links_out_of_the_dump_is_not_followed(tmp_path):
     from pytest_msprobe.frameworks.torch_engine import CODEC
-    from pytest_msprobe.inputs import InputError, Rebuilder
+    from pytest_msprobe.inputs.rebuild import InputError, Rebuilder
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -467,15 +467,15 @@ def test_a_manifest_the_disk_cannot_hold_is_not_written_at_all(tmp_path, room):
 
 # A fault of the plugin itself on one entry, its message quoting a dump's text.
 PLUGIN_FAULT = """
-import pytest_msprobe.check
+import pytest_msprobe.checking.check
 
 def judge(self, result, name, run):
     if name.full == "Functional.relu.1.forward":
         raise RuntimeError("a fault quoting \\ud800 and \\x1b[2J")
     return JUDGE(self, result, name, run)
 
-JUDGE = pytest_msprobe.check.Checker.judge
-pytest_msprobe.check.Checker.judge = judge
+JUDGE = pytest_msprobe.checking.check.Checker.judge
+pytest_msprobe.checking.check.Checker.judge = judge
 """
 
 
@@ -498,7 +498,7 @@ def test_a_plugin_fault_fails_its_item_and_its_row_says_error(pytester, workers)
 
 
 def test_names_a_hand_made_csv_holds_are_shown_escaped_in_the_header():
-    from pytest_msprobe.provenance import check_csv_of_dump
+    from pytest_msprobe.reports.provenance import check_csv_of_dump
 
     entries = {(f"Functional.relu.{i}", "forward") for i in range(10)}
     apis = {api for api, _ in entries} | {"Functional.relu\x1b[2J\ud800.0"}
@@ -507,7 +507,7 @@ def test_names_a_hand_made_csv_holds_are_shown_escaped_in_the_header():
 
 
 def test_a_skip_reason_keeps_its_escapes_whole_where_numbers_fold():
-    from pytest_msprobe.summary import skip_lines
+    from pytest_msprobe.reports.summary import skip_lines
 
     reasons = [
         f"Functional.gelu.{i}.forward: input_kwargs.approximate.value: cannot read '\ud800\x1b[2J' as str"

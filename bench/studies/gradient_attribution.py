@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from pytest_msprobe.dump import read_dump
+from pytest_msprobe.dumps.dump import read_dump
 from pytest_msprobe.frameworks import pytorch, recorded_gradients
 from pytest_msprobe.frameworks import torch_engine as engine
-from pytest_msprobe.inputs import Rebuilder, is_tensor_spec
+from pytest_msprobe.inputs.rebuild import Rebuilder, is_tensor_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 DUMPS = [

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import torch  # noqa: E402
 
-from pytest_msprobe import apis  # noqa: E402
+from pytest_msprobe.dumps import apis  # noqa: E402
 from pytest_msprobe.frameworks import Unsupported, index_checks  # noqa: E402
 
 LIKE = re.compile(

@@ -53,9 +53,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pytest_msprobe.compare import ExtraRuns
 from pytest_msprobe.frameworks import magnitudes as package_magnitudes
-from pytest_msprobe.standards import budget as package
+from pytest_msprobe.judging.compare import ExtraRuns
+from pytest_msprobe.judging.standards import budget as package
 from tests import deficits as d
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -1158,7 +1158,7 @@ def _or_none(fn: Callable[[d.Entry], Any], entry: d.Entry) -> Any:
 
 
 def package_check(cases: list[Case], rule: Rule) -> list[str]:
-    """The plugin's own budget (pytest_msprobe/standards/budget.py: read) on every output and variant,
+    """The plugin's own budget (pytest_msprobe/judging/standards/budget.py: read) on every output and variant,
     its extra runs answered by this study's probes, against this study's verdict."""
     agree = disagree = 0
     worst_gap = 0.0
@@ -1209,7 +1209,7 @@ def plugin_ratios(dump: Path, out: Path, c_round: float) -> dict[str, tuple[str,
     with c_round, in this process (the standard's constants patched for the run)."""
     import pytest
 
-    from pytest_msprobe.standards import dtype as standard
+    from pytest_msprobe.judging.standards import dtype as standard
 
     before = standard.CONSTANTS
     standard.CONSTANTS = replace(before, c_round=c_round)
@@ -1297,7 +1297,7 @@ def main(argv: list[str] | None = None) -> None:
         ("Each constant halved, doubled, dropped", sensitivity(cases, RULE)),
         ("Each constant at its knee", knees(cases, RULE)),
         ("The warning band", band_table(cases, RULE)),
-        ("The plugin's budget (pytest_msprobe/standards/budget.py) on the same outputs", package_check(cases, RULE)),
+        ("The plugin's budget (pytest_msprobe/judging/standards/budget.py) on the same outputs", package_check(cases, RULE)),
         (
             (
                 f"Each probe alone: c needed at c_out = {RULE.c_out:g} (correct) / c below which deficits are errors / "

@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pytest_msprobe.dump import parse_entry_name, read_dump
+from pytest_msprobe.dumps.dump import parse_entry_name, read_dump
 from pytest_msprobe.frameworks import OutputPair, RunOptions, Tested
 from pytest_msprobe.frameworks.magnitudes import family
 from pytest_msprobe.frameworks.pytorch import PyTorch
-from pytest_msprobe.standards.budget import U_ACC, Constants, format_of, read
+from pytest_msprobe.judging.standards.budget import U_ACC, Constants, format_of, read
 
 ROOT = Path(__file__).resolve().parents[2]
 DUMP = ROOT / "tests" / "data" / "public" / "gpu_resnet" / "dump.json"

@@ -13,7 +13,7 @@ does (Python's json, indent=1). Then times, in a fresh process each and best of 
 
 wall time and peak RSS (os.wait4's ru_maxrss of that process). It also times the parsers
 on the largest dump, each in a fresh process: Python's json, orjson with the NaN quoting
-that pytest_msprobe.dump does, and any other parser importable here.
+that pytest_msprobe.dumps.dump does, and any other parser importable here.
 
     python -m bench.timing.collect [--sizes 1000,10000,100000] [--repeats 3]
 
@@ -270,18 +270,18 @@ PARSER_SCRIPT = textwrap.dedent("""\
     start = time.perf_counter()
     if which == "json.loads":
         doc = json.loads(raw)
-    elif which.startswith("pytest_msprobe.dump.parse_json"):
+    elif which.startswith("pytest_msprobe.dumps.dump.parse_json"):
         from pathlib import Path
-        from pytest_msprobe.dump import parse_json
+        from pytest_msprobe.dumps.dump import parse_json
         doc = parse_json(raw, Path(path))
         if isinstance(doc, tuple):
             doc = doc[0]
     elif which.startswith("NaN quoting alone"):
-        from pytest_msprobe.dump import quote_bare_constants
+        from pytest_msprobe.dumps.dump import quote_bare_constants
         doc = quote_bare_constants(raw)
     elif which.startswith("orjson.loads alone"):
         import orjson
-        from pytest_msprobe.dump import quote_bare_constants
+        from pytest_msprobe.dumps.dump import quote_bare_constants
         text = quote_bare_constants(raw)
         start = time.perf_counter()
         doc = orjson.loads(text)
@@ -311,8 +311,8 @@ PARSER_SCRIPT = textwrap.dedent("""\
 
 PARSERS = (
     ("json.loads", None),
-    ("pytest_msprobe.dump.parse_json (quoting + orjson, GC paused inside)", "orjson"),
-    ("NaN quoting alone (pytest_msprobe.dump.quote_bare_constants)", None),
+    ("pytest_msprobe.dumps.dump.parse_json (quoting + orjson, GC paused inside)", "orjson"),
+    ("NaN quoting alone (pytest_msprobe.dumps.dump.quote_bare_constants)", None),
     ("orjson.loads alone (input already quoted)", "orjson"),
     ("ujson.loads", "ujson"),
     ("rapidjson.loads", "rapidjson"),

@@ -34,15 +34,15 @@ from bench.timing.workdir import work_dir
 BACKSLASH_IN_A_VALUE = 'raw.replace(b\'"task": "statistics"\', b\'"task": "stat\\\\\\\\istics"\', 1)'
 ESCAPED_KEY = "raw.replace(b'\"Functional.relu.0.forward\":', b'\"Functional.relu.0.forwar\\\\u0064\":', 1)"
 STEPS = {
-    "parse": "from pytest_msprobe.dump import parse_dump_json\nparse_dump_json(raw, path)",
+    "parse": "from pytest_msprobe.dumps.dump import parse_dump_json\nparse_dump_json(raw, path)",
     "duplicate check, as msprobe writes": "from pytest_msprobe import dump_scan\n"
     "dump_scan.duplicate_entries(raw, entries)",
     "duplicate check, a backslash in a value": "from pytest_msprobe import dump_scan\n"
     f"dump_scan.duplicate_entries({BACKSLASH_IN_A_VALUE}, entries)",
     "duplicate check, a key written with an escape (structural scan)": "from pytest_msprobe import dump_scan\n"
     f"dump_scan.duplicate_entries({ESCAPED_KEY}, entries)",
-    "read_dump": "from pytest_msprobe.dump import read_dump\nread_dump(path)",
-    "read_dump, one entry 10,000 deep": "from pytest_msprobe.dump import read_dump\nread_dump(deep)",
+    "read_dump": "from pytest_msprobe.dumps.dump import read_dump\nread_dump(path)",
+    "read_dump, one entry 10,000 deep": "from pytest_msprobe.dumps.dump import read_dump\nread_dump(deep)",
 }
 
 RUNNER = """

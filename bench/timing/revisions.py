@@ -79,12 +79,12 @@ import cProfile, inspect, pstats, sys, time
 from pathlib import Path
 import pytest_msprobe.frameworks.torch_engine  # torch, once, before the clock
 from pytest_msprobe import summary
-from pytest_msprobe.check import Checker
-from pytest_msprobe.dump import parse_entry_name, read_dump
+from pytest_msprobe.checking.check import Checker
+from pytest_msprobe.dumps.dump import parse_entry_name, read_dump
 from pytest_msprobe.frameworks import RunOptions, Tested
-from pytest_msprobe.report import CsvWriter
+from pytest_msprobe.reports.csv_files import CsvWriter
 from pytest_msprobe.results import EntryResult
-from pytest_msprobe.standards.basic import BasicStandard
+from pytest_msprobe.judging.standards.basic import BasicStandard
 
 pytest_msprobe.frameworks.torch_engine.torch.set_num_threads(1)
 dump = read_dump(Path(sys.argv[1]))

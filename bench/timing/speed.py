@@ -9,7 +9,7 @@ On the same dump and machine, each in a fresh process, best of --repeats:
 - pytest-msprobe: python -m pytest -q -p no:cacheprovider [-n N] --msprobe-dump DUMP --msprobe-device cpu
                   [--msprobe-standard S] --msprobe-out OUT, once per --standard
                   (exits 1 on examples/pt_tensor_L1: a few bf16 entries fail the default rule; -n N's
-                  workers get tcmalloc where installed, pytest_msprobe/allocator.py)
+                  workers get tcmalloc where installed, pytest_msprobe/distributed/allocator.py)
 - msprobe:        VENV/bin/python bench/timing/msprobe_cpu_acc_check.py acc_check -api_info DUMP -o OUT
                   (msprobe 26.2.0's own pre-check, its device forced to the CPU; VENV given by
                   --msprobe-python, a separate venv made with pip install torch==2.13.0
@@ -401,7 +401,7 @@ def write_results(path: Path, args, rows: list[dict], text: str, loads: str) -> 
         + "--msprobe-out OUT`"
         + (f" for S in {', '.join(args.standard)}, a row each" if args.standard else "")
         + (
-            f" ({args.workers} xdist workers, each on tcmalloc where installed, pytest_msprobe/allocator.py; "
+            f" ({args.workers} xdist workers, each on tcmalloc where installed, pytest_msprobe/distributed/allocator.py; "
             "CPU time and peak RSS: the controller's and its workers', os.wait4)"
             if args.workers
             else ""

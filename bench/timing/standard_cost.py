@@ -1,7 +1,7 @@
 """What the dtype standard costs: the whole run with --msprobe-standard dtype over the same run with basic.
 
 The dtype standard judges every element against its budget and asks extra benchmark runs
-(magnitude, spread, low: pytest_msprobe/standards/budget.py) only for an output still over its
+(magnitude, spread, low: pytest_msprobe/judging/standards/budget.py) only for an output still over its
 budget without them; basic compares MaxAbsErr and cosine. Per dump, each command in a fresh
 process in the work dir, basic and dtype in turn (basic, dtype, basic, dtype, ...) so that a drift
 of the machine's speed moves both; the ratio is taken pair by pair and its median printed, with the

@@ -16,15 +16,12 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
-from ..compare import ExtraRuns
+from ..dumps.apis import Unsupported
+from ..judging.compare import ExtraRuns
 
 if TYPE_CHECKING:
-    from ..dump import Dump, EntryName
+    from ..dumps.dump import Dump, EntryName
     from .torch_engine import ExtraBenchRuns
-
-
-class Unsupported(Exception):
-    """The check cannot be made (an API without a callable, a collective, ...): SKIP."""
 
 
 class BenchmarkFailed(Exception):

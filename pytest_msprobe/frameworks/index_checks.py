@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..inputs import IndexBound
+from ..inputs.rebuild import IndexBound
 
 
 @dataclass(frozen=True)

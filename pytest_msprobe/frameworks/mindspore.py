@@ -18,9 +18,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .. import apis
-from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
-from ..inputs import REAL, Rebuilder, element_bound, is_tensor_spec, tree_map
+from ..dumps import apis
+from ..dumps.dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
+from ..inputs.rebuild import REAL, Rebuilder, element_bound, is_tensor_spec, tree_map
 from . import OutputPair, Recipe, Run, RunOptions, Unsupported, ms_mapping, output_bounds
 from . import torch_engine as engine
 from .magnitudes import with_magnitudes

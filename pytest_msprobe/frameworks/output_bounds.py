@@ -22,7 +22,7 @@ import math
 import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..inputs import is_tensor_spec
+from ..inputs.rebuild import is_tensor_spec
 from . import Unsupported
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ def on_meta(call: Call) -> list[list[int] | None] | None:
     no tensor); None where it cannot run there."""
     import torch
 
-    from ..inputs import Device, tree_map
+    from ..inputs.rebuild import Device, tree_map
     from .torch_engine import flat_outputs
 
     meta = torch.device("meta")

@@ -11,10 +11,10 @@ from typing import Any, Callable
 
 import torch
 
-from .. import apis, devices
-from ..dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
-from ..inputs import REAL, Rebuilder, Undescribed, element_bound, is_tensor_spec, tree_map
-from . import OutputPair, Recipe, Run, RunOptions, Unsupported, conv, output_bounds
+from ..dumps import apis
+from ..dumps.dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
+from ..inputs.rebuild import REAL, Rebuilder, Undescribed, element_bound, is_tensor_spec, tree_map
+from . import OutputPair, Recipe, Run, RunOptions, Unsupported, conv, devices, output_bounds
 from .magnitudes import with_magnitudes
 from .recorded_gradients import Attribution, attribute
 from .torch_engine import (

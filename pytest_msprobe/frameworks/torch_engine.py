@@ -19,11 +19,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .. import apis
-from ..compare import ExtraRuns
-from ..dump import Dump, EntryName
-from ..inputs import REAL, Codec, Device, IndexBound, Rebuilder, is_tensor_spec, tree_map
-from ..reductions import finite_nonnegative
+from ..dumps import apis
+from ..dumps.dump import Dump, EntryName
+from ..inputs.rebuild import REAL, Codec, Device, IndexBound, Rebuilder, is_tensor_spec, tree_map
+from ..judging.compare import ExtraRuns
+from ..judging.reductions import finite_nonnegative
 from ..results import BENCH_FALLBACK
 from . import BenchmarkFailed, Kept, OutputPair, Probe, Recipe, Run, RunOptions, Unsupported, index_checks
 

@@ -1,10 +1,10 @@
-"""Write pytest_msprobe/wrapped_apis.txt: the APIs msprobe wraps, from every version of its own lists.
+"""Write pytest_msprobe/dumps/wrapped_apis.txt: the APIs msprobe wraps, from every version of its own lists.
 
 msprobe records an API only if its `support_wrap_ops.yaml` names it; a dump can only hold those.
 The union over the files' whole history keeps the APIs older msprobe versions recorded too.
 Run with a clone of the Ascend mstt repository (https://gitee.com/ascend/mstt):
 
-    python tests/data/make/wrapped_apis.py path/to/mstt > pytest_msprobe/wrapped_apis.txt
+    python tests/data/make/wrapped_apis.py path/to/mstt > pytest_msprobe/dumps/wrapped_apis.txt
 
 No yaml library: the files are `section:` lines followed by `  - name` lines.
 """

@@ -12,9 +12,21 @@ import torch  # noqa: F401  (torch_npu extends torch: it is imported first, as b
 
 from . import _autocast, _backend, npu
 from ._fused import (  # noqa: F401  (torch_npu.npu_*)
-    npu_apply_adam, npu_apply_adam_w, npu_confusion_transpose, npu_fast_gelu, npu_fusion_attention,
-    npu_group_norm_silu, npu_layer_norm_eval, npu_linear, npu_mish, npu_moe_gating_top_k_softmax, npu_rms_norm,
-    npu_rotary_mul, npu_scaled_masked_softmax, npu_sort_v2, npu_swiglu,
+    npu_apply_adam,
+    npu_apply_adam_w,
+    npu_confusion_transpose,
+    npu_fast_gelu,
+    npu_fusion_attention,
+    npu_group_norm_silu,
+    npu_layer_norm_eval,
+    npu_linear,
+    npu_mish,
+    npu_moe_gating_top_k_softmax,
+    npu_rms_norm,
+    npu_rotary_mul,
+    npu_scaled_masked_softmax,
+    npu_sort_v2,
+    npu_swiglu,
 )
 
 __version__ = "2.13.0+npusim"

@@ -1,0 +1,171 @@
+"""Check one dump entry: run both sides through its framework, judge every output.
+
+The one place that ties the frameworks to the standards; it knows no pytest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ..artifacts import error_data, repro
+from ..dumps.dump import Dump, EntryName
+from ..dumps.stack import CallSites
+from ..frameworks import BenchmarkFailed, OutputPair, Probe, Run, RunOptions, Unsupported, for_framework
+from ..frameworks.output_bounds import recorded_entry
+from ..inputs.rebuild import InputError, element_budget
+from ..judging.compare import Comparison, compare
+from ..judging.standards import Standard
+from ..options import DEFAULT_MAX_ELEMENTS, DEFAULT_TIMEOUT
+from ..reports.fallbacks import explain_bench
+from ..results import ERROR, PASS, SKIP, EntryResult, OutputResult, ProbeResult, judged_twice, worst_status
+from .time_limit import TimeLimit, TimeUp
+
+LOW_PRECISION = ("torch.float16", "torch.bfloat16")  # what the fp32 probe is for
+
+
+@dataclass(frozen=True)
+class Checker:
+    """How this process checks entries: how both sides run, the standard, where error data goes."""
+
+    run: RunOptions
+    standard: Standard
+    error_data: Path | None = None  # where the values of entries that are not pass are saved
+    repro: Path | None = None  # where the reproducers of entries that are not pass are written
+    max_elements: int = DEFAULT_MAX_ELEMENTS  # elements one entry may build: inputs, files, outputs
+    timeout: float = DEFAULT_TIMEOUT  # seconds one entry's check may take (0: no limit)
+    # Where the model called each entry; each dump's stack.json read once per process, on first need.
+    call_sites: CallSites = field(default_factory=CallSites, compare=False)
+    # --msprobe-device recorded,<device>: the check of the recorded outputs, made beside this one.
+    recorded_too: Checker | None = None
+
+    def check(self, dump: Dump, name: EntryName, position: int | None = None) -> EntryResult:
+        """The entry's result; an `error` naming the limit where its check ran past --msprobe-timeout."""
+        result: EntryResult | None = None
+        limit = TimeLimit(self.timeout)
+        try:
+            with limit:
+                result = self.checked(dump, name, position)
+        except TimeUp:
+            pass  # said below: `expired` holds it, also where a framework made it another exception
+        finally:
+            limit.stop()
+        if limit.expired or result is None:
+            reason = (
+                f"stopped after {limit.elapsed:.1f} s: ran past --msprobe-timeout {self.timeout:g} s "
+                "(a slower call than any of a real step); the run goes on"
+            )
+            result = EntryResult(name.prefix, name.direction, ERROR, reason, dump=str(dump.path), position=position)
+            result.call_site = self.call_sites.of(dump.path, name)
+        if self.recorded_too is not None:
+            result = judged_twice(self.recorded_too.check(dump, name, position), result, self.run.tested_on)
+        return result
+
+    def checked(self, dump: Dump, name: EntryName, position: int | None) -> EntryResult:
+        result = EntryResult(name.prefix, name.direction, SKIP, dump=str(dump.path), position=position)
+        result.reason = dump.fault(name) or ""  # nested too deep, written twice: never read further
+        if result.reason:
+            return result
+        # Only asked for when saving: the default path holds no values past the comparison.
+        options = replace(self.run, keep=self.error_data is not None or self.repro is not None)
+        try:
+            with element_budget(self.max_elements):
+                # The outputs the dump recorded, before anything is rebuilt (what the call itself
+                # would make is sized by its framework, on the meta device).
+                recorded_entry(dump.entries, name.prefix, name.direction, self.max_elements)
+                run = for_framework(dump.framework).run(dump, name, options)
+        except (Unsupported, BenchmarkFailed, InputError) as exc:
+            result.reason = str(exc)
+            return result
+        self.judge(result, name, run)
+        if result.status in (PASS, SKIP):
+            return result
+        result.call_site = self.call_sites.of(dump.path, name)
+        if run.probe is not None and low_precision_failure(result, run):
+            result.probe = self.probe(result, name, run, run.probe)
+        self.save(dump, result, run)
+        return result
+
+    def judge(self, result: EntryResult, name: EntryName, run: Run) -> None:
+        result.notes = list(run.notes)
+        if run.tested_error:
+            result.status = ERROR
+            result.reason = f"the tested run on {self.run.tested_on} raised {run.tested_error}"
+            return
+        result.outputs = [self.output(name, pair, run) for pair in run.pairs]
+        explain_bench(result)
+        result.status = worst_status(output.status for output in result.outputs)
+        if not result.outputs:
+            result.reason = "no output to compare"
+
+    def output(self, name: EntryName, pair: OutputPair, run: Run) -> OutputResult:
+        if pair.skip or pair.tested is None or pair.bench is None:
+            return OutputResult(pair.index, SKIP, pair.bench_dtype, pair.tested_dtype, pair.shape, reasons=[pair.skip])
+        comparison = Comparison(
+            pair.tested,
+            pair.bench,
+            pair.tested_dtype,
+            name=f"{name.full}.output.{pair.index}",
+            extra=pair.extra,
+        )
+        metrics, verdict = compare(comparison, self.standard)
+        return OutputResult(
+            pair.index,
+            verdict.status,
+            pair.bench_dtype,
+            pair.tested_dtype,
+            pair.shape,
+            metrics.cosine,
+            metrics.max_abs_err,
+            metrics.max_rel_err,
+            verdict.reasons,
+            verdict.floor,
+            pair.note,
+            verdict.ratio,
+            severity=verdict.severity,
+            nonfinite=verdict.nonfinite,
+        )
+
+    def probe(self, result: EntryResult, name: EntryName, run: Run, probe: Probe) -> ProbeResult:
+        """The fp32 probe of a failing entry, judged by the run's standard."""
+        found = ProbeResult(f"{name.api_type}.{name.api}", probe.device, self.run.recorded)
+        at_nodes = sorted(o.index for o in result.outputs if o.status == ERROR and o.index in probe.unprobed)
+        if at_nodes:
+            found.error = (
+                f"output {', '.join(map(str, at_nodes))} was judged at a node of the API's graph (where msprobe "
+                "recorded it), and a run of the call in fp32 gives the inputs' gradients only"
+            )
+            return found
+        try:
+            pairs = probe.pairs()
+        except Exception as exc:  # noqa: BLE001 - the probe is an extra: the verdict stands without it
+            lines = str(exc).strip().splitlines()
+            found.error = f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+            return found
+        found.outputs = [self.output(name, pair, run) for pair in pairs]
+        found.status = worst_status(output.status for output in found.outputs)
+        return found
+
+    def save(self, dump: Dump, result: EntryResult, run: Run) -> None:
+        """The error data and the repro of an entry that is not pass (nor SKIP): extras, the verdict
+        stands without them."""
+        if run.kept is None:
+            return
+        for folder, writer, what in (
+            (self.error_data, error_data.save, "error data"),
+            (self.repro, repro.save, "repro"),
+        ):
+            if folder is None:
+                continue
+            try:
+                result.notes.append(f"{what} in {writer(folder, dump, result, run.kept, self)}")
+            except Exception as exc:  # noqa: BLE001 - saving is an extra: the verdict stands without it
+                result.notes.append(f"{what} not saved: {type(exc).__name__}: {exc}")
+
+
+def low_precision_failure(result: EntryResult, run: Run) -> bool:
+    """A failing entry computed in fp16/bf16 (a failing output in those dtypes, low-precision
+    inputs, or autocast): what the fp32 probe tells apart."""
+    if result.status != ERROR:
+        return False
+    return run.low_precision or any(o.status == ERROR and o.tested_dtype in LOW_PRECISION for o in result.outputs)

@@ -1,0 +1,34 @@
+"""What the report header says of a run's dumps before any entry runs: what the run will not
+check, once, rather than by every entry. No pytest; reads only each dump's head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..untrusted import printable
+from .dump import peek_task
+
+TENSOR_FOLDER = "dump_tensor_data"
+
+
+def header_notes(dump_files: Sequence[Path], reruns_on: str | None) -> list[str]:
+    """A line for each tensor dump without its tensor folder (a dump.json copied alone), and for
+    each whose recorded outputs this run does not judge: it runs the calls again on `reruns_on`
+    (None: it judges the recorded outputs)."""
+    lines = []
+    for path in dump_files:
+        if peek_task(path)[0] != "tensor":
+            continue
+        if not (path.parent / TENSOR_FOLDER).is_dir():
+            lines.append(
+                f"{path}: a tensor dump without its {TENSOR_FOLDER}/ folder: no recorded tensor can be "
+                f"read (copy {TENSOR_FOLDER}/ beside dump.json)"
+            )
+        elif reruns_on is not None:
+            lines.append(
+                f"{path}: the dump records its outputs, and this run does not judge them: it runs each "
+                f"call again on {reruns_on}; --msprobe-device recorded judges the recorded outputs"
+            )
+    return [printable(line) for line in lines]

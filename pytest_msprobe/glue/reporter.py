@@ -1,0 +1,279 @@
+"""The reporter: CSV rows and the terminal summary, in the process that sees every report."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..dumps.dump import parse_entry_name
+from ..reports import files, manifest, summary
+from ..reports.csv_files import (
+    ApiBook,
+    ApiRow,
+    CsvWriter,
+    ReportError,
+    details_path_for,
+    dump_folders,
+    split_node_id,
+    timestamp,
+)
+from ..reports.journal import Journal, journal_path_for
+from ..results import REPORT_ATTRIBUTE, EntryResult
+from ..untrusted import cut, printable
+
+MAX_LINE = 1000  # characters of one summary line: a 200,000-character entry name is cut there
+MAX_RUNNING = 400  # characters of the frame name that says which entry ran when the process died
+
+
+def _entry_frame(function: Callable[[], Any]) -> Any:
+    __tracebackhide__ = True  # pytest's tracebacks of a failing entry leave it out
+    return function()
+
+
+def call_named(label: str, function: Callable[[], Any]) -> Any:
+    """function() from a frame whose function name is label. A segfault or an abort kills the
+    process where nothing of Python runs again, but the traceback of faulthandler (pytest's, on
+    stderr) names every frame: so `Fatal Python error` comes with `msprobe: running <entry>`."""
+    code = _entry_frame.__code__.replace(co_name=label)
+    return types.FunctionType(code, {})(function)
+
+
+class CsvReporter:
+    """Writes the CSVs in the process that sees every report (the xdist controller).
+
+    Every dump's pair of files is created when the run is configured, so a folder that
+    cannot hold them is a usage error before the first entry runs.
+    """
+
+    def __init__(self, config: pytest.Config, run):
+        self.config = config
+        self.run = run
+        self.dumps: dict[str, str] = {}  # a node id's dump part -> the dump's resolved path
+        resumed = run.selection.state
+        self.book = ApiBook(skip=resumed.complete if resumed else (), dump_of=self.dump_key)
+        if resumed is not None:  # one dump: the entries its journal holds of APIs without a row
+            self.book.preload(str(run.dump_files[0]), resumed.waiting)
+        self.folders = dump_folders(run.dump_files)
+        self.stamp = timestamp()  # one for the run, whatever the number of dumps
+        self.writers: dict[Path, CsvWriter] = {}  # by the dump's resolved path
+        self.journals: dict[Path, Journal] = {}  # beside each pair: every entry as it arrives
+        self.results: list[EntryResult] = []
+        self.unfinished: list[ApiRow] = []
+        self.session: pytest.Session | None = None
+        self.stopped = ""  # why the rows stopped (a full disk)
+        self.locks: list[files.ResultLock] = []  # of the fresh pairs (a resumed one's is its Resumed's)
+        self.late: list[str] = []  # what could not be written at the end (a manifest), for the summary
+        config.add_cleanup(self.release)
+        baseline = run.selection.baseline
+        if baseline is not None and baseline.path.resolve() != (run.selection.resumed or Path()).resolve():
+            holder = files.holder_of(baseline.path)
+            if holder is not None:  # rows it has not written yet, a row half written
+                raise pytest.UsageError(
+                    f"--msprobe-baseline: {baseline.path} is being written by another run: {holder}; wait for it to end"
+                )
+        self.finishing = False
+        self.stopped_late = False
+        if not config.option.collectonly:
+            for path in run.dump_files:
+                self.open(path)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.book.expect(item.nodeid for item in session.items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
+        self.book.expect(ids)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        """A serial run's entry (the xdist controller runs none: a worker that dies is its
+        workers.py's): its name in the journal before it runs, and on the stack while it runs,
+        so that a crash in the API leaves it behind (journal.py) and in faulthandler's traceback."""
+        entry = parse_entry_name(getattr(item, "entry", "") or "")
+        if entry is None or self.stopped:
+            return (yield)
+        dump = self.dump_key(split_node_id(item.nodeid)[0])
+        writer = self.open(Path(dump))
+        try:
+            self.journals[writer.result_path].start(entry.prefix, entry.direction, dump)
+        except OSError as exc:
+            self.stop(
+                f"msprobe: cannot write {self.journals[writer.result_path].path} ({exc.strerror or exc}): stopped; "
+                f"the rows written are whole, --msprobe-resume {writer.result_path} runs the rest"
+            )
+        label = cut(
+            printable(f"msprobe: running {entry.full} (journal {self.journals[writer.result_path].path})"), MAX_RUNNING
+        )
+        journal = self.journals[writer.result_path]
+        item.runtest = functools.partial(self._run_entry, journal, label, item.runtest)  # type: ignore[method-assign]
+        try:
+            return (yield)
+        finally:
+            with contextlib.suppress(AttributeError):
+                del item.runtest
+
+    @staticmethod
+    def _run_entry(journal: Journal, label: str, runtest: Callable[[], Any]) -> Any:
+        """The entry's call, under its name; once it returns or raises, its `running` line is cut:
+        a death after this (in a hook, a kill) is no crash of the API, and a resume runs it again."""
+        __tracebackhide__ = True
+        try:
+            return call_named(label, runtest)
+        finally:
+            journal.end()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        data = getattr(report, REPORT_ATTRIBUTE, None)
+        if data is None:
+            return
+        result = EntryResult.from_dict(data)
+        result.dump = self.dump_key(split_node_id(report.nodeid)[0])  # one name a dump, for the summary
+        self.results.append(result)
+        self.journal(result)
+        row = self.book.add(result.dump, result)
+        if row is not None:
+            self.write(row)
+
+    def dump_key(self, dump: str) -> str:
+        """The dump of a node id's dump part, as the book and the summary name it: its resolved path."""
+        if dump not in self.dumps:
+            self.dumps[dump] = str(self.dump_path(dump))
+        return self.dumps[dump]
+
+    def journal(self, result: EntryResult) -> None:
+        """The entry's result in its pair's journal, before any row: a kill from now on loses nothing of it."""
+        if self.stopped:
+            return
+        writer = self.open(Path(result.dump))
+        try:
+            self.journals[writer.result_path].add(result)
+        except OSError as exc:
+            self.stop(
+                f"msprobe: cannot write {self.journals[writer.result_path].path} ({exc.strerror or exc}): stopped; "
+                f"the rows written are whole, --msprobe-resume {writer.result_path} runs the rest"
+            )
+
+    def write(self, row: ApiRow) -> None:
+        if self.stopped:
+            return
+        writer = self.open(Path(row.dump))  # resolved (dump_key)
+        try:
+            writer.write_api(row.api, row.forward, row.backward)
+        except OSError as exc:
+            self.stop(
+                f"msprobe: cannot write {writer.result_path} ({exc.strerror or exc}): stopped; the rows "
+                f"written are whole, --msprobe-resume {writer.result_path} runs the rest"
+            )
+
+    def stop(self, why: str) -> None:
+        """End the run after this entry (serial), or after the entries running now (xdist):
+        pytest says why, as `Interrupted: ...`."""
+        self.stopped = why
+        if self.finishing:
+            self.stopped_late = True  # nothing left to interrupt: the summary says it
+            return
+        if self.session is not None:
+            self.session.shouldstop = why
+        dsession = self.config.pluginmanager.get_plugin("dsession")
+        if dsession is not None:
+            dsession.shouldstop = why
+
+    def dump_path(self, dump: str) -> Path:
+        return (self.config.rootpath / dump).resolve()
+
+    def open(self, path: Path) -> CsvWriter:
+        """The pair of files of one dump; raises pytest.UsageError when it cannot be created."""
+        if path not in self.writers:
+            resumed = self.run.selection.resumed
+            folder = self.run.out_dir / self.folders.get(path, Path())
+            try:
+                writer = CsvWriter(resumed) if resumed else CsvWriter.in_folder(folder, self.stamp)
+            except ReportError as exc:
+                raise pytest.UsageError(f"--msprobe-out: {exc}") from None
+            except OSError as exc:
+                raise pytest.UsageError(
+                    f"--msprobe-resume: {resumed}: cannot append to it: {exc.strerror or exc}"
+                ) from None
+            option = "--msprobe-resume" if resumed else "--msprobe-out"
+            try:
+                if not resumed:  # a resumed pair is locked from before its files were read (resume.py)
+                    self.locks.append(files.ResultLock.acquire(writer.result_path))
+                    taken = manifest.path_for(writer.result_path)
+                    if os.path.lexists(taken):  # written at the end: a link there now is refused now
+                        raise files.FileTaken(taken, f"{files.what_is_at(taken)} is already there: not written through")
+                journal = Journal(journal_path_for(writer.result_path), fresh=not resumed)
+            except OSError as exc:
+                writer.close()
+                if not resumed:  # just made, empty: nothing of them stays
+                    for made in (writer.result_path, details_path_for(writer.result_path)):
+                        with contextlib.suppress(OSError):
+                            made.unlink()
+                self.release()
+                raise pytest.UsageError(f"{option}: {exc}") from None
+            self.journals[writer.result_path] = journal
+            self.writers[path] = writer
+        return self.writers[path]
+
+    def release(self) -> None:
+        """The locks of the pairs this run wrote: another run may write them now."""
+        for lock in self.locks:
+            lock.release()
+        if self.run.selection.state is not None:
+            self.run.selection.state.release()
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
+        self.finishing = True
+        leftovers = self.book.leftovers()
+        if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail or self.run.lost_hosts:
+            # Cut short by Ctrl-C, -x, --maxfail or a lost host: left out, so that --msprobe-resume runs them whole.
+            self.unfinished, leftovers = leftovers, []
+        for row in leftovers:
+            self.write(row)
+        for path, writer in self.writers.items():
+            writer.close()
+            if self.run.selection.resumed and os.path.lexists(manifest.path_for(writer.result_path)):
+                continue  # a resumed pair keeps its own
+            try:
+                manifest.write(writer.result_path, self.run.describe(path))
+            except OSError as exc:  # a link at its name, a full disk
+                why = exc if isinstance(exc, files.FileRefused) else f"{exc.strerror or exc}"
+                self.late.append(f"msprobe: the manifest {manifest.path_for(writer.result_path)} is not written: {why}")
+        for journal in self.journals.values():
+            journal.end()  # nothing runs any more: no entry of this run crashed
+            journal.close()
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.results and not self.writers:
+            return
+        terminalreporter.section("msprobe")
+        selection = self.run.selection
+        lines = summary.summary_lines(self.results, selection.strict)
+        if selection.earlier:
+            lines += ["", f"resumed {selection.resumed}: the entries it held before this run:"]
+            lines += summary.inherited_lines(selection.earlier, selection.strict)
+        if selection.baseline is not None:
+            lines += selection.baseline.summary_lines(self.results)
+        if self.stopped_late:
+            lines += ["", self.stopped]
+        lines += self.late
+        for path, dump in sorted({self.dump_path(row.dump): row.dump for row in self.unfinished}.items()):
+            count = sum(row.dump == dump for row in self.unfinished)
+            where = f"{dump}: " if len(self.writers) > 1 else ""
+            lines.append(
+                f"{where}{count} APIs unfinished when the run stopped, not written: "
+                f"--msprobe-resume {self.open(path).result_path} runs them"
+            )
+        for writer in self.writers.values():
+            lines += [f"result:  {writer.result_path}", f"details: {writer.details_path}"]
+        for line in lines:
+            terminalreporter.write_line(cut(printable(line), MAX_LINE))

@@ -1,0 +1,84 @@
+"""The manifest beside each CSV pair: which dump and which settings wrote it.
+
+`accuracy_checking_run_{ts}.json` beside `accuracy_checking_result_{ts}.csv`: the CSV
+columns are msprobe's fixed contract, so what a merge of CI shards must know to join pairs
+(the same dump, the same settings, the same plugin) lives here. No pytest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..options import Options
+from . import files
+from .csv_files import RESULT_PREFIX, details_path_for
+
+PREFIX = "accuracy_checking_run_"
+FORMAT = 1
+# The settings that decide the rows: pairs written under others cannot be one run's.
+ROW_SETTINGS = ("mode", "device", "seed", "standard", "cosine", "max_abs_err", "tolerances")
+
+
+class ManifestError(ValueError):
+    """A manifest that is missing or cannot be read (names the file)."""
+
+
+def path_for(result_path: Path) -> Path:
+    return result_path.with_name(result_path.name.replace(RESULT_PREFIX, PREFIX, 1)).with_suffix(".json")
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def describe(dump: Path, options: Options, device: str, api_calls: int | None, shard: dict | None) -> dict[str, Any]:
+    settings = dataclasses.asdict(options)
+    settings.pop("dumps")
+    settings["device"] = device  # as chosen (auto picks per machine)
+    settings["tolerances"] = list(options.tolerances)
+    return {
+        "format": FORMAT,
+        "plugin": __version__,
+        "dump": {"path": str(dump), "sha256": sha256(dump), "api_calls": api_calls},
+        "settings": settings,
+        "shard": shard,
+    }
+
+
+def write(result_path: Path, description: dict[str, Any]) -> Path:
+    """The manifest, a new file: anything already at its name (a link) is refused (files.FileTaken)."""
+    path = path_for(result_path)
+    document = {**description, "result": result_path.name, "details": details_path_for(result_path).name}
+    text = json.dumps(document, indent=1) + "\n"
+    files.write_new(path, text)
+    return path
+
+
+def read(result_path: Path) -> dict[str, Any]:
+    path = path_for(result_path)
+    if not path.is_file():
+        raise ManifestError(
+            f"{result_path}: no manifest {path.name} beside it, so its dump and settings are unknown "
+            "(written by pytest-msprobe from 0.1.0 on; rerun that shard)"
+        )
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ManifestError(f"{path}: cannot be read as a manifest: {exc}") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise ManifestError(f"{path}: not a manifest of format {FORMAT}")
+    return document
+
+
+def row_settings(document: dict[str, Any]) -> dict[str, Any]:
+    settings = document.get("settings", {})
+    return {"plugin": document.get("plugin"), **{name: settings.get(name) for name in ROW_SETTINGS}}

@@ -1,0 +1,341 @@
+"""Resume a run that was killed or cut short: what its files hold, and a clean end to append to.
+
+Rows are written per API, details before result and each flushed, so a kill can
+leave at most: a record cut off mid-write at the end of either file, and the
+details rows of the one API whose result row never made it. `prepare` cuts
+both away; that API then runs again and gets all its rows once.
+
+`resume` works per entry: the journal beside the pair (journal.py) holds every
+entry the killed run finished, so only the entries it lacks run again, and a row
+a partial run wrote without a direction the dump has (`-k forward`) is written
+again, whole. No pytest.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..dumps.dump import BACKWARD, FORWARD
+from ..results import ERROR, EntryResult, OutputResult, Status
+from ..untrusted import cut, printable
+from . import files
+from .csv_files import (
+    DETAILS_COLUMNS,
+    RESULT_COLUMNS,
+    ReportError,
+    any_field_size,
+    details_path_for,
+    read_finished_apis,
+    read_result_rows,
+    untext,
+)
+from .journal import Journal, journal_path_for, read_contents, read_journal
+
+STATUS_WORDS = {status.value for status in Status}
+
+
+def prepare(result_path: Path) -> set[str]:
+    """The APIs finished in result_path, after cutting a killed run's torn tail from both files.
+
+    Called once, by the process that writes the CSVs, before anything runs.
+    """
+    if not result_path.is_file():
+        raise ReportError(f"{result_path}: no such result CSV")
+    try:
+        return _prepare(result_path)
+    except OSError as exc:  # unreadable, or read-only where a torn tail must go
+        raise ReportError(f"{result_path}: cannot resume into it: {exc}") from None
+
+
+def _prepare(result_path: Path) -> set[str]:
+    rows, ends = complete_records(result_path, RESULT_COLUMNS)
+    finished = {untext(row[0]) for row in rows[1:] if row}
+    _truncate(result_path, ends[-1] if ends else 0)
+    details = details_path_for(result_path)
+    if details.is_file():
+        rows, ends = complete_records(details, DETAILS_COLUMNS)
+        # Orphans can only sit at the end: the rows of the API being written when the run died.
+        while len(rows) > 1 and api_of_output(untext(rows[-1][0])) not in finished:
+            rows.pop()
+            ends.pop()
+        _truncate(details, ends[-1] if ends else 0)
+    return finished
+
+
+def api_of_output(name: str) -> str:
+    """`Functional.relu.0.backward.output.1` -> `Functional.relu.0`."""
+    return name.rsplit(".output.", 1)[0].rsplit(".", 1)[0]
+
+
+def complete_records(path: Path, columns: list[str]) -> tuple[list[list[str]], list[int]]:
+    """The complete CSV records of a file (header first) and the byte offset where each ends."""
+    data = path.read_bytes()
+    bom = codecs.BOM_UTF8
+    start = len(bom) if data.startswith(bom) else len(data) if bom.startswith(data) else 0  # a torn BOM too
+    read_to = [start]
+    rows: list[list[str]] = []
+    ends: list[int] = []
+    try:
+        with any_field_size():
+            for row in csv.reader(_lines(data, start, read_to), strict=True):
+                if not data[: read_to[0]].endswith(b"\n"):
+                    break  # the last line, cut off mid-write
+                rows.append(row)
+                ends.append(read_to[0])
+    except csv.Error as exc:
+        # A kill can only tear the last record: a record that does not parse with more
+        # of the file after it is no torn tail, and cutting there would drop whole rows.
+        if read_to[0] < len(data):
+            raise ReportError(
+                f"{path}: record {len(rows) + 1} is not a CSV row pytest-msprobe writes ({exc}): "
+                "not resumed, nothing cut"
+            ) from None
+    if rows and rows[0] != columns:
+        raise ReportError(
+            f"{path}: not an accuracy_checking CSV of pytest-msprobe: its header is {rows[0][:4]}, expected {columns}"
+        )
+    if not rows and not ",".join(columns).encode().startswith(data[start:].rstrip(b"\r\n")):
+        # Only a header torn mid-write is no header at all.
+        raise ReportError(f"{path}: not an accuracy_checking CSV of pytest-msprobe: no header line")
+    return rows, ends
+
+
+def _lines(data: bytes, start: int, read_to: list[int]) -> Iterator[str]:
+    """The text lines of data, recording in read_to how far the csv reader has read."""
+    pos = start
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        end = len(data) if end < 0 else end + 1
+        read_to[0] = end
+        yield data[pos:end].decode("utf-8", errors="replace")
+        pos = end
+
+
+def _truncate(path: Path, length: int) -> None:
+    """Cut path to length (0: no header left, killed before it was flushed: the writer starts
+    the file afresh), never through a link."""
+    with files.open_existing(path) as handle:
+        if os.fstat(handle.fileno()).st_size > length:
+            handle.truncate(length)
+
+
+# -- per entry: the journal, and rows a partial run left without a direction ------------------
+
+
+@dataclass
+class Resumed:
+    """What a resumed pair of files holds, once made ready to append to (`resume`)."""
+
+    result_path: Path
+    # Entries not to run again: (api, direction). The APIs of `complete` have every direction in it.
+    finished: set[tuple[str, str]] = field(default_factory=set)
+    complete: set[str] = field(default_factory=set)  # APIs whose rows stay as they are
+    # Results the journal holds of APIs that have no row (now): their rows are written once the
+    # entries they lack have run, as an uninterrupted run writes them.
+    waiting: dict[str, dict[str, EntryResult]] = field(default_factory=dict)
+    reopened: list[str] = field(default_factory=list)  # APIs whose rows lacked a direction the dump has
+    earlier: list[EntryResult] = field(default_factory=list)  # every entry not run again, for the verdict
+    # The entry the resumed run was running when its process died (the journal's open `running`
+    # line): an error now, not run again.
+    crashed: list[EntryResult] = field(default_factory=list)
+    # This run's hold on the pair and its journal, from before they are touched to the run's end.
+    lock: files.ResultLock | None = None
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
+
+def resume(result_path: Path, dump_entries: set[tuple[str, str]] | None = None) -> Resumed:
+    """Make a killed or partial run's files ready to append to, and say what is left to run.
+
+    `dump_entries`, the (api, direction) of the dump's entries (None where the dump cannot be
+    read), tells a row that lacks a direction the dump has (a run with `-k forward`): such a
+    row is cut from both files and written again, whole, once the entries it lacks have run;
+    the results it held come back from the journal (an API the journal lacks runs whole).
+    Details rows go first, so a kill between the two rewrites leaves a row whose details a
+    next resume writes again.
+
+    The pair and its journal are locked first, for the whole run (Resumed.lock: release it at the
+    end): a second run that writes them is refused. Raises ReportError (resuming cannot start).
+    """
+    if not result_path.is_file():
+        raise ReportError(f"{result_path}: no such result CSV")
+    try:
+        lock = files.ResultLock.acquire(result_path)
+    except OSError as exc:  # LockHeld names the holder, FileRefused the link
+        raise ReportError(f"cannot resume into it: {exc}" if isinstance(exc, files.LockHeld) else str(exc)) from None
+    try:
+        state = _resume(result_path, dump_entries)
+    except BaseException:
+        lock.release()
+        raise
+    state.lock = lock
+    return state
+
+
+def _resume(result_path: Path, dump_entries: set[tuple[str, str]] | None) -> Resumed:
+    kept_apis = prepare(result_path)
+    journal_path = journal_path_for(result_path)
+    try:
+        contents = read_contents(journal_path)
+        journal = _latest(contents.results)
+        rows = read_result_rows(result_path)
+    except OSError as exc:
+        raise ReportError(f"{result_path}: cannot resume into it: {exc}") from None
+    state = Resumed(result_path)
+    crashed = contents.crashed
+    if crashed is not None and crashed.api not in kept_apis and (crashed.api, crashed.direction) not in journal:
+        result = EntryResult(crashed.api, crashed.direction, ERROR, crash_message(journal_path), dump=crashed.dump)
+        try:  # a result like any other from now on: a next resume finds it there
+            writer = Journal(journal_path)
+            writer.add(result)
+            writer.close()
+        except OSError as exc:
+            raise ReportError(f"{journal_path}: cannot write to it: {exc}") from None
+        journal[(crashed.api, crashed.direction)] = result
+        state.crashed.append(result)
+    directions: dict[str, set[str]] = {}
+    for api, direction in dump_entries or ():
+        directions.setdefault(api, set()).add(direction)
+    statuses: dict[str, dict[str, str]] = {}
+    for row in rows:
+        row = row + [""] * (4 - len(row))
+        statuses[row[0]] = {d: s for d, s in ((FORWARD, row[1]), (BACKWARD, row[2])) if s}
+    for api in (api for api in statuses if api in kept_apis):  # in file order
+        held = statuses[api]
+        lacking = directions.get(api, set()) - set(held) if dump_entries is not None else set()
+        if not lacking:
+            state.complete.add(api)
+            state.finished |= {(api, FORWARD), (api, BACKWARD)}
+            continue
+        state.reopened.append(api)
+        if all((api, d) in journal for d in held):
+            state.waiting[api] = {d: journal[(api, d)] for d in held}
+    for (api, direction), result in journal.items():
+        if api not in kept_apis:
+            state.waiting.setdefault(api, {})[direction] = result
+    for api, results in state.waiting.items():
+        state.finished |= {(api, direction) for direction in results}
+    if state.reopened:
+        _cut_apis(result_path, set(state.reopened))
+    state.earlier = _earlier(result_path, state, statuses, rows, journal)
+    return state
+
+
+def describe(state: Resumed) -> str:
+    """For the report header: what is not run again, and which rows are written again."""
+    entries = sum(len(results) for results in state.waiting.values())
+    text = f"{len(state.complete)} APIs already finished"
+    if entries:
+        text += f" and {entries} entries of APIs without a row (its journal)"
+    text += " are not run again"
+    if state.reopened:
+        text += f"; {len(state.reopened)} rows without a direction the dump has are written again, whole"
+    for result in state.crashed:  # a name from the dump, through the journal: escaped, cut
+        text += f"; {cut(printable(result.entry), 1000)} is an error, not run again: {result.reason}"
+    return text
+
+
+def crash_message(journal_path: Path) -> str:
+    """The reason of the entry a serial run was running when its process died."""
+    return (
+        "the process ended while this entry ran (a crash in the API: a segfault or an abort; or a kill: "
+        f"the OOM killer, kill -9): not run again; see the run's journal {journal_path.name}"
+    )
+
+
+def _latest(results: list[EntryResult]) -> dict[tuple[str, str], EntryResult]:
+    return {(result.api, result.direction): result for result in results}
+
+
+def _cut_apis(result_path: Path, apis: set[str]) -> None:
+    """Both files without the rows of `apis`, each replaced whole (details first)."""
+    details = details_path_for(result_path)
+    if details.is_file():
+        _rewrite_without(details, DETAILS_COLUMNS, lambda row: api_of_output(untext(row[0])) in apis)
+    _rewrite_without(result_path, RESULT_COLUMNS, lambda row: untext(row[0]) in apis)
+
+
+def _rewrite_without(path: Path, columns: list[str], dropped: Callable[[list[str]], bool]) -> None:
+    """The file with the records `dropped` says out, every other byte as it was."""
+    data = path.read_bytes()
+    rows, ends = complete_records(path, columns)
+    keep = bytearray(data[: ends[0]]) if ends else bytearray()  # the BOM and the header
+    for i in range(1, len(rows)):
+        if rows[i] and not dropped(rows[i]):
+            keep += data[ends[i - 1] : ends[i]]
+    temporary = files.replace_temporary(path)
+    files.write_new(temporary, bytes(keep))
+    os.replace(temporary, path)
+
+
+def _earlier(
+    result_path: Path,
+    state: Resumed,
+    statuses: dict[str, dict[str, str]],
+    rows: list[list[str]],
+    journal: dict[tuple[str, str], EntryResult],
+) -> list[EntryResult]:
+    """The results of every entry that is not run again: from the journal where it holds them,
+    else from the result row's status and the details rows' outputs (the file of a run without one)."""
+    earlier = [result for results in state.waiting.values() for result in results.values()]
+    messages = {row[0]: row[3] if len(row) > 3 else "" for row in rows}
+    outputs = read_details_outputs(details_path_for(result_path)) if state.complete - {a for a, _ in journal} else {}
+    for api in (api for api in statuses if api in state.complete):  # in file order
+        for direction, status in statuses.get(api, {}).items():
+            found = journal.get((api, direction))
+            if found is None:
+                if status not in STATUS_WORDS:
+                    continue  # not a row this plugin wrote: nothing to count
+                rows_of = outputs.get((api, direction), [])
+                message = "" if rows_of else messages.get(api, "")
+                found = EntryResult(api, direction, Status(status), message, rows_of)
+            earlier.append(found)
+    return earlier
+
+
+def read_details_outputs(details: Path) -> dict[tuple[str, str], list[OutputResult]]:
+    """The outputs of a details CSV by (api, direction), as far as its columns tell them."""
+    found: dict[tuple[str, str], list[OutputResult]] = {}
+    if not details.is_file():
+        return found
+    rows, _ = complete_records(details, DETAILS_COLUMNS)
+    for row in rows[1:]:
+        if len(row) != len(DETAILS_COLUMNS):
+            continue
+        name = untext(row[0])
+        entry, _, index = name.rpartition(".output.")
+        api, _, direction = entry.rpartition(".")
+        try:
+            output = OutputResult(
+                int(index),
+                Status(row[7]),
+                untext(row[1]),
+                untext(row[2]),
+                None,
+                _number(row[4]),
+                _number(row[5]),
+                _number(row[6]),
+                [untext(row[8])] if row[8] else [],
+            )
+        except ValueError:
+            continue
+        found.setdefault((api, direction), []).append(output)
+    return found
+
+
+def _number(cell: str) -> float | None:
+    return float(cell) if cell else None
+
+
+def finished_entries(result_path: Path) -> set[tuple[str, str]]:
+    """The entries a result CSV and its journal hold, read only (a worker without its controller's word)."""
+    found = {(api, direction) for api in read_finished_apis(result_path) for direction in (FORWARD, BACKWARD)}
+    return found | set(_latest(read_journal(journal_path_for(result_path))))

@@ -1,0 +1,224 @@
+"""The lines of the terminal summary and of a failed item, from the results of a run. No pytest."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+from ..dumps.dump import BACKWARD, DUMP_FILE_NAME, FORWARD
+from ..results import ERROR, PASS, SKIP, WARNING, EntryResult, Status
+from ..untrusted import cut, printable
+from .fallbacks import fallback_lines
+from .messages import call_site_text, entry_findings, entry_message, output_text, probe_text
+
+STATUSES = (PASS, ERROR, WARNING, SKIP)
+
+
+def shown(lines: list[str]) -> list[str]:
+    """Lines as a terminal may show them: a dump's text in them (names, reasons, a call site's
+    code) escaped where made, so that every printer of them (the reporter, an item's failure,
+    the merge) gets them safe."""
+    return [printable(line) for line in lines]
+
+
+def count_lines(results: Sequence[EntryResult]) -> list[str]:
+    lines = []
+    for direction in (FORWARD, BACKWARD):
+        counts = Counter(r.status for r in results if r.direction == direction)
+        if counts:
+            lines.append(f"{direction:<8} " + ", ".join(f"{counts.get(s, 0)} {s}" for s in STATUSES))
+    return lines
+
+
+def failing(strict: bool = False) -> tuple[Status, ...]:
+    """The statuses that fail an item: error, and warning under --msprobe-strict."""
+    return (ERROR, WARNING) if strict else (ERROR,)
+
+
+def severity(result: EntryResult) -> tuple[int, float]:
+    """Sort key, worst first: NaN or inf where the other side has none, then how many times its
+    budget the worst output is off (the standard's severity). An entry that failed with no
+    output judged (its tested run raised, its worker crashed) counts as beyond any budget."""
+    flagged = [row for row in result.outputs if row.status in (ERROR, WARNING)]
+    measured = [row.severity for row in flagged if row.severity is not None]
+    if measured:
+        worst = max(measured)
+    else:
+        worst = math.inf if result.status == ERROR and result.reason and not flagged else 0.0
+    return (0 if any(row.nonfinite for row in flagged) else 1, -worst)
+
+
+def dump_labels(results: Sequence[EntryResult]) -> dict[str, str]:
+    """`rank1: ` for each dump of a run over several (its path past what they share), else nothing."""
+    dumps = sorted({result.dump for result in results if result.dump})
+    if len(dumps) < 2:
+        return {}
+    common = os.path.commonpath([os.path.dirname(dump) or "." for dump in dumps])
+    labels = {}
+    for dump in dumps:
+        relative = os.path.relpath(dump, common) if common else dump
+        folder, name = os.path.split(relative)
+        labels[dump] = f"{folder if name == DUMP_FILE_NAME and folder else relative}: "
+    return labels
+
+
+def failure_lines(results: Sequence[EntryResult], limit: int = 20, statuses: Sequence[Status] = (ERROR,)) -> list[str]:
+    failed = sorted((r for r in results if r.status in statuses), key=severity)
+    labels = dump_labels(results)
+    lines = []
+    for result in failed[:limit]:
+        # Cut with a visible mark: the whole message is in the result CSV.
+        lines.append(cut(f"{labels.get(result.dump, '')}{result.entry}: {entry_findings(result)}", 400, " in the CSV"))
+        lines += found_lines(result)
+    if len(failed) > limit:
+        lines.append(f"... and {len(failed) - limit} more in the result CSV")
+    return shown(lines)
+
+
+def found_lines(result: EntryResult) -> list[str]:
+    """Where the model called a failing entry and what the fp32 probe said, a line each."""
+    return [f"    {text}" for text in (call_site_text(result.call_site), probe_text(result.probe)) if text]
+
+
+def first_failure_lines(results: Sequence[EntryResult]) -> list[str]:
+    """The first failing entry in call order, per dump: where precision is first lost in the step."""
+    first: dict[str, tuple[int, EntryResult]] = {}
+    for result in results:
+        if result.status == ERROR and result.position is not None:
+            known = first.get(result.dump)
+            if known is None or result.position < known[0]:
+                first[result.dump] = (result.position, result)
+    lines = []
+    for dump in sorted(first):
+        position, result = first[dump]
+        of = f" of {dump}" if len(first) > 1 else ""
+        lines.append(f"first failure in call order{of}: {result.entry} (entry {position + 1} of the dump)")
+        lines += found_lines(result)
+    return shown(lines)
+
+
+def _reason_class(message: str) -> str:
+    """A skip reason with the entry-specific parts (names, shapes, numbers) folded; a path
+    keeps the digits of its folders (`step0/rank1/`), its file name (an entry's) folds."""
+    reason = message.split("; ")[0]
+    reason = re.sub(r"^[\w.]+\.(forward|backward): ", "", reason)
+    while True:  # innermost brackets first: shapes nest, `[[16, 64], [16, 32]]`
+        folded = re.sub(r"\[[^\[\]]*\]", "\0", reason)
+        if folded == reason:
+            break
+        reason = folded
+    reason = reason.replace("\0", "[...]")
+    reason = re.sub(r"\b(API|op) [\w.]+", r"\1 ...", reason)
+    return re.sub(r"\S+", _fold_numbers, reason)
+
+
+# A number, or an escape (`\x1b`, `\ud800`: untrusted.py's) kept whole: its digits are no number.
+_NUMBER_OR_ESCAPE = re.compile(r"\\(?:x[0-9a-f]{2}|u[0-9a-f]{4})|\d+")
+
+
+def _fold_numbers(word: re.Match) -> str:
+    folders, slash, name = word.group().rpartition("/")
+    return folders + slash + _NUMBER_OR_ESCAPE.sub(lambda m: m.group() if m.group()[0] == "\\" else "N", name)
+
+
+def skip_lines(results: Sequence[EntryResult], examples: int = 3) -> list[str]:
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for result in results:
+        if result.status == SKIP:
+            by_reason[_reason_class(entry_message(result))].append(result.entry)
+    lines = []
+    for reason, names in sorted(by_reason.items(), key=lambda item: -len(item[1])):
+        listed = ", ".join(names[:examples]) + (", ..." if len(names) > examples else "")
+        lines.append(f"{len(names):>4} x {reason}  ({listed})")
+    return shown(lines)
+
+
+def floor_line(results: Sequence[EntryResult]) -> list[str]:
+    """How many failing outputs are rounding alone, by dtype (basic standard only)."""
+    failed = [row for r in results for row in r.outputs if row.status == ERROR]
+    at_floor = Counter(row.tested_dtype.rsplit(".", 1)[-1] for row in failed if row.floor)
+    if not at_floor:
+        return []
+    dtypes = ", ".join(f"{n} {dtype}" for dtype, n in at_floor.most_common())
+    total = sum(at_floor.values())
+    return shown(
+        [
+            f"{total} of {len(failed)} failing outputs are at the rounding floor of their dtype ({dtypes}); "
+            "--msprobe-standard dtype would pass them"
+        ]
+    )
+
+
+def summary_lines(results: Sequence[EntryResult], strict: bool = False) -> list[str]:
+    lines = count_lines(results)
+    failures = failure_lines(results, statuses=failing(strict))
+    if failures:
+        title = "failures (warnings fail: --msprobe-strict)" if strict else "failures"
+        lines += ["", f"{title}, worst first:", *failures, *floor_line(results)]
+        first = first_failure_lines(results)
+        lines += ["", *first] if first else []
+    warnings = [] if strict else failure_lines(results, statuses=(WARNING,))
+    if warnings:
+        lines += ["", "warnings (passed; --msprobe-strict fails them), worst first:", *warnings]
+    fallbacks = fallback_lines(results)
+    if fallbacks:
+        lines += ["", "fallbacks:", *fallbacks]
+    skips = skip_lines(results)
+    if skips:
+        lines += ["", "SKIP reasons:", *skips]
+    return lines
+
+
+def inherited_lines(earlier: Sequence[EntryResult], strict: bool = False) -> list[str]:
+    """What a resumed file held before this run: its counts, and its failures by name (its
+    errors fail this run as new ones do)."""
+    lines = count_lines(earlier)
+    failures = failure_lines(earlier, statuses=failing(strict))
+    if failures:
+        lines += ["failures it held, worst first:", *failures]
+    warnings = [] if strict else failure_lines(earlier, statuses=(WARNING,))
+    if warnings:
+        lines += ["warnings it held (passed; --msprobe-strict fails them):", *warnings]
+    return lines
+
+
+def failure_text(result: EntryResult, standard: str, strict: bool = False) -> list[str]:
+    """The lines of one item's failure message: every output that broke the rule, with its metrics.
+    `standard` is its name: the report header describes it, once."""
+    failed = [row for row in result.outputs if row.status in failing(strict)]
+    if not failed:
+        return shown([f"{result.entry}: {entry_message(result)}"])
+    breaks = "break" if len(failed) > 1 else "breaks"
+    lines = [f"{result.entry}: {len(failed)} of {len(result.outputs)} outputs {breaks} the {standard} standard"]
+    if result.call_site is not None:
+        lines.append(f"  {call_site_text(result.call_site)}")
+    for row in failed:
+        cosine = "n/a" if row.cosine is None else f"{row.cosine:.6g}"
+        lines.append(
+            f"  {row.label} {row.tested_dtype} {row.shape}: {row.status}, Cosine {cosine}, "
+            f"MaxAbsErr {row.max_abs_err:.4g}, MaxRelativeErr {row.max_rel_err:.4g}"
+        )
+        lines.append(f"    {output_text(row)}")
+    if result.probe is not None:
+        lines.append(f"  fp32 probe: {probe_text(result.probe)}")
+    lines += [f"  note: {note}" for note in result.notes]
+    return shown(lines)
+
+
+def metric_properties(result: EntryResult) -> list[tuple[str, str]]:
+    """(name, value) pairs for --junitxml: the metrics of every output."""
+    props = []
+    for row in result.outputs:
+        name = result.output_name(row) + (f".{row.side}" if row.side else "")
+        props.append((f"{name}.status", row.status.value))
+        for metric, value in (
+            ("cosine", row.cosine),
+            ("max_abs_err", row.max_abs_err),
+            ("max_rel_err", row.max_rel_err),
+        ):
+            if value is not None:
+                props.append((f"{name}.{metric}", repr(value)))
+    return props
