@@ -49,7 +49,7 @@ def timed(phase: str, fn: Callable) -> Callable:
 def pytest_collection_finish(session) -> None:
     from pytest_msprobe.checking import check
     from pytest_msprobe.frameworks import pytorch, torch_engine
-    from pytest_msprobe.inputs.rebuild import rebuild as inputs
+    from pytest_msprobe.inputs import rebuild as inputs
     from pytest_msprobe.judging import compare
 
     inputs.Rebuilder.rebuild = timed("inputs (rebuild)", inputs.Rebuilder.rebuild)
