@@ -185,7 +185,7 @@ def test_under_xdist_each_worker_reads_stack_json_once_and_the_first_failure_is_
     log = pytester.path / "reads"
     pytester.makeconftest(f"""
         import os
-        from pytest_msprobe import stack
+        from pytest_msprobe.dumps import stack
 
         real = stack.read_stacks
 

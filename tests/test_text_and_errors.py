@@ -444,7 +444,7 @@ def test_wrong_types_skip_their_items_and_rows_alike(pytester):
 FULL_AT_MANIFEST = """
 import json, resource, signal, sys
 from pathlib import Path
-from pytest_msprobe import manifest
+from pytest_msprobe.reports import manifest
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), int(sys.argv[2])))
 try:

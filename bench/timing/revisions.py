@@ -78,7 +78,7 @@ ENTRY_SCRIPT = """
 import cProfile, inspect, pstats, sys, time
 from pathlib import Path
 import pytest_msprobe.frameworks.torch_engine  # torch, once, before the clock
-from pytest_msprobe import summary
+from pytest_msprobe.reports import summary
 from pytest_msprobe.checking.check import Checker
 from pytest_msprobe.dumps.dump import parse_entry_name, read_dump
 from pytest_msprobe.frameworks import RunOptions, Tested

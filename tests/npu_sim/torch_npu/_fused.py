@@ -1,7 +1,7 @@
 """torch_npu's fused ops on the simulated device: compositions of aten ops on npu tensors.
 
 Written from the ops' documentation (the Ascend op-plugin docs), independently of
-pytest_msprobe.npu_reference: the plugin benchmarks these calls with that reference, and a
+pytest_msprobe.frameworks.npu_reference: the plugin benchmarks these calls with that reference, and a
 simulation built from it would compare a thing with itself. Each op computes in the dtype of
 its inputs, with the aten ops of the device (so a deficit injected into aten::mm reaches
 npu_linear and npu_fusion_attention too), autograd through them. Like torch_npu's, they take
