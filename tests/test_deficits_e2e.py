@@ -317,11 +317,6 @@ def test_basic_never_says_a_deficit_is_within_the_rounding_budget(pytester, corp
 
 # -- LLaMA-style kernels: flash attention, RoPE, RMSNorm, SwiGLU, the MoE router (deficits.LLAMA_CASES) ----
 
-# A fused RMSNorm's input gradient without its mean term, rstd g gamma, is the float64 gradient at a node
-# inside the reference's graph (x * rstd's MulBackward0): recorded mode judges it there and passes it. An NPU
-# fused op is one kernel, msprobe records no node inside it; until the attribution knows that, a strict xfail.
-MISATTRIBUTED = frozenset({"rms_norm_missing_term_fp32", "rms_norm_missing_term_bf16"})
-
 
 def judge_cases(pytester, cases: list[d.Case], out: str) -> list[str]:
     """The cases written into one dump, run in recorded mode: what a user sees that is not what each
@@ -351,15 +346,9 @@ def test_llama_style_deficits_are_errors_and_correct_kernels_pass(pytester):
     """Flash attention with P in bf16/fp16 (tiles of 16 to 64 keys, forward and backward), PyTorch's CPU
     kernels (cos and sin at thousands of radians, tanh's and sigmoid's gradients from their saved fp32 output)
     pass; P V summed in bf16/fp16, Q K^T on TF32 operands, RoPE's angles in bf16, a fast-math cos/sin, a
-    12-bit rsqrt, a fast exp in SiLU, a router softmax in bf16 and SiLU's gradient without a term are errors."""
-    cases = [case for case in d.LLAMA_CASES if case.name not in MISATTRIBUTED]
+    12-bit rsqrt, a fast exp in SiLU, a router softmax in bf16, SiLU's gradient without a term and a fused
+    RMSNorm's without its mean term are errors."""
+    cases = list(d.LLAMA_CASES)
     assert {case.deficit for case in cases} == {True, False}
     problems = judge_cases(pytester, cases, "llama")
-    assert not problems, "\n".join(problems)
-
-
-@pytest.mark.xfail(strict=True, reason="judged at a node inside the reference's graph (MISATTRIBUTED)")
-def test_a_fused_rms_norm_gradient_missing_its_mean_term_is_an_error(pytester):
-    cases = [case for case in d.LLAMA_CASES if case.name in MISATTRIBUTED or case.name.startswith("rms_norm_")]
-    problems = judge_cases(pytester, cases, "rms_norm")
     assert not problems, "\n".join(problems)
