@@ -1421,11 +1421,19 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tile: int) 
 
 
 def flash_backward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, g: torch.Tensor, tile: int
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    g: torch.Tensor,
+    tile: int,
+    keep_fp32: bool = False,
 ) -> list[torch.Tensor]:
     """dQ, dK, dV as FlashAttention-2's backward computes them: P recomputed in fp32 from the saved
     log-sum-exp, D = rowsum(dO O) from the saved (rounded) output, P and dS rounded to the input dtype
-    before the GEMMs, fp32 accumulation."""
+    before the GEMMs, fp32 accumulation. `keep_fp32`: the fp32 accumulators (in float64), not yet
+    rounded to the input dtype (a grouped key's gradient sums them first)."""
     low = q.dtype
     q, k, v, out, g = (t.to(F64) for t in (q, k, v, out, g))
     scale = 1 / math.sqrt(q.shape[-1])
@@ -1441,7 +1449,7 @@ def flash_backward(
         ds = rnd(rnd(p * rnd(dp - d, F32), F32) * scale, F32)
         dq = rnd(dq + rnd(rnd(ds, low) @ k[..., keys, :], F32), F32)
         dk[..., keys, :] = rnd(rnd(ds, low).transpose(-1, -2) @ q, F32)
-    return [dq.to(low), dk.to(low), dv.to(low)]
+    return [dq, dk, dv] if keep_fp32 else [dq.to(low), dk.to(low), dv.to(low)]
 
 
 def _grad_output(seed: int, like: torch.Tensor) -> torch.Tensor:
@@ -1475,6 +1483,45 @@ def _sdpa_pv_low(dtype: torch.dtype) -> Recorded:
     for j in range(k.shape[-2]):
         total = rnd(total + p[..., j : j + 1] * v.to(F64)[..., j : j + 1, :], dtype)
     return Recorded([q, k, v], {"is_causal": True}, [total.to(dtype)])
+
+
+def _bsh(x: torch.Tensor) -> torch.Tensor:
+    """(B, N, S, D) -> torch_npu's BSH layout (B, S, N * D)."""
+    batch, heads, seq, dim = x.shape
+    return x.transpose(1, 2).reshape(batch, seq, heads * dim)
+
+
+def _fusion_attention(dtype: torch.dtype, how: str) -> Recorded:
+    """torch_npu.npu_fusion_attention in BSH with 2 key/value heads for 4 query heads and a causal
+    atten_mask (True masks), as a kernel computes it: `how` "flash16"/"flash64", FlashAttention-2 with
+    tiles of that many keys (P in the input dtype, fp32 accumulation; a key/value head's gradient
+    summed over its query heads in fp32, rounded once), or "pv_low", P V summed key by key in the
+    input dtype (forward only). softmax_max and softmax_sum: the rows' max and sum of exp, in fp32."""
+    q, k, v = _attention_inputs(dtype)
+    k, v = k[:, ::2], v[:, ::2]  # 2 key/value heads
+    kr, vr = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    scale = 1 / math.sqrt(q.shape[-1])
+    scores = _causal(q.to(F64) @ kr.to(F64).transpose(-1, -2) * scale)
+    row_max = scores.amax(-1, keepdim=True)
+    row_sum = torch.exp(scores - row_max).sum(-1, keepdim=True)
+    stats = [x.expand(*x.shape[:-1], 8).to(F32) for x in (row_max, row_sum)]
+    seq = q.shape[-2]
+    kwargs = {"atten_mask": torch.ones(seq, seq, dtype=torch.bool).triu(1), "scale": scale, "sparse_mode": 0}
+    args = [_bsh(q), _bsh(k), _bsh(v), q.shape[1], "BSH"]
+    if how == "pv_low":
+        p = rnd(torch.softmax(scores, -1), dtype)
+        total = torch.zeros(q.shape, dtype=F64)
+        for j in range(seq):
+            total = rnd(total + p[..., j : j + 1] * vr.to(F64)[..., j : j + 1, :], dtype)
+        return Recorded(args, kwargs, [_bsh(total.to(dtype)), *stats, torch.empty(0, dtype=dtype), 0, 0, 0])
+    tile = int(how.removeprefix("flash"))
+    out, lse = flash_forward(q, kr, vr, tile)
+    g = _grad_output(20, out)
+    dq, dkr, dvr = flash_backward(q, kr, vr, out, lse, g, tile, keep_fp32=True)
+    dk, dv = (rnd(x.reshape(*k.shape[:2], 2, *k.shape[2:]).sum(2), F32) for x in (dkr, dvr))
+    outputs = [_bsh(out), *stats, torch.empty(0, dtype=dtype), 0, 0, 0]
+    grads = [_bsh(x.to(dtype)) for x in (dq, dk, dv)]
+    return Recorded(args, kwargs, outputs, [_bsh(g), None, None, None, None, None, None], grads)
 
 
 def _sdpa_qk_tf32() -> Recorded:
@@ -1627,6 +1674,7 @@ _API = {
     "softmax": "Functional.softmax",
     "log_softmax": "Functional.log_softmax",
     "rms_norm": "NPU.npu_rms_norm",
+    "fusion_attention": "NPU.npu_fusion_attention",
     "tanh": "Torch.tanh",
     "sigmoid": "Torch.sigmoid",
     "exp": "Torch.exp",
@@ -1677,7 +1725,29 @@ LLAMA_CASES: list[Case] = [
         )
         for short, dtype in (("fp32", F32), ("bf16", BF16))
     ),
+    *(
+        _case(
+            f"fusion_attention_pv_{short}",
+            True,
+            "fusion_attention",
+            FORWARD,
+            f"npu_fusion_attention (BSH, grouped heads) with P V accumulated in {short}, key by key",
+            lambda dtype=dtype: _fusion_attention(dtype, "pv_low"),
+        )
+        for short, dtype in (("bf16", BF16), ("fp16", FP16))
+    ),
     # controls: flash attention (forward and backward) and PyTorch's own CPU kernels
+    *(
+        _case(
+            f"fusion_attention_flash_{short}_tile{tile}",
+            False,
+            "fusion_attention",
+            BACKWARD,
+            f"npu_fusion_attention (BSH, grouped heads) as flash attention, tiles of {tile} keys, P in {short}",
+            lambda dtype=dtype, tile=tile: _fusion_attention(dtype, f"flash{tile}"),
+        )
+        for short, dtype, tile in (("bf16", BF16, 16), ("bf16", BF16, 64), ("fp16", FP16, 64))
+    ),
     *(
         _case(
             f"flash_{short}_tile{tile}",
@@ -1738,8 +1808,12 @@ def _spec(value: Any, folder: Path, name: str) -> Any:
             "type": "torch.Tensor",
             "dtype": str(tensor.dtype),
             "shape": list(tensor.shape),
-            **{key: float(fn(stats)) for key, fn in (("Max", torch.max), ("Min", torch.min), ("Mean", torch.mean))},
-            "Norm": float(stats.norm()),
+            # an empty tensor has no statistics: msprobe writes null
+            **{
+                key: float(fn(stats)) if stats.numel() else None
+                for key, fn in (("Max", torch.max), ("Min", torch.min), ("Mean", torch.mean))
+            },
+            "Norm": float(stats.norm()) if stats.numel() else None,
             "requires_grad": tensor.is_floating_point(),
             "data_name": f"{name}.pt",
         }

@@ -116,3 +116,40 @@ def test_unary_math_is_a_family_of_its_own_and_saved_outputs_have_a_structural_t
     assert magnitudes.family(api) == "unary"
     assert magnitudes.family("Functional.softmax") == "formula"
     assert "rsqrt" in magnitudes.STRUCTURAL and "cos" not in magnitudes.STRUCTURAL
+
+
+@pytest.mark.parametrize("layout", ["BSH", "SBH", "BSND", "BNSD"])
+def test_fused_attention_gets_the_flash_terms_of_the_same_attention_written_as_sdpa(layout):
+    """npu_fusion_attention (grouped key/value heads, a causal atten_mask, True masks) is modelled as
+    scaled_dot_product_attention of the same attention with each key/value head repeated over its query
+    heads: the same magnitudes and flash terms, in the call's layout, a key's summed over its group."""
+    from pytest_msprobe.frameworks.magnitudes import formula, structural
+
+    batch, seq, heads, kv_heads, dim = 2, 12, 4, 2, 8
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(batch, n, seq, dim, generator=generator, dtype=torch.bfloat16) for n in (heads, 2, 2))
+    g = torch.randn(batch, heads, seq, dim, generator=generator, dtype=torch.bfloat16)
+
+    def to_layout(x: torch.Tensor) -> torch.Tensor:
+        b, n, s, d = x.shape
+        return {
+            "BNSD": x,
+            "BSND": x.transpose(1, 2),
+            "BSH": x.transpose(1, 2).reshape(b, s, n * d),
+            "SBH": x.permute(2, 0, 1, 3).reshape(s, b, n * d),
+        }[layout]
+
+    args = [to_layout(q), to_layout(k), to_layout(v), heads, layout]
+    kwargs = {"atten_mask": torch.ones(seq, seq, dtype=torch.bool).triu(1), "scale": dim**-0.5, "sparse_mode": 0}
+    sdpa = [q, k.repeat_interleave(heads // kv_heads, 1), v.repeat_interleave(heads // kv_heads, 1)]
+
+    def grouped(x: torch.Tensor) -> torch.Tensor:
+        return to_layout(x.reshape(batch, kv_heads, heads // kv_heads, seq, dim).sum(2))
+
+    for run in (structural, formula):
+        (fused,) = run("NPU.npu_fusion_attention", args, kwargs, None)
+        (plain,) = run("Functional.scaled_dot_product_attention", sdpa, {"is_causal": True}, None)
+        torch.testing.assert_close(fused, to_layout(plain))
+        fused = run("NPU.npu_fusion_attention", args, kwargs, [to_layout(g), None, None])
+        plain = run("Functional.scaled_dot_product_attention", sdpa, {"is_causal": True}, [g])
+        torch.testing.assert_close(fused, [to_layout(plain[0]), grouped(plain[1]), grouped(plain[2])])

@@ -43,13 +43,15 @@
   scaled_dot_product_attention runs on a GPU) rounds the probabilities P to bf16/fp16 before P V and
   dS before dS K, dS^T Q, accumulating in fp32: u_low (P |V|) forward and u_low times the gradients'
   magnitudes backward. Any kernel of that family is within it, not one implementation's error
-  pattern. (torch_npu's npu_fusion_attention computes alike; its layouts are not modelled here.)
+  pattern. torch_npu's npu_fusion_attention computes alike: its padded layouts (BSH, SBH, BSND,
+  BNSD), grouped key/value heads, pse and sparse modes are brought to the same terms.
 
 The models and their constants: bench/studies/kernel_bounds.md.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import replace
@@ -58,6 +60,7 @@ from typing import Any, Callable
 import torch
 
 from . import conv
+from .npu_reference import fusion_attention_in_bnsd
 from .torch_engine import Call, Side, Sides, absolute, flat_outputs, floating
 
 SUMS_AND_PRODUCTS = frozenset({
@@ -95,6 +98,12 @@ PARAMETERS: dict[str, tuple[tuple[str, Any], ...]] = {
         ("is_causal", False), ("scale", None), ("enable_gqa", False),
     ),
 }  # fmt: skip
+# torch_npu's fused attention, in its own signature's order: brought to scaled_dot_product_attention's
+# terms (npu_reference.fusion_attention_in_bnsd) and modelled as it is.
+PARAMETERS["npu_fusion_attention"] = tuple(
+    (name, None if p.default is inspect.Parameter.empty else p.default)
+    for name, p in inspect.signature(fusion_attention_in_bnsd).parameters.items()
+)
 
 
 # Unary elementwise math: a correct kernel computes each element of an exact input to a few ULP
@@ -345,6 +354,19 @@ def _attention(p: dict[str, Any], g: torch.Tensor | None, recomputed: bool = Tru
     return found + ([None] if mask is not None and mask.is_floating_point() else [])
 
 
+def _fusion_attention(p: dict[str, Any], g: torch.Tensor | None, recomputed: bool = True) -> list:
+    """npu_fusion_attention's attention_out as _attention models scaled_dot_product_attention's, in the
+    call's layout: forward the output's alone (the softmax statistics sum nothing: their own |b|);
+    backward the gradients of query, key and value (a key/value head's summed over the query heads
+    it serves), and none for pse."""
+    call = fusion_attention_in_bnsd(**p)
+    sdpa = call.as_sdpa()
+    if g is None:
+        return [call.output(_attention(sdpa, None)[0])]
+    dq, dk, dv = _attention(sdpa, call.to_bnsd(g), recomputed)[:3]
+    return [call.output(dq), call.key_gradient(dk), call.key_gradient(dv)] + ([None] if p["pse"] is not None else [])
+
+
 FORMULAS: dict[str, Callable[[dict[str, Any], torch.Tensor | None], list]] = {
     "softmax": _softmax,
     "layer_norm": _layer_norm,
@@ -352,6 +374,7 @@ FORMULAS: dict[str, Callable[[dict[str, Any], torch.Tensor | None], list]] = {
     "gelu": _gelu,
     "cross_entropy": _cross_entropy,
     "scaled_dot_product_attention": _attention,
+    "npu_fusion_attention": _fusion_attention,
 }
 
 
@@ -371,7 +394,8 @@ _UNARY_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "tanh": torch.tanh, "sigmoid": torch.sigmoid, "exp": torch.exp, "exp2": torch.exp2, "expm1": torch.expm1,
     "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal,
 }  # fmt: skip
-STRUCTURAL = frozenset({*SAVED_OUTPUT, "softmax", "log_softmax", "scaled_dot_product_attention"})
+ATTENTION = frozenset({"scaled_dot_product_attention", "npu_fusion_attention"})
+STRUCTURAL = frozenset({*SAVED_OUTPUT, "softmax", "log_softmax", *ATTENTION})
 
 
 def _unit(dtype: torch.dtype) -> float:
@@ -389,15 +413,19 @@ def structural(api: str, args: Sequence[Any], kwargs: dict[str, Any], grad_outpu
     g = next((t for t in grad_outputs or () if isinstance(t, torch.Tensor)), None)
     if not tensors or name not in STRUCTURAL or (grad_outputs is not None and g is None):
         raise ValueError(f"no structural term for {api}")
-    if name == "scaled_dot_product_attention":
+    if name in ATTENTION:
         p = _bind(name, args, kwargs)
         u = _unit(tensors[0].dtype)
         if g is None:
+            if name == "npu_fusion_attention":
+                call = fusion_attention_in_bnsd(**p)
+                probs, _ = _probabilities(call.as_sdpa())
+                return [call.output(probs @ call.value.abs()) * u]
             probs, _ = _probabilities(p)
             return [probs @ p["value"].abs() * u]  # P rounded before P V
         # dV = P^T dO with P rounded, dQ = dS K and dK = dS^T Q with dS rounded (and the saved
         # output's rounding in dS's rowsum(dO O)): the gradients' magnitudes, at u_low.
-        found = _attention(p, g.detach().to(torch.float64), recomputed=False)
+        found = FORMULAS[name](p, g.detach().to(torch.float64), recomputed=False)  # type: ignore[call-arg]
         return [None if m is None else m * u for m in found]
     if g is None:
         raise ValueError(f"{api}'s forward rounds no intermediate to its dtype")

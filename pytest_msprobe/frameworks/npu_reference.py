@@ -364,6 +364,83 @@ def npu_fusion_attention(
     return (out, _softmax_stat(row_max), _softmax_stat(row_sum), query.new_empty(0), 0, 0, 0)
 
 
+@dataclass(frozen=True)
+class AttentionInBnsd:
+    """An npu_fusion_attention call as scaled_dot_product_attention's terms: query, key and value in
+    BNSD (key and value repeated over the query heads each serves), one additive mask (pse times
+    scale, -inf where the sparse mode masks), and the way back to the call's layout."""
+
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    mask: torch.Tensor | None
+    scale: float
+    layout: str
+    kv_heads: int
+
+    def as_sdpa(self) -> dict:
+        """scaled_dot_product_attention's parameters of the same attention."""
+        return {
+            "query": self.query, "key": self.key, "value": self.value, "attn_mask": self.mask,
+            "dropout_p": 0.0, "is_causal": False, "scale": self.scale, "enable_gqa": False,
+        }  # fmt: skip
+
+    def to_bnsd(self, x: torch.Tensor) -> torch.Tensor:
+        """A tensor of attention_out's shape (its gradient) in BNSD."""
+        return _to_bnsd(x, self.layout, self.query.shape[1])
+
+    def output(self, x: torch.Tensor) -> torch.Tensor:
+        """attention_out (or its magnitude) from BNSD to the call's layout."""
+        return _from_bnsd(x, self.layout)
+
+    def key_gradient(self, x: torch.Tensor) -> torch.Tensor:
+        """A key's or value's gradient (or its magnitude) over the repeated heads: summed over each
+        key/value head's group, in the call's layout."""
+        batch, heads, seq, dim = x.shape
+        grouped = x.reshape(batch, self.kv_heads, heads // self.kv_heads, seq, dim).sum(2)
+        return _from_bnsd(grouped, self.layout)
+
+
+def fusion_attention_in_bnsd(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    head_num: int,
+    input_layout: str,
+    pse: torch.Tensor | None = None,
+    padding_mask: torch.Tensor | None = None,
+    atten_mask: torch.Tensor | None = None,
+    scale: float = 1.0,
+    keep_prob: float = 1.0,
+    pre_tockens: int = 2147483647,
+    next_tockens: int = 2147483647,
+    inner_precise: int = 0,
+    prefix: Sequence[int] | None = None,
+    actual_seq_qlen: Sequence[int] | None = None,
+    actual_seq_kvlen: Sequence[int] | None = None,
+    sparse_mode: int = 0,
+    gen_mask_parallel: bool = True,
+    sync: bool = False,
+    softmax_layout: str = "",
+    sink: torch.Tensor | None = None,
+) -> AttentionInBnsd:
+    """npu_fusion_attention's arguments (its signature) as AttentionInBnsd, for the padded layouts;
+    raises for TND and for what the reference does not model."""
+    _check_attention_features(input_layout, padding_mask, keep_prob, sink)
+    if input_layout == "TND":
+        raise ReferenceUnsupported("npu_fusion_attention: TND layout as one BNSD attention")
+    kv_heads = _kv_head_count(query, key, head_num, input_layout)
+    q = _to_bnsd(query, input_layout, head_num)
+    k = _repeat_kv(_to_bnsd(key, input_layout, kv_heads), head_num)
+    v = _repeat_kv(_to_bnsd(value, input_layout, kv_heads), head_num)
+    _check_pse(pse, q.shape[2])
+    masked = _SparseMask(sparse_mode, atten_mask, pre_tockens, next_tockens, prefix).build(q.shape[2], k.shape[2])
+    mask = None if pse is None else pse.to(q.dtype) * scale  # scale (pse + Q K^T): pse scaled with the scores
+    if masked is not None:
+        mask = (torch.zeros((), dtype=q.dtype) if mask is None else mask).masked_fill(masked, float("-inf"))
+    return AttentionInBnsd(q, k, v, mask, scale, input_layout, kv_heads)
+
+
 def _check_attention_features(input_layout: str, padding_mask, keep_prob: float, sink) -> None:
     if input_layout not in (*_PADDED_LAYOUTS, "TND"):
         raise ValueError(f"npu_fusion_attention: unknown input_layout {input_layout!r}")
