@@ -1524,6 +1524,30 @@ def _fusion_attention(dtype: torch.dtype, how: str) -> Recorded:
     return Recorded(args, kwargs, outputs, [_bsh(g), None, None, None, None, None, None], grads)
 
 
+def _grouped_kv(api: str, dtype: torch.dtype, low_sums: bool = False) -> Recorded:
+    """GQA's key heads repeated over their query heads (2 key/value heads for 8 query heads) by
+    repeat_interleave or by expand, and the backward's sum over each group: PyTorch's CPU kernel, or
+    (`low_sums`) the group's gradients summed one by one with every partial sum rounded to the dtype.
+    Gradients of random sign: some of the sums cancel far below their terms."""
+    k = _randn(80, 1, 2, _DRAW.seq, LLAMA_HEAD_DIM).to(dtype)
+    if api == "repeat_interleave":
+        args, kwargs, fn = [k, 4], {"dim": 1}, torch.repeat_interleave
+        g = _randn(81, 1, 8, _DRAW.seq, LLAMA_HEAD_DIM).to(dtype)
+        grouped = g.to(F64).reshape(1, 2, 4, *g.shape[2:])
+    else:
+        k = k[:, :, None]
+        args, kwargs, fn = [k, 1, 2, 4, _DRAW.seq, LLAMA_HEAD_DIM], {}, torch.Tensor.expand
+        g = _randn(81, 1, 2, 4, _DRAW.seq, LLAMA_HEAD_DIM).to(dtype)
+        grouped = g.to(F64)
+    outs, grads = _torch_backward(fn, args, kwargs, g)
+    if low_sums:
+        total = grouped[:, :, 0]
+        for j in range(1, 4):
+            total = rnd(total + grouped[:, :, j], dtype)
+        grads = [total.reshape(k.shape).to(dtype)]
+    return Recorded(args, kwargs, outs, [g], grads)
+
+
 def _sdpa_qk_tf32() -> Recorded:
     """fp32 attention whose Q K^T reads TF32 operands (10 mantissa bits); the rest exact, then rounded."""
     q, k, v = _attention_inputs(F32)
@@ -1675,6 +1699,8 @@ _API = {
     "log_softmax": "Functional.log_softmax",
     "rms_norm": "NPU.npu_rms_norm",
     "fusion_attention": "NPU.npu_fusion_attention",
+    "repeat_interleave": "Torch.repeat_interleave",
+    "expand": "Tensor.expand",
     "tanh": "Torch.tanh",
     "sigmoid": "Torch.sigmoid",
     "exp": "Torch.exp",
@@ -1736,7 +1762,30 @@ LLAMA_CASES: list[Case] = [
         )
         for short, dtype in (("bf16", BF16), ("fp16", FP16))
     ),
+    *(
+        _case(
+            f"{api}_sums_bf16",
+            True,
+            api,
+            BACKWARD,
+            f"GQA's key gradient by {api}, its group summed with partial sums in bf16",
+            lambda api=api: _grouped_kv(api, BF16, low_sums=True),
+        )
+        for api in ("repeat_interleave", "expand")
+    ),
     # controls: flash attention (forward and backward) and PyTorch's own CPU kernels
+    *(
+        _case(
+            f"{api}_{short}",
+            False,
+            api,
+            BACKWARD,
+            f"PyTorch's {api} over GQA's groups, gradients of random sign",
+            lambda api=api, dtype=dtype: _grouped_kv(api, dtype),
+        )
+        for api in ("repeat_interleave", "expand")
+        for short, dtype in (("fp32", F32), ("bf16", BF16))
+    ),
     *(
         _case(
             f"fusion_attention_flash_{short}_tile{tile}",

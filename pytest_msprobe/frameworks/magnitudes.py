@@ -1,8 +1,9 @@
 """The magnitude of the terms an API's kernel rounds: what the dtype standard scales u_acc by.
 
 - Sums and products (every floating input enters linearly: linear, matmul, conv, sum, mean,
-  add, mul, cat, embedding, masked_fill): the benchmark itself on |inputs|, grad_outputs
-  included, gives it (|A||B|, sum |x|), forward and backward alike.
+  add, mul, cat, embedding, masked_fill, and copies whose gradient sums the copies: repeat_interleave,
+  expand, gather, index_add, ...): the benchmark itself on |inputs|, grad_outputs included, gives it
+  (|A||B|, sum |x|), forward and backward alike.
 - softmax, layer_norm, batch_norm, gelu, cross_entropy, scaled_dot_product_attention: their
   formula subtracts, so the API on |inputs| means nothing; the formula with every difference made
   a sum of magnitudes does (softmax's gradient y (g - sum y g) -> y (|g| + sum y |g|),
@@ -67,6 +68,10 @@ SUMS_AND_PRODUCTS = frozenset({
     "linear", "matmul", "__matmul__", "mm", "bmm", "baddbmm", "addmm", "conv1d", "conv2d", "conv3d", "einsum",
     "mean", "sum", "embedding", "add", "__add__", "__radd__", "add_", "mul", "__mul__", "__rmul__", "mul_", "cat",
     "masked_fill", "masked_fill_",
+    # copies whose gradient sums the copies of each element (GQA's key/value heads repeated over
+    # their query heads, a gather's repeated indices): sums that cancel, backward
+    "repeat_interleave", "repeat", "expand", "expand_as", "broadcast_to", "tile", "gather", "index_select",
+    "take_along_dim", "index_add", "index_add_", "scatter_add", "scatter_add_",
 })  # fmt: skip
 
 ROUTES = frozenset({
