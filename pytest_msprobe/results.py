@@ -194,7 +194,12 @@ def judged_twice(recorded: EntryResult, rerun: EntryResult, device: str) -> Entr
     side that SKIPs leaves the other's verdict). Reasons and notes say their side."""
     sides = ((RECORDED_SIDE, recorded), (device, rerun))
     outputs = [replace(output, side=side) for side, result in sides for output in result.outputs]
-    reason = "; ".join(f"{side}: {result.reason}" for side, result in sides if result.reason)
+    # A side that SKIPs says it was not judged: "recorded: <why>" beside a pass read as a reason of the pass.
+    reason = "; ".join(
+        f"{side}: {'not judged: ' if result.status == SKIP else ''}{result.reason}"
+        for side, result in sides
+        if result.reason
+    )
     notes = list(dict.fromkeys(note for _, result in sides for note in result.notes))
     return replace(
         rerun,

@@ -18,7 +18,7 @@ def test_an_entry_judged_twice_fails_where_either_side_fails():
     assert both.notes == ["a note"]
     skipped = EntryResult("Torch.add.0", "forward", "SKIP", "no recorded output")
     assert judged_twice(skipped, rerun, "cpu").status == "pass"  # the other side's verdict stands
-    assert judged_twice(skipped, rerun, "cpu").reason == "recorded: no recorded output"
+    assert judged_twice(skipped, rerun, "cpu").reason == "recorded: not judged: no recorded output"
 
 
 @pytest.mark.parametrize("spelling", ["recorded,cpu", "cpu,recorded"])

@@ -312,7 +312,14 @@ def spec_fault(spec: dict) -> str | None:
     if shape is not None and not (
         isinstance(shape, list) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
     ):
-        return f"shape: not a list of sizes: {_kind(shape)}"
+        if not isinstance(shape, list):
+            return f"shape: not a list of sizes: {_kind(shape)}"
+        # A list, then: name the element that is no size ("not a list of sizes: a list" read as a contradiction).
+        i, bad = next(
+            (i, n) for i, n in enumerate(shape) if not (isinstance(n, int) and not isinstance(n, bool) and n >= 0)
+        )
+        what = repr(bad) if isinstance(bad, int) and not isinstance(bad, bool) else _kind(bad)
+        return f"shape: not a list of sizes: element {i} of {cut(repr(shape), 100)} is {what}"
     return None
 
 

@@ -13,13 +13,20 @@ from .dump import peek_task
 TENSOR_FOLDER = "dump_tensor_data"
 
 
-def header_notes(dump_files: Sequence[Path], reruns_on: str | None) -> list[str]:
-    """A line for each tensor dump without its tensor folder (a dump.json copied alone), and for
+def header_notes(dump_files: Sequence[Path], reruns_on: str | None, mode: str = "auto") -> list[str]:
+    """A line for each tensor dump without its tensor folder (a dump.json copied alone), for
     each whose recorded outputs this run does not judge: it runs the calls again on `reruns_on`
-    (None: it judges the recorded outputs)."""
+    (None: it judges the recorded outputs); and for each statistics dump, whose entries run on
+    random data (`mode`, --msprobe-mode: "real" refuses them entry by entry instead)."""
     lines = []
     for path in dump_files:
-        if peek_task(path)[0] != "tensor":
+        task = peek_task(path)[0]
+        if task == "statistics" and mode != "real":
+            lines.append(
+                f"{path}: a statistics dump records no tensors: every entry runs on random data drawn from "
+                "its inputs' recorded shape, dtype, Min and Max, not on the step's own values"
+            )
+        if task != "tensor":
             continue
         if not (path.parent / TENSOR_FOLDER).is_dir():
             lines.append(

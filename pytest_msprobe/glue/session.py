@@ -110,7 +110,8 @@ class MsprobeRun:
             self.device_kind = device  # the controller's devices are not its workers': each host chooses
         else:
             self.device_kind = devices.choose(device, self.device_notes, self.frameworks)
-        self.device_notes += header_notes(self.dump_files, None if options.judges_recorded else self.device_kind)
+        reruns_on = None if options.judges_recorded else self.device_kind
+        self.device_notes += header_notes(self.dump_files, reruns_on, options.mode)
         self.check_recorded()
         self.device_ids = devices.ids_for(options.devices, workers.workers_per_host(config))
         if not hasattr(config, "workerinput") and not workers.remote_hosts(config):

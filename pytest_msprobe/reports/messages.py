@@ -45,14 +45,20 @@ def entry_message(result: EntryResult) -> str:
             *output_findings(result),
             probe_text(result.probe),
             call_site_text(result.call_site),
-            *result.notes,
+            *notes(result),
         ]
     )
 
 
 def entry_findings(result: EntryResult) -> str:
     """entry_message without the probe and the call site, which the terminal gives lines of their own."""
-    return join([result.reason, *output_findings(result), *result.notes])
+    return join([result.reason, *output_findings(result), *notes(result)])
+
+
+def notes(result: EntryResult) -> list[str]:
+    """An entry's notes, each once: a note made per input (the tensor folder missing, for each
+    tensor the entry reads) says the same thing as often as the entry has inputs."""
+    return list(dict.fromkeys(result.notes))
 
 
 def details_message(result: EntryResult, output: OutputResult) -> str:

@@ -12,7 +12,7 @@ from ..dumps.dump import BACKWARD, DUMP_FILE_NAME, FORWARD
 from ..results import ERROR, PASS, SKIP, WARNING, EntryResult, Status
 from ..untrusted import cut, printable
 from .fallbacks import fallback_lines
-from .messages import call_site_text, entry_findings, entry_message, output_text, probe_text
+from .messages import call_site_text, entry_findings, entry_message, notes, output_text, probe_text
 
 STATUSES = (PASS, ERROR, WARNING, SKIP)
 
@@ -116,7 +116,9 @@ def _reason_class(message: str) -> str:
 
 
 # A number, or an escape (`\x1b`, `\ud800`: untrusted.py's) kept whole: its digits are no number.
-_NUMBER_OR_ESCAPE = re.compile(r"\\(?:x[0-9a-f]{2}|u[0-9a-f]{4})|\d+")
+# A number stands alone (`.0.`, `[2, 8]`, `1,024`); the digits inside a name are the name's
+# (`conv2d`, `Conv2D`, `float16`: folded, they named APIs and dtypes that do not exist).
+_NUMBER_OR_ESCAPE = re.compile(r"\\(?:x[0-9a-f]{2}|u[0-9a-f]{4})|(?<![A-Za-z0-9])\d+(?:[eE][-+]?\d+)?(?![A-Za-z0-9])")
 
 
 def _fold_numbers(word: re.Match) -> str:
@@ -204,7 +206,7 @@ def failure_text(result: EntryResult, standard: str, strict: bool = False) -> li
         lines.append(f"    {output_text(row)}")
     if result.probe is not None:
         lines.append(f"  fp32 probe: {probe_text(result.probe)}")
-    lines += [f"  note: {note}" for note in result.notes]
+    lines += [f"  note: {note}" for note in notes(result)]
     return shown(lines)
 
 

@@ -370,13 +370,17 @@ class ExtraRuns:
         return self.output(("structural",), lambda: magnitudes.structural(MAGNITUDE_API, args, kwargs, grads), index)
 
     def terms(self, index: int) -> int | None:
-        """How many terms one element of the output sums at most, where the API says (magnitudes.terms_of)."""
+        """How many terms one element of the output sums at most, where the API says (magnitudes.terms_of,
+        or its normaliser's: normaliser_terms)."""
         bench = self.bench[index] if index < len(self.bench) else None
         if not MAGNITUDE_API or not isinstance(bench, torch.Tensor):
             return None
         grads = flat_outputs(self.call["grads"]) if "grads" in self.call else None
-        inputs = floating(self.call["args"], self.call["kwargs"])
-        return package_module("magnitudes").terms_of(MAGNITUDE_API, inputs, grads, index, bench.numel())
+        args, kwargs = self.call["args"], self.call["kwargs"]
+        magnitudes = package_module("magnitudes")
+        return magnitudes.terms_of(MAGNITUDE_API, floating(args, kwargs), grads, index, bench.numel()) or (
+            magnitudes.normaliser_terms(MAGNITUDE_API, args, kwargs, grads is None)
+        )
 
     def magnitude(self, index: int) -> np.ndarray | None:
         backward = "grads" in self.call
@@ -687,6 +691,8 @@ def standard_verdict(t: np.ndarray, b: np.ndarray, m: dict, dtype: str, index: i
         found = basic(t, b, m, STANDARD["cosine"], STANDARD["max_abs_err"])
         if found["status"] == ERROR:
             floor = rounding_floor(t, b, dtype, extra)
+            if floor and one_side_zero(t, b):
+                found["why"] += f"; {zero_within_budget(t, b, dtype, extra)}"
             if floor:
                 found["why"] += f"; within the {floor} rounding budget (--msprobe-standard dtype passes it)"
         return found
@@ -698,14 +704,40 @@ def standard_verdict(t: np.ndarray, b: np.ndarray, m: dict, dtype: str, index: i
 def basic(t: np.ndarray, b: np.ndarray, m: dict, cosine: float, max_abs_err: float) -> dict[str, Any]:
     """standards/basic.py: Cosine > cosine and MaxAbsErr < max_abs_err."""
     broken = []
-    zero_t, zero_b = (np.size(a) > 0 and not np.any(a) for a in (t, b))
-    if zero_t != zero_b and np.size(t) > 1:
-        broken.append(f"the {'tested' if zero_t else 'bench'} output is all zero and the other is not")
+    within = m["max_abs_err"] < max_abs_err
+    if one_side_zero(t, b):
+        zero, other = ("tested", "bench") if not np.any(t) else ("bench", "tested")
+        largest = f": the largest in magnitude{where(m)}" if within and where(m) else ""
+        broken.append(f"the {zero} output is all zero and the {other} is not{largest}")
     elif m["cosine"] is not None and not m["cosine"] > cosine:
         broken.append(f"Cosine {m['cosine']:.6g} <= {cosine:g}")
-    if not m["max_abs_err"] < max_abs_err:
+    if not within:
         broken.append(f"MaxAbsErr {m['max_abs_err']:.3g} >= {max_abs_err:g}{where(m)}")
     return {"status": ERROR, "why": "; ".join(broken)} if broken else {"status": PASS, "why": ""}
+
+
+def one_side_zero(t: np.ndarray, b: np.ndarray) -> bool:
+    zero_t, zero_b = (np.size(a) > 0 and not np.any(a) for a in (t, b))
+    return zero_t != zero_b and np.size(t) > 1
+
+
+def zero_within_budget(t: np.ndarray, b: np.ndarray, dtype: str, extra: Any) -> str:
+    """standards/basic.py's zero_within_budget: why an output all zero on one side is rounding alone."""
+    budget, dtype_module = package_module("budget"), package_module("dtype")
+    fmt = budget.format_of(dtype)
+    if fmt is None:
+        return ""
+    zero_t = not np.any(t)
+    other = "bench" if zero_t else "tested"
+    largest = float(np.max(np.abs(np.asarray(b if zero_t else t, np.float64))))
+    half_step = float(np.ldexp(1.0, fmt.min_exponent - fmt.mantissa_bits - 1))
+    if zero_t and largest <= half_step:
+        return (
+            f"every {other} value rounds to 0 in {fmt.name} (none is above half its smallest step, "
+            f"{half_step:.3g}): a correct {fmt.name} result is all zero too"
+        )
+    ratio = budget.read(t, b, fmt, extra, dtype_module.CONSTANTS).ratio
+    return f"every {other} value is within {fmt.name}'s rounding budget of 0 (the worst at {ratio:.2g} of it)"
 
 
 def rounding_floor(t: np.ndarray, b: np.ndarray, dtype: str, extra: Any) -> str:

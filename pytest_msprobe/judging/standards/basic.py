@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import functools
+import math
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ...results import ERROR
 from ..compare import Comparison, Metrics
 from . import Verdict
+from .budget import format_of
 from .dtype import DtypeStandard
 from .rule import BasicRule
 
@@ -39,6 +43,8 @@ class BasicStandard(BasicRule):
         verdict = super().judge(c, m)
         if verdict.status == ERROR:
             verdict.floor = rounding_floor(c, m)
+            if verdict.floor and self._one_side_zero(c, m):
+                verdict.reasons.append(zero_within_budget(c, m))
         return verdict
 
 
@@ -48,6 +54,27 @@ def rounding_floor(c: Comparison, m: Metrics) -> str:
         return ""
     name = c.tested_dtype.rsplit(".", 1)[-1]
     return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}.get(name, c.tested_dtype)
+
+
+def zero_within_budget(c: Comparison, m: Metrics) -> str:
+    """Why an output all zero on one side only is rounding alone (its floor holds): the other
+    side's values round to 0 in the dtype, or are within its budget of 0. "Within the rounding
+    budget" alone reads as a contradiction of "all zero and the other is not"."""
+    fmt = format_of(c.tested_dtype)
+    if fmt is None:  # within_budget holds only for a dtype with a budget
+        return ""
+    other = "bench" if m.all_zero[0] else "tested"
+    values = np.asarray(c.bench if m.all_zero[0] else c.tested, dtype=np.float64)
+    largest = float(np.max(np.abs(values)))
+    half_step = math.ldexp(1.0, fmt.min_exponent - fmt.mantissa_bits - 1)  # half the smallest subnormal
+    if m.all_zero[0] and largest <= half_step:
+        return (
+            f"every {other} value rounds to 0 in {fmt.name} (none is above half its smallest step, "
+            f"{half_step:.3g}): a correct {fmt.name} result is all zero too"
+        )
+    ratio = _dtype_budget().judge(c, m).ratio
+    share = f" (the worst at {ratio:.2g} of it)" if ratio is not None else ""
+    return f"every {other} value is within {fmt.name}'s rounding budget of 0{share}"
 
 
 @functools.cache

@@ -33,12 +33,15 @@ class BasicRule:
 
     def broken_rules(self, c: Comparison, m: Metrics) -> list[str]:
         broken = []
+        within = m.max_abs_err < self.max_abs_err
         if self._one_side_zero(c, m):
-            side = "tested" if m.all_zero[0] else "bench"
-            broken.append(f"the {side} output is all zero and the other is not")
+            zero, other = ("tested", "bench") if m.all_zero[0] else ("bench", "tested")
+            # Its largest element is the worst one; MaxAbsErr's reason names it where that breaks too.
+            largest = f": the largest in magnitude{m.where()}" if within and m.where() else ""
+            broken.append(f"the {zero} output is all zero and the {other} is not{largest}")
         elif m.cosine is not None and not m.cosine > self.cosine:
             broken.append(f"Cosine {beside(m.cosine, self.cosine, 6)} <= {self.cosine:g}")
-        if not m.max_abs_err < self.max_abs_err:
+        if not within:
             broken.append(f"MaxAbsErr {beside(m.max_abs_err, self.max_abs_err)} >= {self.max_abs_err:g}{m.where()}")
         return broken
 
