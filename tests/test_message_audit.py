@@ -149,3 +149,26 @@ def test_a_side_not_judged_says_so(pytester, copy_dump):
     row = next(row for row in read_csv(pytester.path / "out", "result") if row["API Name"] == "Functional.linear.0")
     assert row["Forward Test Success"] == "pass"
     assert row["Message"].startswith("forward: recorded: not judged: Functional.linear.0.forward: input_args[0]")
+
+
+def test_a_nan_fault_names_its_side_and_place(pytester, copy_dump):
+    """`NaN at 1 position(s) where the other side has none` did not say which side had it, nor
+    where: the first such element is named with both sides' values."""
+    dump = copy_dump("pt_tensor_L1")
+    path = dump.parent / "dump_tensor_data" / "Functional.relu.0.forward.output.0.pt"
+    output = torch.load(path, weights_only=True)
+    output.view(-1)[5] = float("inf")
+    output.view(-1)[3] = float("nan")
+    torch.save(output, path)
+    result = run_msprobe(pytester, dump, "-k", "Functional.relu.0.forward", device="recorded")
+    message = details_message(pytester, "out", "Functional.relu.0.forward.output.0")["Message"]
+    bench = torch.load(dump.parent / "dump_tensor_data" / "Functional.relu.0.forward.input.0.pt", weights_only=True)
+    at = [int(k) for k in torch.unravel_index(torch.tensor(3), output.shape)]
+    assert message.startswith(
+        f"NaN at 1 position(s) where the other side has none (the first at {at}: tested nan, "
+        f"bench {max(float(bench.view(-1)[3]), 0.0):.8g}); inf at 1 position(s) where the other side differs "
+        "(the first at "
+    )
+    result.stdout.fnmatch_lines(
+        ["Functional.relu.0.forward: output.0: NaN at 1 position(s) * (the first at [[]*]: tested nan, *"]
+    )

@@ -181,10 +181,28 @@ def compare(c: Comparison, standard: Standard) -> tuple[Metrics, Verdict]:
         return m, Verdict(ERROR if wrong else PASS, wrong, severity=math.inf if wrong else 0.0)
     faults = nonfinite_mismatch(m)
     if faults:
+        # Which side holds the NaN or inf, and where: the count alone did not say.
+        faults = [fault + first_nonfinite(c.tested, c.bench, fault.startswith("NaN")) for fault in faults]
         finite = f"Cosine {_figure(m.cosine)}, MaxAbsErr {_figure(m.max_abs_err)}"
         faults.append(f"over the elements finite on both sides: {finite}")
         return m.over_whole_arrays(), Verdict(ERROR, faults, severity=math.inf, nonfinite=True)
     return m, standard.judge(c, m)
+
+
+def first_nonfinite(tested: np.ndarray, bench: np.ndarray, nan: bool) -> str:
+    """` (the first at [0, 3]: tested nan, bench 0.27)`: the first element where NaN (`nan`), else
+    inf, is on one side only or differs, for the message that counts them."""
+    t, b = np.asarray(tested, np.float64), np.asarray(bench, np.float64)
+    if nan:
+        off = np.isnan(t) != np.isnan(b)
+    else:
+        off = (np.isinf(t) | np.isinf(b)) & ~(np.isnan(t) | np.isnan(b)) & (t != b)
+    found = np.flatnonzero(off)
+    if not found.size:
+        return ""
+    i = int(found[0])
+    index = ", ".join(str(int(k)) for k in np.unravel_index(i, t.shape)) if t.ndim else ""
+    return f" (the first at [{index}]: tested {float(t.flat[i]):.8g}, bench {float(b.flat[i]):.8g})"
 
 
 def _figure(value: float | None) -> str:

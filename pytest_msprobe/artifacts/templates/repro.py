@@ -648,6 +648,20 @@ def where(m: dict) -> str:
     return f" at [{', '.join(map(str, index))}] (tested {tested:.8g}, bench {benched:.8g})"
 
 
+def first_nonfinite(t: np.ndarray, b: np.ndarray, nan: bool) -> str:
+    """compare.first_nonfinite: the first element where NaN (else inf) is on one side only or differs."""
+    if nan:
+        off = np.isnan(t) != np.isnan(b)
+    else:
+        off = (np.isinf(t) | np.isinf(b)) & ~(np.isnan(t) | np.isnan(b)) & (t != b)
+    found = np.flatnonzero(off)
+    if not found.size:
+        return ""
+    i = int(found[0])
+    index = ", ".join(str(int(k)) for k in np.unravel_index(i, t.shape)) if t.ndim else ""
+    return f" (the first at [{index}]: tested {float(t.flat[i]):.8g}, bench {float(b.flat[i]):.8g})"
+
+
 def kind(array: np.ndarray) -> str:
     return {"f": "f", "c": "f", "b": "b"}.get(np.asarray(array).dtype.kind, "i")
 
@@ -672,9 +686,9 @@ def judge(t: np.ndarray, b: np.ndarray, tested_dtype: str, index: int, extra: An
     t64, b64 = np.asarray(t, np.float64), np.asarray(b, np.float64)
     faults = []
     if nan_off:
-        faults.append(f"NaN at {nan_off} position(s) where the other side has none")
+        faults.append(f"NaN at {nan_off} position(s) where the other side has none{first_nonfinite(t64, b64, True)}")
     if inf_off:
-        faults.append(f"inf at {inf_off} position(s) where the other side differs")
+        faults.append(f"inf at {inf_off} position(s) where the other side differs{first_nonfinite(t64, b64, False)}")
     if faults:
         # As the run writes it (compare.Metrics.over_whole_arrays): the fault in the numbers.
         finite = f"Cosine {'undefined' if m['cosine'] is None else format(m['cosine'], '.6g')}, "
