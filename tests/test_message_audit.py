@@ -172,3 +172,20 @@ def test_a_nan_fault_names_its_side_and_place(pytester, copy_dump):
     result.stdout.fnmatch_lines(
         ["Functional.relu.0.forward: output.0: NaN at 1 position(s) * (the first at [[]*]: tested nan, *"]
     )
+
+
+def test_the_floor_asks_the_dtype_standard_the_user_would_run(pytester, copy_dump):
+    """`--msprobe-standard dtype passes it` held of the default budget only: with an ini rule
+    of rtol=0, atol=0 for matmul, the dtype standard fails the bf16 matmul, and basic no longer
+    says it would pass it (the other APIs keep their floor)."""
+    example = copy_dump("pt_tensor_L1")
+    ini = ("-o", "msprobe_tolerances=Torch.matmul.*: rtol=0, atol=0")
+    basic = run_msprobe(pytester, example, *ini, device="recorded", out="basic")
+    rows = {row["API Name"]: row for row in read_csv(pytester.path / "basic", "details") if row["Status"] == "error"}
+    assert "rounding budget" not in rows["Torch.matmul.1.forward.output.0"]["Message"]
+    assert "within the bf16 rounding budget" in rows["Functional.linear.1.forward.output.0"]["Message"]
+    basic.stdout.fnmatch_lines(["6 of 9 failing outputs are at the rounding floor of their dtype (6 bfloat16); *"])
+    run_msprobe(pytester, example, *ini, "--msprobe-standard", "dtype", device="recorded", out="dtype")
+    judged = {row["API Name"]: row["Status"] for row in read_csv(pytester.path / "dtype", "details")}
+    assert judged["Torch.matmul.1.forward.output.0"] == "error"
+    assert judged["Functional.linear.1.forward.output.0"] == "pass"

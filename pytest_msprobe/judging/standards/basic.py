@@ -14,6 +14,7 @@ from . import Verdict
 from .budget import format_of
 from .dtype import DtypeStandard
 from .rule import BasicRule
+from .tolerances import Tolerances
 
 if TYPE_CHECKING:
     from ...options import Options
@@ -29,9 +30,20 @@ class BasicStandard(BasicRule):
 
     name = "basic"
 
+    def __init__(self, cosine: float = 0.99, max_abs_err: float = 1e-4, tolerances: Tolerances | None = None):
+        super().__init__(cosine, max_abs_err)
+        # The dtype standard the floor asks, with the run's msprobe_tolerances: "--msprobe-standard
+        # dtype passes it" must hold of the run the user would make (a per-API rtol/atol can fail
+        # what the budget passes, an allowance pass what it fails).
+        self.budget = DtypeStandard(tolerances) if tolerances else _dtype_budget()
+
     @classmethod
     def from_options(cls, options: Options) -> BasicStandard:
-        return cls(options.cosine, options.max_abs_err)
+        try:
+            tolerances = Tolerances.parse(options.tolerances)
+        except ValueError:  # unused by basic: the run goes on; the dtype standard would refuse it
+            tolerances = None
+        return cls(options.cosine, options.max_abs_err, tolerances)
 
     def describe(self) -> str:
         return f"basic (Cosine > {self.cosine:g} and MaxAbsErr < {self.max_abs_err:g})"
@@ -42,21 +54,21 @@ class BasicStandard(BasicRule):
     def judge(self, c: Comparison, m: Metrics) -> Verdict:
         verdict = super().judge(c, m)
         if verdict.status == ERROR:
-            verdict.floor = rounding_floor(c, m)
+            verdict.floor = rounding_floor(c, m, self.budget)
             if verdict.floor and self._one_side_zero(c, m):
-                verdict.reasons.append(zero_within_budget(c, m))
+                verdict.reasons.append(zero_within_budget(c, m, self.budget))
         return verdict
 
 
-def rounding_floor(c: Comparison, m: Metrics) -> str:
+def rounding_floor(c: Comparison, m: Metrics, budget: DtypeStandard | None = None) -> str:
     """The short name of the output's dtype when its rounding budget holds the error, else ""."""
-    if not _dtype_budget().within_budget(c, m):
+    if not (budget or _dtype_budget()).within_budget(c, m):
         return ""
     name = c.tested_dtype.rsplit(".", 1)[-1]
     return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}.get(name, c.tested_dtype)
 
 
-def zero_within_budget(c: Comparison, m: Metrics) -> str:
+def zero_within_budget(c: Comparison, m: Metrics, budget: DtypeStandard | None = None) -> str:
     """Why an output all zero on one side only is rounding alone (its floor holds): the other
     side's values round to 0 in the dtype, or are within its budget of 0. "Within the rounding
     budget" alone reads as a contradiction of "all zero and the other is not"."""
@@ -72,7 +84,7 @@ def zero_within_budget(c: Comparison, m: Metrics) -> str:
             f"every {other} value rounds to 0 in {fmt.name} (none is above half its smallest step, "
             f"{half_step:.3g}): a correct {fmt.name} result is all zero too"
         )
-    ratio = _dtype_budget().judge(c, m).ratio
+    ratio = (budget or _dtype_budget()).judge(c, m).ratio
     share = f" (the worst at {ratio:.2g} of it)" if ratio is not None else ""
     return f"every {other} value is within {fmt.name}'s rounding budget of 0{share}"
 
