@@ -189,3 +189,23 @@ def test_the_floor_asks_the_dtype_standard_the_user_would_run(pytester, copy_dum
     judged = {row["API Name"]: row["Status"] for row in read_csv(pytester.path / "dtype", "details")}
     assert judged["Torch.matmul.1.forward.output.0"] == "error"
     assert judged["Functional.linear.1.forward.output.0"] == "pass"
+
+
+def test_a_dump_without_its_tensor_folder_says_what_the_run_does_instead(pytester, copy_dump):
+    """One header line: what cannot be read, what the run does instead (which depends on the
+    device), and the file named as it is (a public dump is not always dump.json)."""
+    dump = copy_dump("pt_tensor_L1")
+    (dump.parent / "dump_tensor_data").rename(dump.parent / "elsewhere")
+    dump = dump.rename(dump.parent / "step0_dump.json")
+    head = (
+        "msprobe: */step0_dump.json: a tensor dump without its dump_tensor_data/ folder: "
+        "no recorded tensor can be read, "
+    )
+    tail = " (copy dump_tensor_data/ beside step0_dump.json)"
+    for device, instead in (
+        ("recorded", "no entry can be judged"),
+        ("cpu", "every entry runs on random data drawn from the recorded statistics"),
+        ("recorded,cpu", "its recorded outputs cannot be judged, and each call runs again on random data"),
+    ):
+        result = run_msprobe(pytester, dump, "--collect-only", device=device, out=device)
+        result.stdout.fnmatch_lines([head + instead + tail])

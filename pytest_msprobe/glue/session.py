@@ -111,7 +111,7 @@ class MsprobeRun:
         else:
             self.device_kind = devices.choose(device, self.device_notes, self.frameworks)
         reruns_on = None if options.judges_recorded else self.device_kind
-        self.device_notes += header_notes(self.dump_files, reruns_on, options.mode)
+        self.device_notes += header_notes(self.dump_files, reruns_on, options.mode, options.rerun_on is not None)
         self.check_recorded()
         self.device_ids = devices.ids_for(options.devices, workers.workers_per_host(config))
         if not hasattr(config, "workerinput") and not workers.remote_hosts(config):
