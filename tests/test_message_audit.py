@@ -209,3 +209,18 @@ def test_a_dump_without_its_tensor_folder_says_what_the_run_does_instead(pyteste
     ):
         result = run_msprobe(pytester, dump, "--collect-only", device=device, out=device)
         result.stdout.fnmatch_lines([head + instead + tail])
+
+
+def test_an_all_zero_output_at_the_floor_ranks_below_the_faults(pytester, copy_dump):
+    """Its message says rounding alone; the summary listed it first, as the worst failure of the
+    run (severity inf, beside NaN and shape faults). It now ranks at the edge of the rule: after
+    the bf16 outputs 2 to 19 times over MaxAbsErr, and after a real fault, which stays first."""
+    dump = copy_dump("pt_tensor_L1")
+    zero_output(dump, 1e-8)
+    path = dump.parent / "dump_tensor_data" / "Torch.softmax.0.forward.output.0.pt"
+    torch.save(torch.load(path, weights_only=True) * 1.01, path)
+    result = run_msprobe(pytester, dump, device="recorded")
+    failures = result.stdout.str().split("failures, worst first:\n", 1)[1].split("\n\n", 1)[0]
+    named = [line.split(":", 1)[0] for line in failures.splitlines() if not line.startswith(" ")]
+    assert named[0] == "Torch.softmax.0.forward"
+    assert named.index(CAST) > named.index("Functional.linear.1.forward")

@@ -57,6 +57,9 @@ class BasicStandard(BasicRule):
             verdict.floor = rounding_floor(c, m, self.budget)
             if verdict.floor and self._one_side_zero(c, m):
                 verdict.reasons.append(zero_within_budget(c, m, self.budget))
+                # Rounding alone is no fault beyond any measure: it ranks at the edge of the rule
+                # (the summary listed it first, beside NaN and shape faults, as "worst").
+                verdict.severity = max(1.0, m.max_abs_err / self.max_abs_err if self.max_abs_err > 0 else 1.0)
         return verdict
 
 

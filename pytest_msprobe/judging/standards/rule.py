@@ -48,7 +48,7 @@ class BasicRule:
     def severity(self, c: Comparison, m: Metrics) -> float:
         """How many times beyond its thresholds the output is: the larger of MaxAbsErr over its
         threshold and 1 - Cosine over 1 - its threshold (up to 1 it passes; inf where one side
-        is all zero)."""
+        is all zero, which basic.py brings back to the edge where the dtype's rounding holds it)."""
         if self._one_side_zero(c, m):
             return math.inf
         ratios = [_over(m.max_abs_err, self.max_abs_err)]
