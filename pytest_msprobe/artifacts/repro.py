@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from ..checking.check import Checker
     from ..dumps.dump import Dump
     from ..judging.standards import Standard
+    from ..judging.standards.dtype import DtypeStandard
 
 TEMPLATE = Path(__file__).with_name("templates") / "repro.py"
 BEGIN = "# -- the entry: pytest-msprobe writes this part"
@@ -226,17 +227,8 @@ def literal(text: str) -> str:
     return repr(text)
 
 
-def standard_data(standard: Standard, result: EntryResult) -> dict[str, Any]:
-    """What the script needs to give the verdict of `standard` on this entry's outputs."""
-    from ..judging.standards.basic import BasicStandard
-    from ..judging.standards.dtype import DtypeStandard
-
-    data: dict[str, Any] = {"name": standard.name, "describe": standard.describe()}
-    if isinstance(standard, BasicStandard):
-        return {**data, "cosine": standard.cosine, "max_abs_err": standard.max_abs_err}
-    if not isinstance(standard, DtypeStandard):
-        return data  # the script prints the metrics, and says it cannot give this standard's verdict
-    fallback = BasicStandard()  # what the dtype standard applies to a dtype without a budget
+def _per_output(standard: DtypeStandard, result: EntryResult) -> tuple[dict[str, list], dict[str, list]]:
+    """The msprobe_tolerances lines that match each output: rules (rtol, atol) and allowances."""
     rules, allowances = {}, {}
     for output in result.outputs:
         tolerance = standard.tolerances.match(result.output_name(output))
@@ -246,6 +238,24 @@ def standard_data(standard: Standard, result: EntryResult) -> dict[str, Any]:
             rules[str(output.index)] = [tolerance.rtol, tolerance.atol, tolerance.pattern, tolerance.describe()]
         else:
             allowances[str(output.index)] = [tolerance.accumulation, tolerance.describe()]
+    return rules, allowances
+
+
+def standard_data(standard: Standard, result: EntryResult) -> dict[str, Any]:
+    """What the script needs to give the verdict of `standard` on this entry's outputs."""
+    from ..judging.standards.basic import BasicStandard
+    from ..judging.standards.dtype import DtypeStandard
+
+    data: dict[str, Any] = {"name": standard.name, "describe": standard.describe()}
+    if isinstance(standard, BasicStandard):
+        # The floor asks the dtype standard with the run's msprobe_tolerances (basic.py): the same here.
+        rules, allowances = _per_output(standard.budget, result)
+        thresholds = {"cosine": standard.cosine, "max_abs_err": standard.max_abs_err}
+        return {**data, **thresholds, "rules": rules, "allowances": allowances}
+    if not isinstance(standard, DtypeStandard):
+        return data  # the script prints the metrics, and says it cannot give this standard's verdict
+    fallback = BasicStandard()  # what the dtype standard applies to a dtype without a budget
+    rules, allowances = _per_output(standard, result)
     return {
         **data,
         "warning": standard.warning,

@@ -704,9 +704,9 @@ def standard_verdict(t: np.ndarray, b: np.ndarray, m: dict, dtype: str, index: i
     if name == "basic":
         found = basic(t, b, m, STANDARD["cosine"], STANDARD["max_abs_err"])
         if found["status"] == ERROR:
-            floor = rounding_floor(t, b, dtype, extra)
+            floor = rounding_floor(t, b, m, dtype, index, extra)
             if floor and one_side_zero(t, b):
-                found["why"] += f"; {zero_within_budget(t, b, dtype, extra)}"
+                found["why"] += f"; {zero_within_budget(t, b, dtype, index, extra)}"
             if floor:
                 found["why"] += f"; within the {floor} rounding budget (--msprobe-standard dtype passes it)"
         return found
@@ -735,7 +735,7 @@ def one_side_zero(t: np.ndarray, b: np.ndarray) -> bool:
     return zero_t != zero_b and np.size(t) > 1
 
 
-def zero_within_budget(t: np.ndarray, b: np.ndarray, dtype: str, extra: Any) -> str:
+def zero_within_budget(t: np.ndarray, b: np.ndarray, dtype: str, index: int, extra: Any) -> str:
     """standards/basic.py's zero_within_budget: why an output all zero on one side is rounding alone."""
     budget, dtype_module = package_module("budget"), package_module("dtype")
     fmt = budget.format_of(dtype)
@@ -750,17 +750,32 @@ def zero_within_budget(t: np.ndarray, b: np.ndarray, dtype: str, extra: Any) -> 
             f"every {other} value rounds to 0 in {fmt.name} (none is above half its smallest step, "
             f"{half_step:.3g}): a correct {fmt.name} result is all zero too"
         )
-    ratio = budget.read(t, b, fmt, extra, dtype_module.CONSTANTS).ratio
+    if str(index) in STANDARD.get("rules", {}):  # a per-API rule has no budget to share
+        return f"every {other} value is within {fmt.name}'s rounding budget of 0"
+    ratio = budget.read(t, b, fmt, extra, dtype_module.CONSTANTS, allowance_of(index)).ratio
     return f"every {other} value is within {fmt.name}'s rounding budget of 0 (the worst at {ratio:.2g} of it)"
 
 
-def rounding_floor(t: np.ndarray, b: np.ndarray, dtype: str, extra: Any) -> str:
-    """The dtype whose rounding budget holds a basic failure (the dtype standard's, no warning band)."""
+def allowance_of(index: int) -> float | None:
+    """The u_acc an msprobe_tolerances allowance accepts for this output, else None."""
+    allowance = STANDARD.get("allowances", {}).get(str(index))
+    return allowance[0] if allowance else None
+
+
+def rounding_floor(t: np.ndarray, b: np.ndarray, m: dict, dtype: str, index: int, extra: Any) -> str:
+    """The dtype whose rounding budget holds a basic failure (the dtype standard's, no warning band,
+    with the run's msprobe_tolerances: a per-API rule, an allowance)."""
     if not SOURCES:
         return ""
     budget, dtype_module = package_module("budget"), package_module("dtype")
     fmt = budget.format_of(dtype)
-    if fmt is None or budget.read(t, b, fmt, extra, dtype_module.CONSTANTS).ratio > 1:
+    if fmt is None:
+        return ""
+    rule = STANDARD.get("rules", {}).get(str(index))
+    if rule is not None:
+        if within_tolerance(t, b, m, *rule)["status"] != PASS:
+            return ""
+    elif budget.read(t, b, fmt, extra, dtype_module.CONSTANTS, allowance_of(index)).ratio > 1:
         return ""
     name = dtype.rsplit(".", 1)[-1]
     return FLOOR_NAMES.get(name, dtype)
