@@ -30,6 +30,10 @@ repeat_interleave, expand and gather are kept.
   Mixtral has 8 experts: 1.4 G parameters in fp32, 5.6 GB and as much again for their gradients, too
   much for this machine's 24 GiB shared by several processes, so this layer has **4 experts** (top-2
   of 4: each expert sees about half the tokens; the shapes of every expert's GEMMs stay Mixtral's).
+
+Measured here (2 shared cores, one step each, 2026-11-28): llama7b, 439 M parameters, 103 entries (55
+forward, 48 backward), 57 s wall, peak RSS 4.7 GiB, dump.json 0.1 MiB; mixtral, 1009 M parameters, 172
+entries (92 / 80), 123 s wall, peak RSS 9.7 GiB, 0.2 MiB.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ OUT_DIR is the run's --msprobe-out (its accuracy_checking_details_*.csv and _res
 what `/usr/bin/time -v` wrote, PYTEST_OUTPUT pytest's terminal output (its last line: the outcome
 counts). It prints a markdown section: the counts by outcome (pytest's items, the result CSV's APIs and
 the details CSV's outputs), each output that is not a pass with its Message (where it names the ratio
-to the budget and the elements over, they are pulled out into their own columns), and wall, CPU and
+to the budget and the elements over, they are pulled out into their own columns), the passes nearest
+their budget, and wall, CPU and
 peak RSS, against the bare run's sums (bare.py's results file) where --bare-md is given.
 """
 
@@ -20,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 RATIO = re.compile(r"(\d+(?:\.\d+)?(?:e[-+]?\d+)?)x (?:its|the) budget|at (\d+(?:\.\d+)?(?:e[-+]?\d+)?) of its budget")
+NEAR = re.compile(r"worst element at (\d+(?:\.\d+)?(?:e[-+]?\d+)?) of its budget")
 OVER = re.compile(r"([\d,]+) (?:of [\d,]+ )?elements? (?:over|above)")
 
 
@@ -127,6 +129,12 @@ def main(argv: list[str]) -> int:
             )
     else:
         out.append("Every output a pass.")
+    nearest = sorted(
+        ((float(m[1]), r["API Name"]) for r in details if r["Status"] == "pass" and (m := NEAR.search(r["Message"]))),
+        reverse=True,
+    )[:8]
+    if nearest:
+        out += ["", "Passes nearest their budget: " + ", ".join(f"{name} at {share:g}" for share, name in nearest)]
     print("\n".join(out) + "\n")
     return 0
 
