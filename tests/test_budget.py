@@ -153,3 +153,33 @@ def test_fused_attention_gets_the_flash_terms_of_the_same_attention_written_as_s
         fused = run("NPU.npu_fusion_attention", args, kwargs, [to_layout(g), None, None])
         plain = run("Functional.scaled_dot_product_attention", sdpa, {"is_causal": True}, [g])
         torch.testing.assert_close(fused, [to_layout(plain[0]), grouped(plain[1]), grouped(plain[2])])
+
+
+def test_a_gradient_through_a_log_sum_exp_carries_its_sums_rounding():
+    """cross_entropy's gradient softmax(x) - onehot reads back the log-sum-exp of every class: its
+    rounding, like a sum of C positive terms, moves each element by the same relative amount. PyTorch's
+    fp32 kernel over a 32,000-class vocabulary with wide logits is over its budget without that length
+    term (the sum's, not the kernel's fault) and within it with it; softmax forward and log_softmax,
+    logsumexp backward count the same terms over their `dim`."""
+    from pytest_msprobe.frameworks.magnitudes import formula, normaliser_terms
+
+    generator = torch.Generator().manual_seed(0)
+    x = (torch.rand(32, 32000, generator=generator) * 30 - 15).requires_grad_(True)
+    target = torch.randint(0, 32000, (32,), generator=generator)
+    (tested,) = torch.autograd.grad(torch.nn.functional.cross_entropy(x, target), x)
+    x64 = x.detach().double().requires_grad_(True)
+    (bench,) = torch.autograd.grad(torch.nn.functional.cross_entropy(x64, target), x64)
+    api, args = "Functional.cross_entropy", [x.detach(), target]
+    (magnitude,) = formula(api, args, {}, [torch.ones(())])
+    terms = normaliser_terms(api, args, {}, forward=False)
+    assert terms == 32000
+    fmt = format_of("float32")
+    judged = {
+        k: read(tested.double().numpy(), bench.numpy(), fmt, ExtraRuns(magnitude=magnitude.numpy, terms=lambda: k))
+        for k in (None, terms)
+    }
+    assert judged[None].ratio > 1 and judged[terms].ratio <= 1, {k: r.ratio for k, r in judged.items()}
+    assert normaliser_terms("Functional.cross_entropy", args, {}, forward=True) is None
+    assert normaliser_terms("Functional.softmax", [x], {"dim": 1}, forward=True) == 32000
+    assert normaliser_terms("Torch.logsumexp", [x, (0, 1)], {}, forward=False) == 32 * 32000
+    assert normaliser_terms("Functional.log_softmax", [x, -1], {}, forward=True) is None

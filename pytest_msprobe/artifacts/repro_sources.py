@@ -7,7 +7,8 @@ executes each as a module of its own (templates/repro.py, `package_module`).
 
 - reductions.py, the metrics' pass and the block iteration the budget reads an output with;
 - standards/budget.py, whole: the per-element budget (numpy only);
-- frameworks/magnitudes.py, its formulas (softmax, layer_norm, batch_norm, gelu, cross_entropy),
+- frameworks/npu_reference.py, npu_fusion_attention's layouts and masks as scaled_dot_product_attention's;
+- frameworks/magnitudes.py, its formulas (softmax, layer_norm, batch_norm, gelu, cross_entropy, attention),
   the structural term (`structural`), the list of sums and products and a contraction's float32
   lower bound; not `with_magnitudes`,
   which wires them to the engine;
@@ -50,14 +51,27 @@ REDUCTIONS = frozenset({
     "errors", "_max_relative", "_nonfinite", "cosine", "_scaled_dots",
 })  # fmt: skip
 
+# npu_fusion_attention's call as scaled_dot_product_attention's terms, which magnitudes models it by.
+FUSED_ATTENTION = frozenset({
+    "ReferenceUnsupported", "AttentionInBnsd", "fusion_attention_in_bnsd", "_check_attention_features",
+    "_PADDED_LAYOUTS", "_SparseMask", "_kv_head_count", "_to_bnsd", "_from_bnsd", "_repeat_kv", "_check_pse",
+})  # fmt: skip
+
 PARTS = (
     Part("reductions", "pytest_msprobe.judging.reductions", REDUCTIONS),
     Part("budget", "pytest_msprobe.judging.standards.budget", uses=("reductions",)),
+    Part("npu_reference", "pytest_msprobe.frameworks.npu_reference", FUSED_ATTENTION),
     Part(
         "magnitudes",
         "pytest_msprobe.frameworks.magnitudes",
         frozenset(
             {
+                "ATTENTION",
+                "_fusion_attention",
+                "_FLUSHED",
+                "_flushed",
+                "NORMALISED",
+                "normaliser_terms",
                 "SUMS_AND_PRODUCTS",
                 "PARAMETERS",
                 "family",
@@ -90,6 +104,7 @@ PARTS = (
                 "_unit",
             }
         ),
+        uses=("npu_reference",),
     ),
     Part("dtype", "pytest_msprobe.judging.standards.dtype", frozenset({"CONSTANTS", "_message"}), uses=("budget",)),
 )

@@ -329,16 +329,20 @@ def _probabilities(p: dict[str, Any]) -> tuple[torch.Tensor, float]:
     return torch.softmax(scores, -1), scale
 
 
-def _attention(p: dict[str, Any], g: torch.Tensor | None, recomputed: bool = True) -> list:
+def _attention(p: dict[str, Any], g: torch.Tensor | None, recomputed: bool = True, flushed: bool = False) -> list:
     """softmax(Q K^T scale + mask) V with softmax's magnitudes: the output P |V| plus what the
     scores' own rounding (the terms |Q| |K|^T |scale| each sums) moves through P; the gradients
     W^T |g| for V, and for Q and K the softmax gradient's P (|dP| + sum P |dP|) with |dP| = |g| |V|^T,
     through |K| and |Q|. W is P and, `recomputed`, what moves P where the backward recomputes it
     from fp32 scores and log-sum-exp (PyTorch's CPU kernel, flash): exp(s - lse) is off by
-    (|s - lse| + the scores' terms) relative units, P times them. Without dropout or grouped heads
-    (others raise: no magnitude)."""
+    (|s - lse| + twice the scores' terms + sqrt(keys), the lse's sum) relative units, P times them.
+    Without dropout or grouped heads
+    (others raise: no magnitude). `flushed`: what the probabilities below fp32's normal range move
+    each output by, instead (_FLUSHED)."""
     q, k, v, mask = p["query"], p["key"], p["value"], p["attn_mask"]
     probs, scale = _probabilities(p)
+    if flushed:
+        return _flushed(probs, scale, q, k, v, g, mask)
     aq, ak, av = q.abs(), k.abs(), v.abs()
     terms = aq @ ak.transpose(-2, -1) * scale  # the magnitude of each score's terms
     if g is None:
@@ -348,18 +352,28 @@ def _attention(p: dict[str, Any], g: torch.Tensor | None, recomputed: bool = Tru
     if recomputed:
         logits = torch.log(probs)  # s - lse, -inf where P is 0 (masked or underflowed)
         shift = torch.where(probs > 0, logits.abs(), torch.zeros_like(probs))
-        weight = probs * (1 + terms + shift)
+        # The scores are rounded twice, once by the forward that saved lse and once by the backward
+        # that recomputes s: 2 terms. The saved lse sums a row's exponentials: its rounding, like a sum
+        # of that many positive terms (the standard's length term), moves every P of the row alike.
+        # (PyTorch's fp32 dV and dK at 0.96 and 0.9 of the budget with the scores' terms once, a
+        # statistics dump's uniform q and k of LLaMA-7B width, scores of std 58: bench/llm_width.)
+        keys = math.sqrt(probs.shape[-1])
+        weight = probs * (1 + 2 * terms + shift + keys)
     ag = g.abs()
     dp = ag @ av.transpose(-2, -1)
-    # dS = P (dP - D): its own terms outweigh what recomputing P moves (PyTorch's fp32 CPU kernel at
-    # 0.46 of the budget without it, seq 1024); dV = P^T dO has no other term (6.6x its budget without).
-    ds = probs * (dp + (probs * dp).sum(-1, keepdim=True))
+    # dS = P (dP - D) and dV = P^T dO, with P as the backward recomputes it: dV has no other term (6.6x
+    # its budget without, seq 1024); dS's own terms outweigh it where the scores are narrow (0.46 of the
+    # budget without, seq 1024), not where they are wide: a statistics dump's keys drawn uniform between
+    # the recorded Min and Max put PyTorch's fp32 dQ and dK at 4x (LLaMA-7B width, seq 1024).
+    ds = weight * (dp + (probs * dp).sum(-1, keepdim=True))
     found = [ds @ ak * scale, ds.transpose(-2, -1) @ aq * scale, weight.transpose(-2, -1) @ ag]
     # One per floating input, in argument order: a floating mask's gradient has no model here.
     return found + ([None] if mask is not None and mask.is_floating_point() else [])
 
 
-def _fusion_attention(p: dict[str, Any], g: torch.Tensor | None, recomputed: bool = True) -> list:
+def _fusion_attention(
+    p: dict[str, Any], g: torch.Tensor | None, recomputed: bool = True, flushed: bool = False
+) -> list:
     """npu_fusion_attention's attention_out as _attention models scaled_dot_product_attention's, in the
     call's layout: forward the output's alone (the softmax statistics sum nothing: their own |b|);
     backward the gradients of query, key and value (a key/value head's summed over the query heads
@@ -367,9 +381,39 @@ def _fusion_attention(p: dict[str, Any], g: torch.Tensor | None, recomputed: boo
     call = fusion_attention_in_bnsd(**p)
     sdpa = call.as_sdpa()
     if g is None:
-        return [call.output(_attention(sdpa, None)[0])]
-    dq, dk, dv = _attention(sdpa, call.to_bnsd(g), recomputed)[:3]
+        return [call.output(_attention(sdpa, None, flushed=flushed)[0])]
+    dq, dk, dv = _attention(sdpa, call.to_bnsd(g), recomputed, flushed)[:3]
     return [call.output(dq), call.key_gradient(dk), call.key_gradient(dv)] + ([None] if p["pse"] is not None else [])
+
+
+# A kernel computes attention's probabilities in fp32 whatever the inputs' dtype, and those below fp32's
+# normal range it may flush to 0 (a vector exp, flush-to-zero) or round to the subnormal spacing: each is
+# held to the smallest normal number, absolutely, not relatively. Wide scores (a statistics dump's keys
+# drawn uniform between their Min and Max: scores of std 58 at LLaMA-7B width) put whole gradients of late
+# keys there: PyTorch's fp32 dK 0 where float64 gives 6e-44, 19x its budget without this.
+_FLUSHED = 2.0**-126
+
+
+def _flushed(
+    probs: torch.Tensor,
+    scale: float,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor | None,
+    mask: torch.Tensor | None,
+) -> list:
+    """_attention's outputs as moved by every P in (0, _FLUSHED) lost whole: forward lost |V|; backward
+    dV by lost^T |g|, dQ and dK through dS's lost (|dP| + D)."""
+    lost = torch.where((probs > 0) & (probs < _FLUSHED), _FLUSHED, 0.0).to(probs.dtype)
+    av = v.abs()
+    if g is None:
+        return [lost @ av]
+    ag = g.abs()
+    dp = ag @ av.transpose(-2, -1)
+    ds = lost * (dp + (probs * dp).sum(-1, keepdim=True))
+    found = [ds @ k.abs() * scale, ds.transpose(-2, -1) @ q.abs() * scale, lost.transpose(-2, -1) @ ag]
+    return found + ([None] if mask is not None and mask.is_floating_point() else [])
 
 
 FORMULAS: dict[str, Callable[[dict[str, Any], torch.Tensor | None], list]] = {
@@ -421,17 +465,19 @@ def structural(api: str, args: Sequence[Any], kwargs: dict[str, Any], grad_outpu
     if name in ATTENTION:
         p = _bind(name, args, kwargs)
         u = _unit(tensors[0].dtype)
-        if g is None:
+        grad = None if g is None else g.detach().to(torch.float64)
+        lost = FORMULAS[name](p, grad, recomputed=False, flushed=True)  # type: ignore[call-arg]
+        if grad is None:
             if name == "npu_fusion_attention":
                 call = fusion_attention_in_bnsd(**p)
                 probs, _ = _probabilities(call.as_sdpa())
-                return [call.output(probs @ call.value.abs()) * u]
+                return [call.output(probs @ call.value.abs()) * u + lost[0]]
             probs, _ = _probabilities(p)
-            return [probs @ p["value"].abs() * u]  # P rounded before P V
+            return [probs @ p["value"].abs() * u + lost[0]]  # P rounded before P V
         # dV = P^T dO with P rounded, dQ = dS K and dK = dS^T Q with dS rounded (and the saved
         # output's rounding in dS's rowsum(dO O)): the gradients' magnitudes, at u_low.
-        found = FORMULAS[name](p, g.detach().to(torch.float64), recomputed=False)  # type: ignore[call-arg]
-        return [None if m is None else m * u for m in found]
+        found = FORMULAS[name](p, grad, recomputed=False)  # type: ignore[call-arg]
+        return [None if m is None else m * u + f for m, f in zip(found, lost)]
     if g is None:
         raise ValueError(f"{api}'s forward rounds no intermediate to its dtype")
     saved = kwargs.get("dtype") if name in ("softmax", "log_softmax") else None
@@ -484,6 +530,29 @@ def terms_bound(api: str, inputs: Sequence[torch.Tensor], grad_outputs: Sequence
         return max([w.numel() // w.shape[0], w.numel() // w.shape[1], *(g.numel() // g.shape[channel] for g in grads)])
     # A vector's every element may be a term of one sum (a dot product): its whole size.
     return max(t.numel() // max(1, min(t.shape[-2:])) if t.dim() >= 2 else t.numel() for t in [*inputs, *grads])
+
+
+# Outputs divided by a sum of exponentials (softmax's normaliser, the log-sum-exp a cross entropy or
+# a log_softmax gradient reads back): every element carries the relative rounding of that sum of
+# positive terms, like a sum's result. Forward for softmax alone: the others subtract a log of it.
+NORMALISED = {"softmax": True, "log_softmax": False, "logsumexp": False, "cross_entropy": False}
+
+
+def normaliser_terms(api: str, args: Sequence[Any], kwargs: dict[str, Any], forward: bool) -> int | None:
+    """How many terms the normaliser of a softmax-like call sums (the class dimension of
+    cross_entropy's (N, C, ...) input, the size over `dim` of the others), where its relative
+    rounding reaches each element of the output (NORMALISED); else None."""
+    name = _base(api.rsplit(".", 1)[-1])
+    x = args[0] if args else kwargs.get("input")
+    if name not in NORMALISED or (forward and not NORMALISED[name]) or not isinstance(x, torch.Tensor):
+        return None
+    if name == "cross_entropy":
+        return x.shape[1] if x.dim() >= 2 else x.shape[0] if x.dim() == 1 else None
+    dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+    dims = [dim] if isinstance(dim, int) else list(dim) if isinstance(dim, (list, tuple)) else []
+    if not dims or not all(isinstance(d, int) and -x.dim() <= d < max(1, x.dim()) for d in dims):
+        return None
+    return math.prod(x.shape[d] for d in dims) if x.dim() else 1
 
 
 def terms_of(
@@ -540,7 +609,8 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
     kind = family(api)
     inputs = floating(call.args, call.kwargs)
     grad_outputs = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
-    sides = replace(sides, terms=lambda index, numel: terms_of(api, inputs, grad_outputs, index, numel))
+    normaliser = normaliser_terms(api, call.args, call.kwargs, grad_outputs is None)
+    sides = replace(sides, terms=lambda index, numel: terms_of(api, inputs, grad_outputs, index, numel) or normaliser)
     if kind == "sum" or (kind == "routes" and grad_outputs is None):
         exact = replace(sides, magnitude=lambda side: sides.compared_run(absolute(side)), spread=False)
         is_conv = conv.takes(call)
