@@ -183,3 +183,29 @@ def test_a_gradient_through_a_log_sum_exp_carries_its_sums_rounding():
     assert normaliser_terms("Functional.softmax", [x], {"dim": 1}, forward=True) == 32000
     assert normaliser_terms("Torch.logsumexp", [x, (0, 1)], {}, forward=False) == 32 * 32000
     assert normaliser_terms("Functional.log_softmax", [x, -1], {}, forward=True) is None
+
+
+def test_a_divisors_gradient_summed_over_its_broadcast_gets_the_sums_magnitude():
+    """A router's top-k weights over their sum (w / w.sum(-1, keepdim=True)): the divisor's gradient
+    sums -g w / d^2 over the k weights, and where g's signs differ it cancels far below its terms.
+    A quotient is a product: its run on |inputs| gives the terms' magnitude, which holds PyTorch's
+    fp32 kernel; without it the same gradient is over its budget."""
+    from pytest_msprobe.frameworks.magnitudes import family
+
+    assert family("Tensor.__truediv__") == family("Torch.div") == "sum"
+    generator = torch.Generator().manual_seed(0)
+    w = torch.rand(4096, 2, generator=generator) + 0.1
+    d = w.sum(-1, keepdim=True)
+    g = torch.randn(4096, 2, generator=generator)
+
+    def divisor_gradient(w: torch.Tensor, d: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        d = d.clone().requires_grad_(True)
+        (found,) = torch.autograd.grad(w / d, d, g)
+        return found
+
+    tested = divisor_gradient(w, d, g).double().numpy()
+    bench = divisor_gradient(w.double(), d.double(), g.double()).numpy()
+    magnitude = divisor_gradient(w.double(), d.double(), g.double().abs()).abs().numpy()
+    fmt = format_of("float32")
+    assert read(tested, bench, fmt, ExtraRuns()).ratio > 1
+    assert read(tested, bench, fmt, ExtraRuns(magnitude=lambda: magnitude)).ratio <= 1

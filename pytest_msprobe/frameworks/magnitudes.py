@@ -1,7 +1,7 @@
 """The magnitude of the terms an API's kernel rounds: what the dtype standard scales u_acc by.
 
 - Sums and products (every floating input enters linearly: linear, matmul, conv, sum, mean,
-  add, mul, cat, embedding, masked_fill, and copies whose gradient sums the copies: repeat_interleave,
+  add, mul, div, cat, embedding, masked_fill, and copies whose gradient sums the copies: repeat_interleave,
   expand, gather, index_add, ...): the benchmark itself on |inputs|, grad_outputs included, gives it
   (|A||B|, sum |x|), forward and backward alike.
 - softmax, layer_norm, batch_norm, gelu, cross_entropy, scaled_dot_product_attention: their
@@ -72,6 +72,9 @@ SUMS_AND_PRODUCTS = frozenset({
     # their query heads, a gather's repeated indices): sums that cancel, backward
     "repeat_interleave", "repeat", "expand", "expand_as", "broadcast_to", "tile", "gather", "index_select",
     "take_along_dim", "index_add", "index_add_", "scatter_add", "scatter_add_",
+    # a quotient is a product too: on |inputs| its divisor's gradient sums |g| |x| / d^2 over what
+    # the divisor was broadcast to (a router's weights over their sum: a gradient that cancels)
+    "div", "div_", "divide", "true_divide", "__truediv__", "__rtruediv__", "__itruediv__",
 })  # fmt: skip
 
 ROUTES = frozenset({
