@@ -79,3 +79,12 @@ def test_the_option_table_names_the_standards_there_are():
     from pytest_msprobe.judging import standards
 
     assert options.STANDARDS == tuple(standards.STANDARDS)
+
+
+def test_the_checkout_tracks_no_environment():
+    """The environment is install.sh's to make (.venv/, ignored): nothing of it is in the repository,
+    so a fresh clone has none until install.sh has run, and an interrupted install leaves no change."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "ls-files", ".venv"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert tracked.stdout == ""
