@@ -8,6 +8,7 @@ into a usage error. Each default lives here, once, as a field of `Options`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
@@ -160,6 +161,22 @@ def read_ratio(text: str) -> float:
     return value
 
 
+def read_cosine(text: str) -> float:
+    """A Cosine bound an output can pass: Cosine is at most 1, and it must be above the bound."""
+    value = float(text)
+    if not -1 <= value < 1:  # NaN too
+        raise ValueError(text)
+    return value
+
+
+def read_positive(text: str) -> float:
+    """A MaxAbsErr bound an output can pass: the error must be below it, and it is never below 0."""
+    value = float(text)
+    if not 0 < value < math.inf:  # NaN too
+        raise ValueError(text)
+    return value
+
+
 def _one_of(choices: tuple[str, ...]) -> str:
     return " or ".join(choices) if len(choices) == 2 else f"one of {', '.join(choices)}"
 
@@ -181,8 +198,18 @@ OPTIONS = (
     ),
     Option("devices", "device ids, one per xdist worker: 0-7 or 0,1,2,3 (auto: 0..n-1; without xdist the first)"),
     Option("seed", "seed of the random inputs (mixed with each entry's name)", read=int),
-    Option("cosine", "basic standard: an output passes when Cosine > this", read=float),
-    Option("max_abs_err", "basic standard: ... and MaxAbsErr < this", read=float),
+    Option(
+        "cosine",
+        "basic standard: an output passes when Cosine > this",
+        read=read_cosine,
+        expects="a number from -1 up to (not including) 1",
+    ),
+    Option(
+        "max_abs_err",
+        "basic standard: ... and MaxAbsErr < this",
+        read=read_positive,
+        expects="a number above 0",
+    ),
     Option("standard", "standard that judges the outputs", tuple(STANDARDS)),
     Option("out", "folder for the result and details CSVs"),
     Option("resume", "result CSV of a killed run: run only its missing APIs, append to it"),

@@ -467,3 +467,19 @@ def test_the_timeout_is_an_option_and_an_ini_key(pytester, copy_dump):
     refused = run_msprobe(pytester, dump, device="cpu")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.fnmatch_lines(["*--msprobe-timeout must be a number of seconds, 0 or more, not 'soon'*"])
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expects"),
+    [
+        ("--msprobe-cosine", "2", "a number from -1 up to (not including) 1"),
+        ("--msprobe-cosine", "1", "a number from -1 up to (not including) 1"),
+        ("--msprobe-max-abs-err", "0", "a number above 0"),
+        ("--msprobe-max-abs-err", "nan", "a number above 0"),
+    ],
+)
+def test_a_bound_no_output_can_pass_is_a_usage_error(pytester, copy_dump, option, value, expects):
+    """basic's Cosine > 2 or MaxAbsErr < 0 would fail every output: a one-line usage error instead."""
+    refused = run_msprobe(pytester, copy_dump("pt_stats_L1"), option, value, device="cpu")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines([f"*{option} must be {expects}, not '{value}'*"])
