@@ -54,7 +54,8 @@ REDUCTIONS = frozenset({
 # npu_fusion_attention's call as scaled_dot_product_attention's terms, which magnitudes models it by.
 FUSED_ATTENTION = frozenset({
     "ReferenceUnsupported", "AttentionInBnsd", "fusion_attention_in_bnsd", "_check_attention_features",
-    "_PADDED_LAYOUTS", "_SparseMask", "_kv_head_count", "_to_bnsd", "_from_bnsd", "_repeat_kv", "_check_pse",
+    "_PADDED_LAYOUTS", "_SparseMask", "_padded_in_bnsd", "_kv_head_count", "_to_bnsd", "_from_bnsd",
+    "_repeat_kv", "_check_pse",
 })  # fmt: skip
 
 PARTS = (

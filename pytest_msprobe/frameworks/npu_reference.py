@@ -366,17 +366,29 @@ def npu_fusion_attention(
 
 @dataclass(frozen=True)
 class AttentionInBnsd:
-    """An npu_fusion_attention call as scaled_dot_product_attention's terms: query, key and value in
-    BNSD (key and value repeated over the query heads each serves), one additive mask (pse times
-    scale, -inf where the sparse mode masks), and the way back to the call's layout."""
+    """An npu_fusion_attention call of a padded layout in BNSD: query, key and value (key and value
+    repeated over the query heads each serves), pse, the positions the sparse mode masks (True), and
+    the way back to the call's layout. The reference computes it; the dtype standard models it as
+    scaled_dot_product_attention (`as_sdpa`)."""
 
     query: torch.Tensor
     key: torch.Tensor
     value: torch.Tensor
-    mask: torch.Tensor | None
+    pse: torch.Tensor | None
+    masked: torch.Tensor | None
     scale: float
     layout: str
     kv_heads: int
+
+    @property
+    def mask(self) -> torch.Tensor | None:
+        """One additive mask: pse times scale (scale (pse + Q K^T)), -inf where masked."""
+        mask = None if self.pse is None else self.pse.to(self.query.dtype) * self.scale
+        if self.masked is not None:
+            mask = (torch.zeros((), dtype=self.query.dtype) if mask is None else mask).masked_fill(
+                self.masked, float("-inf")
+            )
+        return mask
 
     def as_sdpa(self) -> dict:
         """scaled_dot_product_attention's parameters of the same attention."""
@@ -429,16 +441,8 @@ def fusion_attention_in_bnsd(
     _check_attention_features(input_layout, padding_mask, keep_prob, sink)
     if input_layout == "TND":
         raise ReferenceUnsupported("npu_fusion_attention: TND layout as one BNSD attention")
-    kv_heads = _kv_head_count(query, key, head_num, input_layout)
-    q = _to_bnsd(query, input_layout, head_num)
-    k = _repeat_kv(_to_bnsd(key, input_layout, kv_heads), head_num)
-    v = _repeat_kv(_to_bnsd(value, input_layout, kv_heads), head_num)
-    _check_pse(pse, q.shape[2])
-    masked = _SparseMask(sparse_mode, atten_mask, pre_tockens, next_tockens, prefix).build(q.shape[2], k.shape[2])
-    mask = None if pse is None else pse.to(q.dtype) * scale  # scale (pse + Q K^T): pse scaled with the scores
-    if masked is not None:
-        mask = (torch.zeros((), dtype=q.dtype) if mask is None else mask).masked_fill(masked, float("-inf"))
-    return AttentionInBnsd(q, k, v, mask, scale, input_layout, kv_heads)
+    sparse = _SparseMask(sparse_mode, atten_mask, pre_tockens, next_tockens, prefix)
+    return _padded_in_bnsd(query, key, value, head_num, input_layout, pse, scale, sparse)
 
 
 def _check_attention_features(input_layout: str, padding_mask, keep_prob: float, sink) -> None:
@@ -502,8 +506,8 @@ class _SparseMask:
         return torch.arange(skv, device=device) >= limits
 
 
-def _padded_attention(query, key, value, head_num, layout, pse, scale, sparse):
-    """Attention for BSH/SBH/BSND/BNSD: out in ``layout``, row statistics [B, N, Sq]."""
+def _padded_in_bnsd(query, key, value, head_num, layout, pse, scale, sparse) -> AttentionInBnsd:
+    """A call of BSH/SBH/BSND/BNSD brought to BNSD, its key/value heads repeated over their groups."""
     kv_heads = _kv_head_count(query, key, head_num, layout)
     q = _to_bnsd(query, layout, head_num)
     if q.shape[1] != head_num:
@@ -511,8 +515,14 @@ def _padded_attention(query, key, value, head_num, layout, pse, scale, sparse):
     k = _repeat_kv(_to_bnsd(key, layout, kv_heads), head_num)
     v = _repeat_kv(_to_bnsd(value, layout, kv_heads), head_num)
     _check_pse(pse, q.shape[2])
-    out, row_max, row_sum = _attention_bnsd(q, k, v, pse, sparse.build(q.shape[2], k.shape[2]), scale)
-    return _from_bnsd(out, layout), row_max, row_sum
+    return AttentionInBnsd(q, k, v, pse, sparse.build(q.shape[2], k.shape[2]), scale, layout, kv_heads)
+
+
+def _padded_attention(query, key, value, head_num, layout, pse, scale, sparse):
+    """Attention for BSH/SBH/BSND/BNSD: out in ``layout``, row statistics [B, N, Sq]."""
+    call = _padded_in_bnsd(query, key, value, head_num, layout, pse, scale, sparse)
+    out, row_max, row_sum = _attention_bnsd(call.query, call.key, call.value, call.pse, call.masked, scale)
+    return call.output(out), row_max, row_sum
 
 
 def _varlen_attention(query, key, value, head_num, pse, scale, sparse, actual_seq_qlen, actual_seq_kvlen):
