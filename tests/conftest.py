@@ -23,6 +23,8 @@ def pytest_configure(config: pytest.Config) -> None:
     imported, and a hook of this file that imported it at load would come first."""
     if config.pluginmanager.hasplugin("msprobe") and (config.getoption("msprobe_dump") or config.getini("msprobe_dump")):
         return
+    if config.getoption("dist", "no") != "no" and not hasattr(config, "workerinput"):
+        return  # the xdist controller runs no test (its workers do): 8 s of CPU before they start
     import pytest_msprobe.frameworks.torch_engine  # noqa: F401
     from pytest_msprobe.frameworks import output_bounds
 
