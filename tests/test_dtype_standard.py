@@ -188,8 +188,8 @@ def test_nan_and_inf_must_sit_at_the_same_places_and_are_left_out_of_the_budget(
 
 
 def test_a_dtype_without_a_budget_falls_back_to_the_basic_rule():
-    result = verdict(np.array([1.0, 2.0]), np.array([1.0, 2.5]), "torch.float8_e4m3fn")
-    assert result.status == ERROR and result.message.startswith("no dtype budget for torch.float8_e4m3fn, basic rule: ")
+    result = verdict(np.array([1.0, 2.0]), np.array([1.0, 2.5]), "torch.float8_e8m0fnu")
+    assert result.status == ERROR and result.message.startswith("no dtype budget for torch.float8_e8m0fnu, basic rule: ")
 
 
 def test_within_budget_tells_a_rounding_floor_failure_from_a_fault():

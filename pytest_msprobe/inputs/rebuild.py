@@ -46,6 +46,13 @@ FLOAT_MAX: dict[str, float] = {
     "float8_e4m3fnuz": 240.0,
     "float8_e5m2fnuz": 57344.0,
 }
+# Dtypes a dump names that no framework here builds a tensor of, by the last part of the name,
+# lower case: what the message says instead of "unknown" (the dtype standard judges such an
+# output's float values by the format's ULP where they arrive: judging/standards/formats8.py).
+NO_TENSOR_HERE: dict[str, str] = {
+    "hifloat8tensor": "is HiFloat8 (torch_npu's 8-bit format): no tensor of it can be built without torch_npu",
+    "hifloat8": "is HiFloat8 (Ascend's 8-bit format): no tensor of it can be built here",
+}
 INT_RANGE: dict[str, tuple[int, int]] = {
     name: (int(np.iinfo(name).min), int(np.iinfo(name).max))
     for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -268,7 +275,9 @@ class Rebuilder:
         try:
             dtype = self.codec.dtype(dtype_name)
         except (KeyError, TypeError):
-            raise self.error(f"{field_path}.dtype", f"unknown dtype {dtype_name!r}") from None
+            why = NO_TENSOR_HERE.get(dtype_name.rsplit(".", 1)[-1].lower())
+            what = f"dtype {dtype_name!r} {why}" if why else f"unknown dtype {dtype_name!r}"
+            raise self.error(f"{field_path}.dtype", what) from None
         shape = spec.get("shape")
         if not isinstance(shape, list) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape

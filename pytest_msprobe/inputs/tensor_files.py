@@ -53,6 +53,10 @@ STORAGES: dict[str, tuple[str, int]] = {
 }
 # The functions torch.save's pickle rebuilds a plain tensor with (the tensor's args, by position).
 REBUILD_TENSOR = "torch._utils._rebuild_tensor_v2"
+# A dtype without a typed storage (float8_*) is saved as an UntypedStorage of bytes, its dtype
+# the seventh argument of _rebuild_tensor_v3 (torch.save's pickle, torch 2.x).
+REBUILD_TENSOR_V3 = "torch._utils._rebuild_tensor_v3"
+UNTYPED = "UntypedStorage"
 WRAPPERS = ("torch._utils._rebuild_parameter", "torch._tensor._rebuild_from_type_v2")
 
 
@@ -219,7 +223,7 @@ def _pt_archive(archive: zipfile.ZipFile) -> Declared:
         raise Unreadable(f"its data.pkl does not read: {type(exc).__name__}: {_line(exc)}") from None
     found = Declared(holds=_holds(top))
     for storage in reader.storages.values():
-        dtype, size = STORAGES.get(storage.kind, ("", 0))
+        dtype, size = STORAGES.get(storage.kind, ("", 0)) if storage.kind != UNTYPED else ("bytes", 1)
         record = members.get(f"{prefix}data/{storage.key}")
         if record is None:
             raise Unreadable(f"storage {storage.key!r} has no record data/{storage.key} in the archive")
@@ -235,18 +239,20 @@ def _pt_archive(archive: zipfile.ZipFile) -> Declared:
         storage, shape = tensor[0], tensor[2] if len(tensor) > 2 else None
         if isinstance(shape, tuple) and all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
             found.shape = list(shape)
-        if isinstance(storage, _Storage):
+        if isinstance(storage, _Storage) and storage.kind == UNTYPED and len(tensor) > 6:
+            found.dtype = getattr(tensor[6], "qualified", "").rsplit(".", 1)[-1]
+        elif isinstance(storage, _Storage):
             found.dtype = STORAGES.get(storage.kind, (storage.kind, 0))[0]
     return found
 
 
 def _tensor_args(top: Any) -> tuple | None:
-    """The arguments of _rebuild_tensor_v2 where the pickle's top is one plain tensor (a
+    """The arguments of _rebuild_tensor_v2 (or _v3) where the pickle's top is one plain tensor (a
     Parameter, a tensor subclass: wrapped around one)."""
     for _ in range(4):
         qualified = getattr(top, "qualified", "")
         args: Any = getattr(top, "args", ())
-        if qualified == REBUILD_TENSOR:
+        if qualified in (REBUILD_TENSOR, REBUILD_TENSOR_V3):
             return tuple(args)
         if qualified == WRAPPERS[0] and args:
             top = args[0]

@@ -177,6 +177,11 @@ def compare(c: Comparison, standard: Standard) -> tuple[Metrics, Verdict]:
         return Metrics(None, float("nan"), float("nan")), Verdict(ERROR, [fault], severity=math.inf)
     m = metrics(c.tested, c.bench)
     if _kind(c.tested) != "f":
+        # A standard may judge some integer outputs otherwise (the dtype standard: a quantisation's).
+        judge_integer = getattr(standard, "judge_integer", None)
+        verdict = judge_integer(c, m) if judge_integer is not None else None
+        if verdict is not None:
+            return m, verdict
         wrong = exact_mismatch(c)
         return m, Verdict(ERROR if wrong else PASS, wrong, severity=math.inf if wrong else 0.0)
     faults = nonfinite_mismatch(m)

@@ -12,6 +12,11 @@ an error. So a bf16 matmul accumulated in bf16, a TF32 GEMM, a tanh GELU for an 
 gradient missing a term fail, and other summation orders, 1-ULP math libraries, online softmax
 or Welford's layer_norm pass (bench/studies/kernel_bounds.md).
 
+The 8-bit formats (float8_e4m3fn, float8_e5m2, their fnuz variants, HiFloat8) get the same
+budget with their own ULP (formats8.py); a cast into one of them, and a quantisation's integer
+output, are one rounding and judged exactly (one_rounding.py): equal to the bench's cast, within
+one unit of the bench's quantised value.
+
 The ini key msprobe_tolerances adjusts it per API, first match wins:
 `pattern: rtol=.., atol=..` judges the outputs it matches by torch.testing.assert_close's rule
 instead; `pattern: inputs=hf32` or `accumulate=fp16` declares what a team accepts of a kernel
@@ -27,6 +32,8 @@ from ...results import ERROR, PASS, WARNING
 from ..compare import Comparison, Metrics, incomparable, nonfinite_mismatch
 from . import Verdict
 from .budget import Constants, Reading, format_of, read
+from .formats8 import is_eight_bit
+from .one_rounding import is_cast, is_quantisation, judge_cast, judge_quantised
 from .rule import BasicRule
 from .tolerances import Tolerances
 
@@ -76,6 +83,8 @@ class DtypeStandard:
         fmt = format_of(c.tested_dtype)
         if fmt is None:
             return _judge_basic(c, m)
+        if is_eight_bit(fmt) and is_cast(c.name):
+            return judge_cast(c, m, fmt)  # one rounding: equal to the bench's (one_rounding.py)
         allowance = tolerance.accumulation if tolerance is not None else None
         reading = read(c.tested, c.bench, fmt, c.extra, CONSTANTS, allowance, m.blocks)
         status = PASS if reading.ratio <= 1 else WARNING if self.warning and reading.ratio <= CONSTANTS.band else ERROR
@@ -83,6 +92,11 @@ class DtypeStandard:
         if tolerance is not None:
             message += f" (allowed: {tolerance.describe()})"
         return Verdict(status, [message], ratio=reading.ratio, severity=reading.ratio)
+
+    def judge_integer(self, c: Comparison, m: Metrics) -> Verdict | None:
+        """An integer output judged otherwise than by equality: a quantisation's, within one unit
+        (one_rounding.py); None for the others (compare.compare asks them equal)."""
+        return judge_quantised(c, m) if is_quantisation(c.name) else None
 
     def within_budget(self, c: Comparison, m: Metrics) -> bool:
         """Whether the output passes this standard with no warning band: under the basic
