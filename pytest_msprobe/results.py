@@ -72,6 +72,9 @@ class OutputResult:
     # Which of an entry's two checks it is of, in a run that judges the recorded outputs and a
     # re-run both (--msprobe-device recorded,cpu): "recorded" or the device; "" in any other run.
     side: str = ""
+    # --msprobe-html only: a bounded sample of the output's elements for the report's figures
+    # (judging/samples.py), or None; it rides to the xdist controller with the rest.
+    samples: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)

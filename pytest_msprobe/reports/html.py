@@ -1,0 +1,535 @@
+"""One self-contained HTML file of a run: where in the step precision is lost, and how.
+
+Built from the entries' results (EntryResult), whichever way they come: the run's own, in the
+process that writes the CSVs (--msprobe-html), or read back from CSV pairs (`python -m
+pytest_msprobe.report`, the merge of shards), each pair's journal giving what its columns do not
+(call sites, each output's share of its budget, the per-output samples). The page, the most
+telling first: the header (dumps, settings, counts), the step as a line, the roll-up by API,
+the table of entries (filter, sort), and the failing outputs' details with their figures.
+Every script and style is inline: it opens from a CI artifact with no network. No pytest.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..dumps.dump import BACKWARD, FORWARD, DumpError, read_dump
+from ..results import ERROR, PASS, SKIP, WARNING, EntryResult, OutputResult, Status
+from ..untrusted import printable
+from . import files, html_figures, manifest
+from .csv_files import DETAILS_COLUMNS, ReportError, details_path_for, read_result_rows
+from .journal import journal_path_for, read_journal
+from .merge import split_message
+from .messages import call_site_text, entry_message, output_text, probe_text
+from .resume import complete_records, read_details_outputs
+
+STATUS_ORDER = (ERROR, WARNING, PASS, SKIP)
+MAX_FIGURES = 50  # failing outputs drawn with their samples, worst first: the file stays a few MB
+
+
+@dataclass
+class Entry:
+    """One entry as the page shows it."""
+
+    result: EntryResult
+    message: str  # what the result row says of it (entry_message, or the CSV's own text)
+    x: int = 0  # its place in the call order of its dump
+    anchor: str = ""  # the id of its detail, where it has one
+
+    @property
+    def api_type(self) -> str:
+        """`Functional.linear` of `Functional.linear.3`: the roll-up's key."""
+        head, _, tail = self.result.api.rpartition(".")
+        return head if head and tail.isdigit() else self.result.api
+
+
+@dataclass
+class Report:
+    """What the page is made of: the entries, and the manifests of the dumps they are of."""
+
+    entries: list[Entry]
+    manifests: list[dict[str, Any]] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # the result CSVs the rows are in
+
+
+def esc(text: object) -> str:
+    """Dump text on its way into the page: control characters escaped, then HTML's own."""
+    return html.escape(printable("" if text is None else str(text)), quote=True)
+
+
+# -- the results, from a run or from files --------------------------------------------------------
+
+
+def from_results(results: Sequence[EntryResult], manifests: Sequence[dict[str, Any]], sources: Sequence[str]) -> Report:
+    """The report of a run's own results (in the order they came; placed by their position)."""
+    return _placed([Entry(r, entry_message(r)) for r in results], list(manifests), list(sources))
+
+
+def from_pairs(result_paths: Sequence[Path], sources: Sequence[Path] = ()) -> Report:
+    """The report of CSV pairs (a run's, or the shards of one merge): their rows, each entry the
+    journal beside its pair holds taken from there (it has what the columns do not). sources: the
+    pairs the header names, where not these (a merge's own).
+
+    Raises ReportError naming the file that is missing or is not one of a pair."""
+    entries: dict[tuple[str, str, str], Entry] = {}
+    manifests: list[dict[str, Any]] = []
+    for result_path in result_paths:
+        document = _manifest(result_path)
+        dump = str(document["dump"]["path"]) if document else str(result_path)
+        if document and all(m["dump"].get("sha256") != document["dump"].get("sha256") for m in manifests):
+            manifests.append(document)
+        order = _entry_order(document)
+        for entry in _pair_entries(result_path):
+            entry.result.dump = dump
+            if entry.result.position is None:
+                entry.result.position = order.get(entry.result.entry)
+            entries.setdefault((dump, entry.result.api, entry.result.direction), entry)
+    return _placed(list(entries.values()), manifests, [str(p) for p in sources or result_paths])
+
+
+def _pair_entries(result_path: Path) -> list[Entry]:
+    if not result_path.is_file():
+        raise ReportError(f"{result_path}: no such result CSV")
+    rows = read_result_rows(result_path)
+    details = details_path_for(result_path)
+    if not details.is_file():
+        raise ReportError(f"{details}: no details CSV beside the result CSV {result_path.name}")
+    complete_records(details, DETAILS_COLUMNS)  # its header checked: ReportError naming it
+    outputs = read_details_outputs(details)
+    try:
+        journal = {(r.api, r.direction): r for r in read_journal(journal_path_for(result_path))}
+    except OSError:
+        journal = {}
+    found = []
+    for row in rows:
+        api, forward, backward, message = [*row, "", "", ""][:4]
+        texts = split_message(message, forward, backward)
+        for direction, status, text in ((FORWARD, forward, texts[0]), (BACKWARD, backward, texts[1])):
+            if status not in {s.value for s in Status}:
+                continue
+            known = journal.get((api, direction))
+            if known is not None and known.status.value == status:
+                found.append(Entry(known, entry_message(known)))
+            else:
+                rows_of = outputs.get((api, direction), [])
+                found.append(Entry(EntryResult(api, direction, Status(status), "", rows_of), text))
+    return found
+
+
+def _manifest(result_path: Path) -> dict[str, Any] | None:
+    try:
+        return manifest.read(result_path)
+    except manifest.ManifestError:
+        return None  # an older run's pair: the header says less
+
+
+def _entry_order(document: dict[str, Any] | None) -> dict[str, int]:
+    """The position of each entry in its dump, where the dump is still there as it was."""
+    if not document:
+        return {}
+    path = Path(document["dump"]["path"])
+    try:
+        if manifest.sha256(path) != document["dump"].get("sha256"):
+            return {}
+        return {name: i for i, name in enumerate(read_dump(path).entries)}
+    except (OSError, DumpError):
+        return {}
+
+
+def _placed(entries: list[Entry], manifests: list[dict[str, Any]], sources: list[str]) -> Report:
+    """Entries in call order per dump (their position, else as they came), each with its x and anchor."""
+    by_dump: dict[str, list[Entry]] = defaultdict(list)
+    for entry in entries:
+        by_dump[entry.result.dump].append(entry)
+    ordered = []
+    for dump in sorted(by_dump):
+        came = by_dump[dump]
+        came.sort(key=lambda e: (e.result.position is None, e.result.position or 0))
+        for x, entry in enumerate(came):
+            entry.x = entry.result.position if entry.result.position is not None else x
+            ordered.append(entry)
+    for n, entry in enumerate(e for e in ordered if e.result.status in (ERROR, WARNING)):
+        entry.anchor = f"d{n}"
+    return Report(ordered, manifests, sources)
+
+
+# -- figures of a share of the budget ---------------------------------------------------------------
+
+
+def _settings(report: Report) -> dict[str, Any]:
+    return report.manifests[0].get("settings", {}) if report.manifests else {}
+
+
+def output_ratio(output: OutputResult, settings: dict[str, Any]) -> float | None:
+    """How many times its budget the output is off: the standard's own figure where the run kept
+    it, else (a row read back from a CSV) basic's from the metrics and the run's thresholds."""
+    if output.status == SKIP:
+        return None
+    if output.severity is not None:
+        return output.severity
+    if output.max_abs_err is None:
+        return math.inf if output.status == ERROR else None
+    if math.isnan(output.max_abs_err) or math.isinf(output.max_abs_err):
+        return math.inf
+    bound = float(settings.get("max_abs_err") or 1e-4)
+    ratios = [output.max_abs_err / bound]
+    if output.cosine is not None and not math.isnan(output.cosine):
+        ratios.append((1 - output.cosine) / max(1 - float(settings.get("cosine") or 0.99), 1e-300))
+    return max(ratios)
+
+
+def entry_ratio(result: EntryResult, settings: dict[str, Any]) -> tuple[float | None, OutputResult | None]:
+    """The worst output's ratio, and that output; an error with no output judged is beyond any budget."""
+    rated = [(output_ratio(o, settings), o) for o in result.outputs]
+    rated = [(r, o) for r, o in rated if r is not None]
+    if rated:
+        return max(rated, key=lambda pair: (pair[1].status in (ERROR, WARNING), _sortable(pair[0])))
+    return (math.inf, None) if result.status == ERROR else (None, None)
+
+
+def _sortable(value: float | None) -> float:
+    if value is None:
+        return -math.inf
+    return math.inf if math.isnan(value) else value
+
+
+def _ratio_text(value: float | None) -> str:
+    if value is None:
+        return ""
+    if math.isinf(value) or math.isnan(value):
+        return "beyond any budget"
+    return f"{value:.3g}"
+
+
+def _number(value: float | None, digits: int = 6) -> str:
+    return "" if value is None else f"{value:.{digits}g}"
+
+
+# -- the page -------------------------------------------------------------------------------------
+
+
+def build(report: Report) -> str:
+    """The whole page, one string."""
+    settings = _settings(report)
+    figures: list[dict[str, Any]] = []
+    body = [
+        _header(report, settings),
+        _step(report, settings, figures),
+        _rollup(report, settings),
+        _table(report, settings),
+        _details(report, settings, figures),
+    ]
+    data = json.dumps(_finite(figures), allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
+    return "".join(
+        [
+            "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>",
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+            f"<title>pytest-msprobe report: {esc(_title(report))}</title>",
+            f"<style>{_asset('html_page.css')}</style>",
+            # Before anything else runs: every script error of the page lands in #script-errors.
+            f"<script>{_asset('html_errors.js')}</script>",
+            "</head><body>",
+            "<div id='script-errors' hidden></div>",
+            *body,
+            f"<script type='application/json' id='msprobe-figures'>{data}</script>",
+            f"<script>{html_figures.bundle()}</script>",
+            f"<script>{_asset('html_page.js')}</script>",
+            "</body></html>\n",
+        ]
+    )
+
+
+def write(path: Path, report: Report) -> Path:
+    """The page at path, whole or not at all: made beside it and moved over it (a link at the
+    name is replaced, never written through). Raises OSError, PlottingMissing."""
+    text = build(report)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    files.write_new(temporary, text.encode("utf-8"))
+    os.replace(temporary, path)
+    return path
+
+
+def write_run(path: Path, results: Sequence[EntryResult], result_paths: Sequence[Path]) -> Path:
+    """The page of a run's own results, its pairs' manifests for the header (--msprobe-html)."""
+    described = [document for document in map(_manifest, result_paths) if document]
+    return write(path, from_results(results, described, [str(p) for p in result_paths]))
+
+
+def why(exc: BaseException) -> str:
+    """What stopped the page, in words: plotly missing (how to get it), a path it would not write through."""
+    if isinstance(exc, OSError) and not isinstance(exc, files.FileRefused):
+        return f"{exc.strerror or exc}"
+    return str(exc)
+
+
+def _title(report: Report) -> str:
+    dumps = [str(m["dump"]["path"]) for m in report.manifests] or sorted({e.result.dump for e in report.entries})
+    return ", ".join(dumps[:3]) + (f" and {len(dumps) - 3} more" if len(dumps) > 3 else "")
+
+
+def _header(report: Report, settings: dict[str, Any]) -> str:
+    rows = []
+    for document in report.manifests:
+        dump = document["dump"]
+        calls = f", {dump['api_calls']} API calls" if dump.get("api_calls") is not None else ""
+        rows.append(("dump", f"{dump['path']} (sha256 {str(dump.get('sha256', ''))[:12]}{calls})"))
+    if not report.manifests:
+        rows += [("dump", dump) for dump in sorted({e.result.dump for e in report.entries})]
+    if settings:
+        standard = settings.get("standard", "")
+        if standard == "basic":
+            standard += f": Cosine > {settings.get('cosine')} and MaxAbsErr < {settings.get('max_abs_err')}"
+        else:
+            standard += ": a per-element budget of the output dtype's rounding"
+        rows += [
+            ("device", settings.get("device", "")),
+            ("inputs", f"{settings.get('mode', '')} (seed {settings.get('seed', '')})"),
+            ("standard", standard),
+        ]
+        rows += [("tolerance", line) for line in settings.get("tolerances") or []]
+        rows.append(("plugin", f"pytest-msprobe {report.manifests[0].get('plugin', __version__)}"))
+    rows += [("rows", source) for source in report.sources]
+    rows.append(("written", time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())))
+    counts = []
+    for direction in (FORWARD, BACKWARD):
+        got = Counter(e.result.status for e in report.entries if e.result.direction == direction)
+        if got:
+            cells = "".join(f"<td class='s-{s.value}'>{got.get(s, 0)} {s.value}</td>" for s in STATUS_ORDER)
+            counts.append(f"<tr><th>{direction}</th>{cells}</tr>")
+    table = "".join(f"<tr><th>{esc(name)}</th><td>{esc(value)}</td></tr>" for name, value in rows)
+    return (
+        f"<header><h1>pytest-msprobe: {esc(_title(report))}</h1>"
+        f"<table class='meta'>{table}</table>"
+        f"<table class='counts' id='counts'>{''.join(counts)}</table></header>"
+    )
+
+
+def _step(report: Report, settings: dict[str, Any], figures: list[dict[str, Any]]) -> str:
+    parts = ["<section id='step'><h2>The step, entry by entry</h2>"]
+    parts.append(
+        "<p class='hint'>Every entry in call order; up: its worst output's share of its budget (1: at the budget). "
+        "A fault beyond any budget (NaN, a shape) sits at the top, a SKIP at the floor.</p>"
+    )
+    by_dump: dict[str, list[Entry]] = defaultdict(list)
+    for entry in report.entries:
+        by_dump[entry.result.dump].append(entry)
+    for dump, entries in by_dump.items():
+        points = []
+        for entry in entries:
+            ratio, worst = entry_ratio(entry.result, settings)
+            where = call_site_text(entry.result.call_site)
+            hover = f"<b>{esc(entry.result.entry)}</b> ({entry.result.status.value})"
+            hover += f"<br>{esc(worst.label if worst else '')} ratio {_ratio_text(ratio)}"
+            hover += f"<br>{esc(where[:160])}" if where else ""
+            points.append(html_figures.StepPoint(entry.x, ratio, entry.result.status.value, hover))
+        failures = [e.x for e in entries if e.result.status == ERROR]
+        figures.append(html_figures.step_figure(points, dump if len(by_dump) > 1 else "", min(failures, default=None)))
+        parts.append(f"<div class='fig step' data-fig='{len(figures) - 1}'></div>")
+        first = next((e for e in entries if e.result.status == ERROR), None)
+        if first is not None:
+            site = call_site_text(first.result.call_site)
+            parts.append(
+                "<p id='first-failure'>First failure in call order: "
+                f"<a href='#{first.anchor}'>{esc(first.result.entry)}</a> (entry {first.x + 1}) {esc(site)}</p>"
+            )
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _rollup(report: Report, settings: dict[str, Any]) -> str:
+    groups: dict[str, list[Entry]] = defaultdict(list)
+    for entry in report.entries:
+        groups[entry.api_type].append(entry)
+    rows = []
+    for api_type, entries in groups.items():
+        counts = Counter(e.result.status for e in entries)
+        worst = max((_sortable(entry_ratio(e.result, settings)[0]) for e in entries), default=-math.inf)
+        worst_value = None if worst == -math.inf else worst
+        calls = len({(e.result.dump, e.result.api) for e in entries})
+        cells = [
+            _cell(api_type),
+            _cell(calls, calls),
+            *(_cell(counts.get(s, 0), counts.get(s, 0), f"s-{s.value}" if counts.get(s) else "") for s in STATUS_ORDER),
+            _cell(_ratio_text(worst_value), _sortable(worst_value)),
+        ]
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    head = _head(["API", "calls", "error", "warning", "pass", "SKIP", "worst ratio"])
+    return (
+        "<section id='apis'><h2>By API</h2><div class='scroll'>"
+        f"<table class='sortable' id='api-table'>{head}<tbody>{''.join(rows)}</tbody></table></div></section>"
+    )
+
+
+def _table(report: Report, settings: dict[str, Any]) -> str:
+    rows = []
+    for entry in report.entries:
+        result = entry.result
+        ratio, worst = entry_ratio(result, settings)
+        name = esc(result.entry)
+        link = f"<a href='#{entry.anchor}'>{name}</a>" if entry.anchor else name
+        cells = [
+            _cell(result.status.value, STATUS_ORDER.index(result.status), f"s-{result.status.value}"),
+            f"<td data-v='{esc(result.entry)}'>{link}</td>",
+            _cell(result.direction),
+            _cell(worst.label if worst else ""),
+            _cell(_ratio_text(ratio), _sortable(ratio)),
+            _cell(_number(worst.cosine if worst else None), _sortable(worst.cosine if worst else None)),
+            _cell(_number(worst.max_abs_err if worst else None, 4), _sortable(worst.max_abs_err if worst else None)),
+            _cell(call_site_text(result.call_site)),
+            _cell(entry.message, cls="msg"),
+        ]
+        rows.append(f"<tr data-status='{result.status.value}' data-x='{entry.x}'>{''.join(cells)}</tr>")
+    head = _head(
+        ["status", "entry", "direction", "worst output", "ratio", "Cosine", "MaxAbsErr", "call site", "message"]
+    )
+    options = "".join(
+        f"<option value='{v}'>{label}</option>"
+        for v, label in (("", "every status"), ("not-pass", "not pass"), *((s.value, s.value) for s in STATUS_ORDER))
+    )
+    return (
+        "<section id='entries'><h2>Entries</h2><div class='controls'>"
+        f"<label>status <select id='status-filter'>{options}</select></label> "
+        "<label>text <input id='text-filter' type='search' placeholder='API, call site, message'></label> "
+        "<span id='shown-count'></span></div><div class='scroll'>"
+        f"<table class='sortable' id='entry-table'>{head}<tbody>{''.join(rows)}</tbody></table></div></section>"
+    )
+
+
+def _details(report: Report, settings: dict[str, Any], figures: list[dict[str, Any]]) -> str:
+    failing = [e for e in report.entries if e.anchor]
+    if not failing:
+        return "<section id='details'><h2>Failing entries</h2><p>None: every entry passed or was skipped.</p></section>"
+    drawn = _drawn_outputs(failing, settings)
+    parts = ["<section id='details'><h2>Failing entries</h2>"]
+    for entry in failing:
+        result = entry.result
+        parts.append(
+            f"<article class='detail s-border-{result.status.value}' id='{entry.anchor}' "
+            f"data-entry='{esc(result.entry)}'>"
+        )
+        parts.append(f"<h3><span class='s-{result.status.value}'>{result.status.value}</span> {esc(result.entry)}</h3>")
+        site = call_site_text(result.call_site)
+        if site:
+            parts.append(f"<p class='site'>{esc(site)}</p>")
+        parts.append(f"<p class='msg'>{esc(entry.message)}</p>")
+        if result.probe is not None:
+            parts.append(f"<p>fp32 probe: {esc(probe_text(result.probe))}</p>")
+        for output in result.outputs:
+            parts.append(_output_detail(result, output, settings, (id(output) in drawn), figures))
+        parts.append("</article>")
+    if len(drawn) < sum(1 for e in failing for o in e.result.outputs if o.samples):
+        parts.append(f"<p class='hint'>Figures are drawn for the {MAX_FIGURES} worst failing outputs.</p>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _drawn_outputs(failing: Iterable[Entry], settings: dict[str, Any]) -> set[int]:
+    sampled = [o for e in failing for o in e.result.outputs if o.samples and o.status in (ERROR, WARNING)]
+    sampled.sort(key=lambda o: -_sortable(output_ratio(o, settings)))
+    return {id(o) for o in sampled[:MAX_FIGURES]}
+
+
+def _output_detail(
+    result: EntryResult, output: OutputResult, settings: dict[str, Any], draw: bool, figures: list
+) -> str:
+    ratio = output_ratio(output, settings)
+    metrics = (
+        f"{esc(output.tested_dtype)} {esc(output.shape if output.shape is not None else '')}, "
+        f"Cosine {_number(output.cosine)}, MaxAbsErr {_number(output.max_abs_err, 4)}, "
+        f"MaxRelativeErr {_number(output.max_rel_err, 4)}, ratio {_ratio_text(ratio)}"
+    )
+    text = output_text(output)
+    parts = [
+        f"<div class='output'><h4><span class='s-{output.status.value}'>{output.status.value}</span> "
+        f"{esc(result.output_name(output))}{esc(f' ({output.side})' if output.side else '')}</h4>",
+        f"<p>{metrics}</p>",
+        f"<p class='msg'>{esc(text)}</p>" if text else "",
+    ]
+    samples = output.samples
+    if draw and samples:
+        figures.extend(sample_figures(samples, output, settings))
+        first = len(figures) - 2
+        parts.append(
+            f"<div class='pair'><div class='fig' data-fig='{first}'></div>"
+            f"<div class='fig' data-fig='{first + 1}'></div></div>"
+        )
+        parts.append(_worst_table(samples))
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def sample_figures(samples: dict[str, Any], output: OutputResult, settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """The scatter of |t - b| against |b| with the bounds as lines, and the histogram in ULP."""
+    bench, error = samples["bench"], samples["error"]
+    dtype = samples.get("dtype", output.tested_dtype)
+    lines = []
+    if bench:
+        low, high = max(min(bench), 1e-30), max(max(bench), 1e-30)
+        xs = [low * (high / low) ** (i / 40) for i in range(41)] if high > low else [low]
+        ulp = samples.get("ulp_of_one")
+        if ulp:
+            lines.append((f"1 ULP of {dtype.rsplit('.', 1)[-1]}", xs, [ulp * _pow2_floor(x) for x in xs]))
+        if settings.get("standard", "basic") == "basic" and settings.get("max_abs_err"):
+            bound = float(settings["max_abs_err"])
+            lines.append((f"MaxAbsErr < {bound:g}", [xs[0], xs[-1]], [bound, bound]))
+    kept = samples.get("total", len(bench))
+    title = f"|t - b| against |b|: {len(bench)} of {kept} elements"
+    return [
+        html_figures.error_figure(bench, error, lines, title),
+        html_figures.ulp_figure(
+            [math.inf if edge is None else edge for edge in samples["ulp_edges"]],
+            samples["ulp_counts"],
+            dtype.rsplit(".", 1)[-1],
+        ),
+    ]
+
+
+def _pow2_floor(x: float) -> float:
+    return 2.0 ** math.floor(math.log2(x)) if x > 0 else 0.0
+
+
+def _worst_table(samples: dict[str, Any]) -> str:
+    rows = "".join(
+        f"<tr><td>[{', '.join(str(i) for i in w['index'])}]</td><td>{w['tested']:.8g}</td><td>{w['bench']:.8g}</td>"
+        f"<td>{w['error']:.4g}</td><td>{w['ulp']:.3g}</td></tr>"
+        for w in samples.get("worst", [])
+    )
+    head = "<tr><th>index</th><th>tested</th><th>bench</th><th>|t - b|</th><th>ULP</th></tr>"
+    return f"<div class='scroll'><table class='worst'><caption>worst elements</caption>{head}{rows}</table></div>"
+
+
+def _cell(text: object, sort: object = None, cls: str = "") -> str:
+    key = "" if sort is None else f" data-v='{esc(sort if not isinstance(sort, float) else repr(sort))}'"
+    klass = f" class='{cls}'" if cls else ""
+    return f"<td{klass}{key}>{esc(text)}</td>"
+
+
+def _head(names: Sequence[str]) -> str:
+    return "<thead><tr>" + "".join(f"<th>{esc(name)}</th>" for name in names) + "</tr></thead>"
+
+
+def _finite(data: Any) -> Any:
+    """JSON has no NaN or inf: they become null (plotly leaves such a point out)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_finite(value) for value in data]
+    return data
+
+
+def _asset(name: str) -> str:
+    """A script or style of the page, shipped beside this module."""
+    return (Path(__file__).parent / name).read_text(encoding="utf-8")
