@@ -63,6 +63,7 @@ class Options:
     timeout: float = DEFAULT_TIMEOUT  # seconds; 0: no limit
     max_skip_ratio: float = DEFAULT_MAX_SKIP_RATIO  # more SKIPped entries than this share: exit 5
     strict: bool = False  # a warning fails its item, as an error does
+    html: str = ""  # the HTML report written at the end of the run; "": none (and no plotting library loaded)
 
     @property
     def rerun_on(self) -> str | None:
@@ -79,6 +80,9 @@ class Options:
 
     def repro_dir(self, base: Path) -> Path | None:
         return base / self.repro if self.repro else None
+
+    def html_path(self, base: Path) -> Path | None:
+        return base / self.html if self.html else None
 
     def error_data_dir(self, base: Path) -> Path | None:
         if self.save_error_data is None:
@@ -246,6 +250,12 @@ OPTIONS = (
         expects="a share from 0 to 1",
     ),
     Option("strict", "a warning fails its item and the run, as an error does", read=read_bool, bare=True),
+    Option(
+        "html",
+        "one self-contained HTML file of the run, written at its end: the step as a line, a roll-up by API, "
+        "every entry, and the failing outputs' figures (needs plotly: pip install 'pytest-msprobe[html]')",
+        metavar="PATH",
+    ),
 )
 
 

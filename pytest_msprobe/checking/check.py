@@ -15,7 +15,8 @@ from ..frameworks import BenchmarkFailed, OutputPair, Probe, Run, RunOptions, Un
 from ..frameworks.output_bounds import recorded_entry
 from ..inputs.rebuild import InputError, element_budget
 from ..judging.compare import Comparison, compare
-from ..judging.standards import Standard
+from ..judging.samples import figure_samples
+from ..judging.standards import Standard, Verdict
 from ..options import DEFAULT_MAX_ELEMENTS, DEFAULT_TIMEOUT
 from ..reports.fallbacks import explain_bench
 from ..results import ERROR, PASS, SKIP, EntryResult, OutputResult, ProbeResult, judged_twice, worst_status
@@ -38,6 +39,7 @@ class Checker:
     call_sites: CallSites = field(default_factory=CallSites, compare=False)
     # --msprobe-device recorded,<device>: the check of the recorded outputs, made beside this one.
     recorded_too: Checker | None = None
+    samples: bool = False  # --msprobe-html: each failing output keeps a sample of its elements for the figures
 
     def check(self, dump: Dump, name: EntryName, position: int | None = None) -> EntryResult:
         """The entry's result; an `error` naming the limit where its check ran past --msprobe-timeout."""
@@ -124,7 +126,12 @@ class Checker:
             verdict.ratio,
             severity=verdict.severity,
             nonfinite=verdict.nonfinite,
+            samples=figure_samples(pair.tested, pair.bench, pair.tested_dtype) if self.wants_samples(verdict) else None,
         )
+
+    def wants_samples(self, verdict: Verdict) -> bool:
+        """Only a failing output, and only for --msprobe-html: a run without it pays nothing."""
+        return self.samples and verdict.status not in (PASS, SKIP)
 
     def probe(self, result: EntryResult, name: EntryName, run: Run, probe: Probe) -> ProbeResult:
         """The fp32 probe of a failing entry, judged by the run's standard."""

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ..dumps.dump import parse_entry_name
-from ..reports import files, manifest, summary
+from ..reports import files, html, manifest, summary
 from ..reports.csv_files import (
     ApiBook,
     ApiRow,
@@ -70,6 +70,7 @@ class CsvReporter:
         self.stopped = ""  # why the rows stopped (a full disk)
         self.locks: list[files.ResultLock] = []  # of the fresh pairs (a resumed one's is its Resumed's)
         self.late: list[str] = []  # what could not be written at the end (a manifest), for the summary
+        self.html: Path | None = None  # the HTML report, once written (--msprobe-html)
         config.add_cleanup(self.release)
         baseline = run.selection.baseline
         if baseline is not None and baseline.path.resolve() != (run.selection.resumed or Path()).resolve():
@@ -251,6 +252,18 @@ class CsvReporter:
         for journal in self.journals.values():
             journal.end()  # nothing runs any more: no entry of this run crashed
             journal.close()
+        self.write_html()
+
+    def write_html(self) -> None:
+        """--msprobe-html: the page of every entry the pairs hold (a resumed pair's earlier ones too)."""
+        path = self.run.options.html_path(Path(self.config.invocation_params.dir))
+        if path is None or not self.writers:
+            return
+        pairs = [writer.result_path for writer in self.writers.values()]
+        try:
+            self.html = html.write_run(path, [*self.run.selection.earlier, *self.results], pairs)
+        except (OSError, ImportError) as exc:  # a folder it cannot write, plotly missing
+            self.late.append(f"msprobe: the HTML report {path} is not written: {html.why(exc)}")
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.results and not self.writers:
@@ -275,5 +288,6 @@ class CsvReporter:
             )
         for writer in self.writers.values():
             lines += [f"result:  {writer.result_path}", f"details: {writer.details_path}"]
+        lines += [f"html:    {self.html}"] if self.html else []
         for line in lines:
             terminalreporter.write_line(cut(printable(line), MAX_LINE))

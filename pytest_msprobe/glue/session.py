@@ -143,6 +143,7 @@ class MsprobeRun:
             options.repro_dir(base),
             max_elements=options.max_elements,
             timeout=options.timeout,
+            samples=bool(options.html),
         )
         if options.judges_recorded and not recorded:  # recorded,<device>: each entry judged twice
             self.checker = replace(

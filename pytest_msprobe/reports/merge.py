@@ -268,8 +268,10 @@ def coverage_lines(groups: Sequence[Merged]) -> list[str]:
     return lines
 
 
-def merge(out_dirs: Sequence[Path], out: Path) -> tuple[list[str], bool]:
-    """Merge; the lines to print, and whether the run it makes passes (no error, no API missing)."""
+def merge(out_dirs: Sequence[Path], out: Path, html_path: Path | None = None) -> tuple[list[str], bool]:
+    """Merge; the lines to print, and whether the run it makes passes (no error, no API missing).
+    html_path: the HTML report of the merged run too, from the shards' pairs and journals (the
+    journals hold what the columns do not); MergeError where it cannot be written."""
     groups = group(find_pairs(out_dirs))
     for merged in groups:
         for pair in merged.pairs:
@@ -283,8 +285,20 @@ def merge(out_dirs: Sequence[Path], out: Path) -> tuple[list[str], bool]:
         sources = len(merged.pairs)
         lines.append(f"merged {sources} pair(s) of {merged.dump['path']}")
         lines += [f"result:  {path}", f"details: {details_path_for(path)}"]
+    if html_path is not None:
+        lines.append(f"html:    {write_html(html_path, groups, paths)}")
     failed = any(half.status == ERROR for m in groups for halves in m.apis.values() for half in halves.values())
     return lines, not failed and not missing
+
+
+def write_html(path: Path, groups: Sequence[Merged], merged: Sequence[Path]) -> Path:
+    from . import html  # plotly only where a page is asked for
+
+    try:
+        report = html.from_pairs([pair.result for m in groups for pair in m.pairs], sources=merged)
+        return html.write(path, report)
+    except (ReportError, OSError, ImportError) as exc:
+        raise MergeError(f"the HTML report {path} is not written: {html.why(exc)}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -294,9 +308,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("out_dirs", nargs="+", type=Path, metavar="OUT_DIR", help="a shard's --msprobe-out folder")
     parser.add_argument("--out", required=True, type=Path, help="folder for the merged pair(s)")
+    parser.add_argument("--html", type=Path, metavar="PATH", help="also write the merged run's HTML report there")
     args = parser.parse_args(argv)
     try:
-        lines, passed = merge(args.out_dirs, args.out)
+        lines, passed = merge(args.out_dirs, args.out, args.html)
     except MergeError as exc:
         print(printable(f"pytest_msprobe.reports.merge: {exc}"), file=sys.stderr)
         return 2
