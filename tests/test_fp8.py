@@ -222,6 +222,10 @@ def test_a_quantisations_integer_output_is_within_one_unit_and_its_scale_is_a_fl
     assert verdict(one_off, bench, "torch.int8", "Torch.argmax.0.forward.output.0").status == ERROR
     assert verdict(one_off, bench, "torch.int8", name, BasicStandard()).status == ERROR
     assert verdict(one_off, bench, "torch.int8", "NPU.npu_quant_lightning_indexer.0.forward.output.0").status == ERROR
+    # A position or a count of a quantising call (int32, int64) is no quantised value: equal.
+    rows = bench.astype(np.int32)
+    result = verdict(rows + 1, rows, "torch.int32", "NPU.npu_moe_init_routing_quant.0.forward.output.1")
+    assert result.status == ERROR and "integer/bool outputs must be equal" in result.message
     # The scale output of the same call is a float, judged by its budget.
     scale = rng.random(16) + 0.5
     result = verdict(scale.astype(np.float32), scale, "torch.float32", "NPU.npu_dynamic_quant.0.forward.output.1")
@@ -294,6 +298,25 @@ def test_a_hifloat8_tensor_that_cannot_be_built_says_so(dtype):
             spec, "input_args[0]"
         )
     assert str(info.value).startswith(
-        f"NPU.npu_quant_matmul.0.forward: input_args[0].dtype: dtype {dtype!r} is HiFloat8 ("
+        f"NPU.npu_quant_matmul.0.forward: input_args[0].dtype: dtype {dtype!r} is HiFloat8, "
     )
     assert "no tensor of it can be built" in str(info.value)
+
+
+def test_the_fp8_statistics_dump_passes_on_random_data_and_a_hifloat8_input_is_a_skip_that_says_why(
+    pytester, copy_dump
+):
+    dump = copy_dump("fp8_stats")
+    result = run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-standard", "dtype")
+    assert result.parseoutcomes()["passed"] == 21
+    rows = read_csv(pytester.path / "out", "details")
+    assert sum(row["Message"].startswith("a cast into e") for row in rows) == 6
+    # The same read-back of a HiFloat8 tensor (msprobe's PyTorch name for it): no tensor to build here.
+    data = json.loads(dump.read_text(encoding="utf-8"))
+    data["data"]["Tensor.float.0.forward"]["input_args"][0]["dtype"] = "torch_npu.HiFloat8Tensor"
+    dump.write_text(json.dumps(data), encoding="utf-8")
+    result = run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-standard", "dtype", out="hif8")
+    assert result.parseoutcomes()["passed"] == 20 and result.parseoutcomes()["skipped"] == 1
+    result.stdout.fnmatch_lines(
+        ["*dtype 'torch_npu.HiFloat8Tensor' is HiFloat8, torch_npu's own format: no tensor of it can be built*"]
+    )

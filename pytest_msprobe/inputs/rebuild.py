@@ -50,8 +50,8 @@ FLOAT_MAX: dict[str, float] = {
 # lower case: what the message says instead of "unknown" (the dtype standard judges such an
 # output's float values by the format's ULP where they arrive: judging/standards/formats8.py).
 NO_TENSOR_HERE: dict[str, str] = {
-    "hifloat8tensor": "is HiFloat8 (torch_npu's 8-bit format): no tensor of it can be built without torch_npu",
-    "hifloat8": "is HiFloat8 (Ascend's 8-bit format): no tensor of it can be built here",
+    "hifloat8tensor": "is HiFloat8, torch_npu's own format: no tensor of it can be built without torch_npu",
+    "hifloat8": "is HiFloat8, Ascend's own format: no tensor of it can be built here",
 }
 INT_RANGE: dict[str, tuple[int, int]] = {
     name: (int(np.iinfo(name).min), int(np.iinfo(name).max))

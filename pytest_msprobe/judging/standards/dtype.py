@@ -33,7 +33,7 @@ from ..compare import Comparison, Metrics, incomparable, nonfinite_mismatch
 from . import Verdict
 from .budget import Constants, Reading, format_of, read
 from .formats8 import is_eight_bit
-from .one_rounding import is_cast, is_quantisation, judge_cast, judge_quantised
+from .one_rounding import is_cast, is_quantised, judge_cast, judge_quantised
 from .rule import BasicRule
 from .tolerances import Tolerances
 
@@ -94,9 +94,9 @@ class DtypeStandard:
         return Verdict(status, [message], ratio=reading.ratio, severity=reading.ratio)
 
     def judge_integer(self, c: Comparison, m: Metrics) -> Verdict | None:
-        """An integer output judged otherwise than by equality: a quantisation's, within one unit
-        (one_rounding.py); None for the others (compare.compare asks them equal)."""
-        return judge_quantised(c, m) if is_quantisation(c.name) else None
+        """An integer output judged otherwise than by equality: a quantisation's int8/uint8, within
+        one unit (one_rounding.py); None for the others (compare.compare asks them equal)."""
+        return judge_quantised(c, m) if is_quantised(c) else None
 
     def within_budget(self, c: Comparison, m: Metrics) -> bool:
         """Whether the output passes this standard with no warning band: under the basic
