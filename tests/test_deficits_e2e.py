@@ -19,11 +19,15 @@ layer_norm's bias gradient in the low dtype, which is the accumulate_low deficit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import deficits as d
 import pytest
+from filelock import FileLock
 
 from conftest import DUMPS, read_csv, run_msprobe
 from pytest_msprobe.frameworks.npu_reference import UNCOMPARED_OUTPUTS
@@ -67,17 +71,39 @@ DIRECTIONS = {"forward": "Forward Test Success", "backward": "Backward Test Succ
 
 @pytest.fixture(scope="session")
 def corpora(tmp_path_factory):
-    """Corpora of a shipped dump, built once a session: every (entry, kind) that applies, or the kinds given."""
+    """Corpora of a shipped dump, built once a session: every (entry, kind) that applies, or the kinds given.
+
+    Once for all pytest-xdist workers too: a GPT's corpora take a minute of CPU to compute, and the tests
+    that read them land on either worker. The first to ask builds them in the workers' shared folder,
+    under a lock; the others wait and read what it planted (corpora.json)."""
     built: dict[tuple, list[d.Corpus]] = {}
+    shared = tmp_path_factory.getbasetemp()
+    shared = shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
 
     def build(name: str, kinds: tuple[str, ...] | None = None, entries: str = "") -> list[d.Corpus]:
         key = (name, kinds, entries)
         if key not in built:
-            plan = [(e, k) for e, k in d.plan_all(DUMPS[name], kinds) if e.startswith(entries)]
-            built[key] = d.build_corpora(DUMPS[name], tmp_path_factory.mktemp(name), plan, cpu_threads=CPU_THREADS)
+            folder = shared / "corpora" / "-".join([name, *(kinds or ("all",)), entries or "all"])
+            folder.parent.mkdir(exist_ok=True)
+            with FileLock(f"{folder}.lock"):
+                if not (folder / "corpora.json").exists():
+                    shutil.rmtree(folder, ignore_errors=True)  # what a build that raised left
+                    plan = [(e, k) for e, k in d.plan_all(DUMPS[name], kinds) if e.startswith(entries)]
+                    planted = d.build_corpora(DUMPS[name], folder, plan, cpu_threads=CPU_THREADS)
+                    done = [{"path": str(c.path), "planted": [asdict(p) for p in c.planted]} for c in planted]
+                    (folder / "corpora.json").write_text(json.dumps(done))
+                built[key] = [
+                    d.Corpus(Path(c["path"]), [d.Planted(**_tuples(p)) for p in c["planted"]])
+                    for c in json.loads((folder / "corpora.json").read_text())
+                ]
         return built[key]
 
     return build
+
+
+def _tuples(planted: dict) -> dict:
+    """A Planted's fields as its dataclass holds them (JSON gave lists for its tuples)."""
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in planted.items()}
 
 
 @dataclass
