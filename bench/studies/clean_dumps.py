@@ -35,6 +35,9 @@ def clean_dumps() -> dict[str, Path]:
     found = {p.name: p for p in sorted(DATA.iterdir()) if p.is_dir() and p.name.startswith(FAMILIES)}
     found["examples/pt_tensor_L1"] = ROOT / "examples" / "pt_tensor_L1"
     found["public"] = DATA / "public"
+    zoo = ROOT / "bench" / "zoo" / "dumps"  # bench/zoo/make_dumps.sh writes them (git-ignored)
+    if zoo.is_dir():
+        found.update({f"zoo/{p.name}": p for p in sorted(zoo.iterdir()) if (p / "dump.json").is_file()})
     return found
 
 

@@ -21,6 +21,7 @@ from .torch_engine import (
     CODEC,
     LOW_PRECISION,
     NONDETERMINISTIC,
+    RANDOM_BY_ARGUMENT,
     Call,
     NodeGradient,
     Sides,
@@ -178,6 +179,7 @@ def build_call(dump: Dump, name: EntryName, fns: tuple[Callable | None, Callable
         if CODEC.dtype_kind(spec["dtype"]) == "f"
     ]
     recover_undescribed(call)
+    random_by_argument(call)
     call.autocast = autocast_dtype(call)
     if call.autocast is not None:
         call.notes.append(f"autocast to {call.autocast} applied: recorded inputs are wider than the output")
@@ -204,9 +206,36 @@ def recover_undescribed(call: Call) -> None:
     call.kwargs = tree_map(recover, call.kwargs)
 
 
+def random_by_argument(call: Call) -> None:
+    """An API random only by an argument (SDPA's dropout_p): two runs never agree, nothing to check."""
+    known = RANDOM_BY_ARGUMENT.get(call.name.api)
+    if known is None:
+        return
+    argument, position, default, draws = known
+    value = call.kwargs.get(argument, call.args[position] if len(call.args) > position else default)
+    if draws(value):
+        shown = "not given" if value is None else f"{value}"
+        raise Unsupported(f"{call.name.api} with {argument} {shown} is random: two runs never agree")
+
+
+# The ops autocast runs in its low dtype (PyTorch's CUDA and CPU lists, torch_npu's follows CUDA's).
+# fmt: off
+AUTOCAST_TO_LOW = frozenset((
+    "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+    "convolution", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv", "linalg_vecdot",
+    "linear", "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot", "scaled_dot_product_attention",
+))
+# fmt: on
+
+
 def autocast_dtype(call: Call) -> torch.dtype | None:
-    """fp32 inputs but a bf16/fp16 output: the call ran under autocast."""
-    if call.name.api in CASTS:
+    """Wider floating inputs but a bf16/fp16 output: the call ran under autocast.
+
+    Every floating input wider: autocast, whatever the op. Some in the low dtype beside wider ones
+    (an fp32 weight and bias beside a bf16 activation: `addmm` in a GPT-2 block) only for the ops
+    autocast casts to its low dtype: layer_norm's and batch_norm's CPU kernels take a bf16 input with
+    an fp32 weight as they are, and an in-place op writes into its own dtype by type promotion."""
+    if call.name.api in CASTS or call.inplace:
         return None
     inputs = {t.dtype for t in tensors(call.args, call.kwargs) if t.is_floating_point()}
     outputs = {s.get("dtype") for s in call.output_specs if is_tensor_spec(s)}
@@ -216,7 +245,10 @@ def autocast_dtype(call: Call) -> torch.dtype | None:
         out = CODEC.dtype(outputs.pop())
     except KeyError:
         return None
-    if out in LOW_PRECISION and all(d not in LOW_PRECISION and d.itemsize > out.itemsize for d in inputs):
+    wider = {d for d in inputs if d not in LOW_PRECISION and d.itemsize > out.itemsize}
+    if out not in LOW_PRECISION or not wider:
+        return None
+    if inputs == wider or (inputs - wider == {out} and call.name.api in AUTOCAST_TO_LOW):
         return out
     return None
 

@@ -30,8 +30,14 @@ from . import BenchmarkFailed, Kept, OutputPair, Probe, Recipe, Run, RunOptions,
 # Random by design: two runs never agree, so there is nothing to check.
 NONDETERMINISTIC = re.compile(
     r"dropout|^rand|bernoulli|multinomial|^normal_?$|poisson|^uniform_$|exponential_|geometric_"
-    r"|cauchy_|log_normal_|^random_$|rrelu|^empty|new_empty"
+    r"|cauchy_|log_normal_|^random_$|rrelu|^empty|new_empty|gumbel_softmax"
 )
+# Random only by an argument: its name, its position, its default, and whether a value draws.
+RANDOM_BY_ARGUMENT: dict[str, tuple[str, int, Any, Callable[[Any], bool]]] = {
+    "scaled_dot_product_attention": ("dropout_p", 4, 0.0, bool),  # BERT's attention dropout in training
+    "fractional_max_pool2d": ("_random_samples", 5, None, lambda samples: samples is None),
+    "fractional_max_pool3d": ("_random_samples", 5, None, lambda samples: samples is None),
+}
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 DRAWN_IN_FLOAT32 = (torch.float32, *LOW_PRECISION)
 # By the names of apis.TORCH_DTYPES: a dtype named by a dump is looked up, never an attribute of torch.

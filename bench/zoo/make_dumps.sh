@@ -1,0 +1,21 @@
+#!/bin/sh
+# Write bench/zoo/dumps/<model>_<dtype> with msprobe 26.2.0 in its own venv (see make_dump.py):
+#   PYTHON=VENV/bin/python sh bench/zoo/make_dumps.sh [model ...]
+# VENV: python -m venv VENV && VENV/bin/pip install torch==2.13.0 mindstudio-probe==26.2.0 "numpy<2" "pandas<3" "ml_dtypes<0.6"
+set -e
+PYTHON=${PYTHON:-python}
+HERE=$(cd "$(dirname "$0")" && pwd)
+MODELS=${*:-gpt2 bert t5 vit gemma mamba qwenmoe}
+WORK=$(mktemp -d)
+cd "$WORK"
+for model in $MODELS; do
+  for dtype in ${DTYPES:-fp32 bf16 fp16 amp}; do
+    rm -rf out
+    MODEL=$model DTYPE=$dtype "$PYTHON" "$HERE/make_dump.py" out/dump 2>&1 | grep -v '\[INFO\]' || true
+    proc=$(echo out/dump/step0/proc*)
+    [ -f "$proc/dump.json" ] || { echo "make_dumps.sh: no dump for $model $dtype"; continue; }
+    rm -rf "$HERE/dumps/${model}_$dtype" && mkdir -p "$HERE/dumps/${model}_$dtype"
+    cp -r "$proc/dump.json" "$proc/stack.json" "$proc/dump_tensor_data" "$HERE/dumps/${model}_$dtype/"
+  done
+done
+rm -rf "$WORK"
