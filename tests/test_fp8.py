@@ -23,9 +23,8 @@ from pytest_msprobe.inputs import tensor_files
 from pytest_msprobe.inputs.rebuild import InputError, Rebuilder
 from pytest_msprobe.judging.compare import Comparison, compare
 from pytest_msprobe.judging.standards.basic import BasicStandard
-from pytest_msprobe.judging.standards.budget import format_of
 from pytest_msprobe.judging.standards.dtype import DtypeStandard
-from pytest_msprobe.judging.standards.formats8 import NAN, SATURATE, Float8, HiFloat8
+from pytest_msprobe.judging.standards.formats8 import NAN, SATURATE, Float8, HiFloat8, format_of
 from pytest_msprobe.results import ERROR, PASS
 
 FLOAT8 = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"]

@@ -151,15 +151,9 @@ _ALIASES = {
 
 
 def format_of(dtype: str) -> Format | None:
-    """The format of a dtype in torch or short spelling ("torch.bfloat16", "bf16"); None without one.
-    The 8-bit formats (float8_*, HiFloat8) are formats8.py's."""
+    """The format of a dtype in torch or short spelling ("torch.bfloat16", "bf16"); None without one."""
     name = dtype.rsplit(".", 1)[-1].lower()
-    found = FORMATS.get(_ALIASES.get(name, name))
-    if found is None:
-        from .formats8 import eight_bit  # its formats are Format's subclasses: imported once this module is
-
-        found = eight_bit(name)
-    return found
+    return FORMATS.get(_ALIASES.get(name, name))
 
 
 @dataclass(frozen=True)

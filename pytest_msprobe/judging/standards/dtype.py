@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 from ...results import ERROR, PASS, WARNING
 from ..compare import Comparison, Metrics, incomparable, nonfinite_mismatch
 from . import Verdict
-from .budget import Constants, Reading, format_of, read
-from .formats8 import is_eight_bit
+from .budget import Constants, Reading, read
+from .formats8 import format_of, is_eight_bit
 from .one_rounding import is_cast, is_quantised, judge_cast, judge_quantised
 from .rule import BasicRule
 from .tolerances import Tolerances

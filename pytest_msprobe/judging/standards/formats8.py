@@ -20,6 +20,8 @@ The constants are the formats' own, none tuned:
   (one value a binade); largest finite 2^15 (0x6F, e = 15 with mantissa 1, is inf); NaN 0x80;
   one zero. msprobe's dumps name it `torch_npu.HiFloat8Tensor` (PyTorch) and `HiFloat8` (MindSpore).
 
+budget.format_of does not know them: formats8.format_of does (the dtype standard's lookup).
+
 What a cast does beyond the largest finite value is the caller's: torch 2.13's CPU cast (measured,
 tests/test_fp8.py) saturates into e4m3fn (inf too: +-448), gives inf in e5m2 and NaN in the fnuz
 formats, each after rounding to nearest, ties to even. `Float8.cast` models exactly that;
@@ -30,13 +32,13 @@ Numpy only: the values arrive as float64 (torch's float8 dtypes widen exactly).
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from .budget import Format
+from .budget import format_of as binary_format_of
 
 SATURATE = "saturate"  # +-largest
 INF = "inf"
@@ -201,10 +203,11 @@ EIGHT_BIT["float8e5m2"] = EIGHT_BIT["float8_e5m2"]
 EIGHT_BIT["hifloat8tensor"] = EIGHT_BIT["hifloat8"]  # torch_npu.HiFloat8Tensor
 
 
-@functools.cache
-def eight_bit(name: str) -> Format | None:
-    """The 8-bit format of a dtype's last dotted part, lower case ("float8_e4m3fn"), or None."""
-    return EIGHT_BIT.get(name)
+def format_of(dtype: str) -> Format | None:
+    """budget.format_of, the 8-bit formats too ("torch.float8_e4m3fn", "torch_npu.HiFloat8Tensor").
+    (They are kept here, not in budget.FORMATS: budget.py is run standalone by repro.py, which
+    has no 8-bit formats yet.)"""
+    return binary_format_of(dtype) or EIGHT_BIT.get(dtype.rsplit(".", 1)[-1].lower())
 
 
 def is_eight_bit(fmt: Format) -> bool:
