@@ -1,0 +1,105 @@
+"""The HTML report in a real browser: headless Chromium, no network, loads the page of a run on a real
+dump with planted faults; the test reads the rendered DOM and keeps screenshots (a laptop's and a
+phone's screen) under its temporary folder."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import deficits as d
+import pytest
+
+from conftest import DUMPS, read_csv, run_msprobe
+
+pytest.importorskip("plotly")
+CHROMIUM = next((found for name in ("chromium", "chromium-browser") if (found := shutil.which(name))), None)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="headless Chromium is not installed (Debian's chromium package: .ci/run installs it where apt-get "
+        "runs as root)",
+    ),
+]
+# No network at all: every host unresolvable, every request through a proxy that is not there.
+OFFLINE = ["--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>"]
+# Appended to a copy of the page: the page's own filter and sort, used as a reader would.
+EXERCISE = """<script>
+window.addEventListener('load', function () {
+  var select = document.getElementById('status-filter');
+  select.value = 'error'; select.dispatchEvent(new Event('change'));
+  var shown = Array.prototype.filter.call(document.getElementById('entry-table').tBodies[0].rows,
+                                          function (r) { return !r.hidden; }).length;
+  var head = document.querySelectorAll('#entry-table thead th')[4];  // ratio
+  head.click(); head.click();  // descending
+  var first = document.getElementById('entry-table').tBodies[0].rows[0].getAttribute('data-status');
+  var out = document.createElement('div'); out.id = 'exercised';
+  out.setAttribute('data-shown', String(shown)); out.setAttribute('data-first', first);
+  // The last output's figures are drawn once scrolled to (not before: the page draws them lazily).
+  var figures = document.querySelectorAll('#details div.fig'), last = figures[figures.length - 1];
+  out.setAttribute('data-before', last.getAttribute('data-drawn') || '');
+  last.scrollIntoView();
+  setTimeout(function () { out.setAttribute('data-after', last.getAttribute('data-drawn') || '');
+                           document.body.appendChild(out); }, 3000);
+});
+</script>"""
+
+
+class Dom(HTMLParser):
+    def __init__(self, text: str):
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str]]] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, {k: v or "" for k, v in attrs}))
+
+    def having(self, name: str) -> list[dict[str, str]]:
+        return [attrs for _, attrs in self.tags if name in attrs]
+
+
+def chromium(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+               f"--user-data-dir={profile}", "--virtual-time-budget=20000", *OFFLINE, *args, page.as_uri()]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+
+
+def test_chromium_draws_the_page_of_a_run_with_faults(pytester):
+    """examples/pt_tensor_L1 with three deficient kernels planted in its recorded outputs, judged."""
+    plan = [("Functional.conv2d.0.forward", "tf32"), ("Functional.layer_norm.0.forward", "rsqrt12"),
+            ("Torch.matmul.0.forward", "tf32")]
+    d.build_corpus(DUMPS["pt_tensor_L1"], pytester.path / "faulty", plan)
+    result = run_msprobe(pytester, pytester.path / "faulty" / "dump.json", "--msprobe-html", "report.html",
+                         device="recorded")
+    assert result.ret == 1
+    columns = (("forward", "Forward Test Success"), ("backward", "Backward Test Success"))
+    failing = {f"{row['API Name']}.{direction}" for row in read_csv(pytester.path / "out", "result")
+               for direction, column in columns if row[column] == "error"}
+    assert {"Functional.conv2d.0.forward", "Functional.layer_norm.0.forward", "Torch.matmul.0.forward"} <= failing
+    page = pytester.path / "report.html"
+    exercised = pytester.path / "exercised.html"
+    exercised.write_text(page.read_text(encoding="utf-8").replace("</body>", EXERCISE + "</body>"), encoding="utf-8")
+
+    dom = Dom(chromium(exercised, pytester.path / "profile", "--window-size=1366,900", "--dump-dom").stdout)
+    errors = [attrs for tag, attrs in dom.tags if attrs.get("class") == "script-error"]
+    assert not errors, "the page raised script errors"
+    assert {attrs["data-entry"] for attrs in dom.having("data-entry")} == failing  # every failing entry, by name
+    figures = dom.having("data-fig")
+    step = [attrs for attrs in figures if "step" in attrs.get("class", "")]
+    assert step and all(attrs.get("data-drawn") == "1" for attrs in step)  # the step plot drawn
+    assert len(figures) > 1 + len(failing)  # two a failing output: scatter and histogram
+    (found,) = dom.having("data-shown")
+    assert (found["data-before"], found["data-after"]) == ("", "1")  # drawn when scrolled to
+    drawn = [attrs for attrs in figures if attrs.get("data-drawn") == "1"]
+    assert sum(attrs.get("class") == "main-svg" for tag, attrs in dom.tags if tag == "svg") >= len(drawn) > 1
+    assert int(found["data-shown"]) == len(failing)  # the status filter keeps the errors
+    assert found["data-first"] in ("error", "warning")  # ratio, descending: a failure first
+
+    # As a reviewer sees it: a laptop's screen and a phone's, kept beside the test's files.
+    for name, size in (("laptop", "1366,900"), ("phone", "390,844")):
+        shot = pytester.path / f"{name}.png"
+        chromium(page, pytester.path / f"profile-{name}", f"--window-size={size}", f"--screenshot={shot}")
+        assert shot.stat().st_size > 20_000, f"{shot} is blank"
