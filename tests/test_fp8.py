@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import torch
 from deficits_fp8 import FAULTS, away_from_zero, flushed, not_saturating, truncated, write_faulty
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import DUMPS, read_csv, run_msprobe
 from pytest_msprobe.frameworks.torch_engine import CODEC
@@ -319,3 +321,31 @@ def test_the_fp8_statistics_dump_passes_on_random_data_and_a_hifloat8_input_is_a
     result.stdout.fnmatch_lines(
         ["*dtype 'torch_npu.HiFloat8Tensor' is HiFloat8, torch_npu's own format: no tensor of it can be built*"]
     )
+
+
+EIGHT = [*FLOAT8, "hifloat8"]
+
+
+@given(st.sampled_from(EIGHT), st.floats(allow_nan=False, allow_infinity=False, width=32))
+@settings(max_examples=400, deadline=None)
+def test_rounding_gives_a_nearest_value_of_the_format(name, x):
+    """Within the range, no value of the format is nearer x than the rounded one, and a tie goes
+    to the even encoding (float8) or away from zero (HiFloat8); beyond it, the overflow."""
+    fmt = format_of(name)
+    assert isinstance(fmt, (Float8, HiFloat8))
+    values = fmt.values()
+    r = float(fmt.rounded(np.array([x]))[0])
+    if abs(x) > fmt.largest + fmt.spacing(np.array([fmt.largest]))[0] / 2:
+        assert not math.isfinite(r)
+        return
+    if not math.isfinite(r):  # a tie at the top rounds up, beyond the range
+        assert abs(x) == fmt.largest + fmt.spacing(np.array([fmt.largest]))[0] / 2
+        return
+    assert r in values and abs(r - x) == np.min(np.abs(values - x))
+    nearest = values[np.abs(values - x) == abs(r - x)]
+    if nearest.size == 2:  # a tie
+        if isinstance(fmt, HiFloat8):
+            assert abs(r) == np.max(np.abs(nearest))
+        else:
+            bits = torch.tensor([r], dtype=torch.float64).to(getattr(torch, name)).view(torch.uint8)
+            assert int(bits[0]) % 2 == 0
