@@ -12,7 +12,8 @@
   kernel's float32 scaling may round it either way. msprobe's rule too (its config.yaml's
   quantization_api_list: max |error| <= 1). Its float outputs (the scales) are judged as floats.
   Which operators: the name holds "quant" (npu_anti_quant's and npu_dequant's outputs are floats,
-  so never judged here), not an indexer's (npu_quant_lightning_indexer's outputs are positions);
+  so never judged here), not an indexer's (npu_quant_lightning_indexer's outputs are positions),
+  nor quantile's;
   which outputs: the 8-bit integers (int8, uint8), the quantised grids; an int32/int64 output of
   such a call is a position or a count (npu_moe_init_routing_quant's row indices) and must be equal.
 """
@@ -52,7 +53,7 @@ def is_cast(output_name: str) -> bool:
 
 def is_quantisation(output_name: str) -> bool:
     api, direction = api_of(output_name)
-    return direction == "forward" and "quant" in api and "indexer" not in api
+    return direction == "forward" and "quant" in api.replace("quantile", "") and "indexer" not in api
 
 
 def is_quantised(c: Comparison) -> bool:
