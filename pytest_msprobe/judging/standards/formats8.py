@@ -12,8 +12,10 @@ The constants are the formats' own, none tuned:
   dtypes of those names): bias 8 and 16, no infinity, no negative zero, one NaN at 0x80. e4m3fnuz:
   smallest normal 2^-7, subnormals down to 2^-10, largest 240 = 1.875 x 2^7; e5m2fnuz: smallest
   normal 2^-15, subnormals down to 2^-17, largest 57344.
-- HiFloat8 (Luo et al., "Ascend HiFloat8 Format for Deep Learning", arXiv:2409.16626; decoded
-  alike by msprobe's msaccucmp/conversion/dtype_conversion.py and MindSpore's hifloat8.h): a sign,
+- HiFloat8 (Luo et al., "Ascend HiFloat8 Format for Deep Learning", arXiv:2409.16626; decoded so
+  by MindSpore's hifloat8.h, and tapered so by msprobe's fp8 ULP error, calc_ulp_err_fp8; msprobe's
+  msaccucmp decoder, conversion/dtype_conversion.py, reads the 49 encodings of D = 0 and D = 1
+  otherwise, 0x08 as 1.25 where MindSpore's `true_value` 0x08 is 1.0): a sign,
   a prefix code (the "dot") giving the exponent's width D, the exponent in sign-magnitude with an
   implicit leading 1, the rest mantissa. The mantissa tapers with the exponent: 3 bits for
   |e| <= 3, 2 for 4 <= |e| <= 7, 1 for 8 <= |e| <= 15; below 2^-15 the denormals 2^-22 ... 2^-16
