@@ -27,6 +27,7 @@ from pytest_msprobe.judging.compare import Comparison, compare
 from pytest_msprobe.judging.standards.basic import BasicStandard
 from pytest_msprobe.judging.standards.dtype import DtypeStandard
 from pytest_msprobe.judging.standards.formats8 import NAN, SATURATE, Float8, HiFloat8, format_of
+from pytest_msprobe.judging.standards.tolerances import Tolerances
 from pytest_msprobe.results import ERROR, PASS
 
 FLOAT8 = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"]
@@ -350,3 +351,30 @@ def test_rounding_gives_a_nearest_value_of_the_format(name, x):
         else:
             bits = torch.tensor([r], dtype=torch.float64).to(getattr(torch, name)).view(torch.uint8)
             assert int(bits[0]) % 2 == 0
+
+
+def test_an_allowance_for_float8_operands_makes_their_rounding_the_budget():
+    """A kernel that rounds its wider operands to e4m3fn itself (a float8 product on bf16/fp32
+    recorded inputs, scaled into the format's normal range as float8 kernels scale them) errs by up
+    to 2 u |a||b|, u = 2^-4: an error undeclared, a pass with inputs=e4m3fn, and operands rounded
+    coarser (e5m2) still an error there."""
+    rng = np.random.default_rng(5)
+    a, b = (rng.uniform(2.0**-6, 400, 4096) * rng.choice([-1, 1], 4096) for _ in range(2))
+    bench = a * b
+
+    def product(fmt: str) -> np.ndarray:
+        rounded = format_of(fmt).cast
+        return (rounded(a) * rounded(b)).astype(np.float32)
+
+    def judged(tested: np.ndarray, line: str = ""):
+        standard = DtypeStandard(Tolerances.parse([line] if line else []))
+        return verdict(tested, bench, "torch.float32", "Torch.mul.0.forward.output.0", standard)
+
+    e4m3 = product("float8_e4m3fn")
+    assert judged(e4m3).status == ERROR
+    allowed = judged(e4m3, "Torch.mul.*: inputs=e4m3fn")
+    assert allowed.status == PASS and "(allowed: Torch.mul.*: inputs=e4m3fn)" in allowed.message
+    assert judged(product("float8_e5m2"), "Torch.mul.*: inputs=e4m3fn").status == ERROR
+    assert judged(product("float8_e5m2"), "Torch.mul.*: inputs=e5m2").status == PASS
+    with pytest.raises(ValueError, match="an 8-bit format holds operands"):
+        Tolerances.parse(["Torch.mul.*: accumulate=e4m3fn"])

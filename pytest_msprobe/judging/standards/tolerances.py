@@ -6,7 +6,13 @@ their dtype's budget. `Functional.conv2d.*: inputs=hf32` or `Torch.matmul.*: acc
 an allowance, what a team accepts of those kernels on purpose (HF32 operands, fp16 partial
 sums): their budget's accumulation unit is raised to that format's (an operand rounded to
 it errs by at most twice its unit times the magnitude of the terms, which the budget's
-32 x u_acc x magnitude holds).
+32 x u_acc x magnitude holds). `inputs=e4m3fn` (or `e5m2`, `hif8`): the kernel rounds its
+operands to that 8-bit format itself (a float8 GEMM on wider recorded inputs): the operands'
+rounding is then the budget's dominant term, ((1 + u)^2 - 1) M = (2u + u^2) M for products of two
+operands so rounded, u the format's unit roundoff at its narrowest mantissa (as u_acc = that
+factor / c_acc: 32 u M would accept errors twice the magnitude); of operands in the format's
+normal range, where a float8 kernel's scales put them (a subnormal operand's rounding is
+absolute, not held).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import numpy as np
 from ...results import ERROR, PASS
 from ..compare import Comparison, Metrics
 from . import Verdict
-from .budget import FORMATS
+from .budget import FORMATS, Constants
 
 # Formats an allowance may name, by the names users write.
 ALLOWED = {
@@ -34,6 +40,11 @@ ALLOWED = {
     "float16": FORMATS["float16"],
     "bfloat16": FORMATS["bfloat16"],
 }
+
+# 8-bit formats a kernel may round its operands to (inputs= only: nothing accumulates in them), by
+# the names users write, and the unit roundoff at their narrowest mantissa (formats8.py: e4m3 3
+# bits, e5m2 2, HiFloat8 1 at |e| >= 8).
+OPERANDS_8 = {"e4m3fn": 2.0**-4, "float8_e4m3fn": 2.0**-4, "e5m2": 2.0**-3, "float8_e5m2": 2.0**-3, "hif8": 2.0**-2}
 
 
 @dataclass(frozen=True)
@@ -54,7 +65,10 @@ class Tolerance:
     @property
     def accumulation(self) -> float | None:
         """The unit roundoff an allowance accepts, for the budget's accumulation term."""
-        units = [ALLOWED[name].unit_roundoff for name in (self.inputs, self.accumulate) if name]
+        units = [ALLOWED[name].unit_roundoff for name in (self.inputs, self.accumulate) if name in ALLOWED]
+        if self.inputs in OPERANDS_8:  # a product of two rounded operands: (2u + u^2) M, as c_acc u_acc M
+            u = OPERANDS_8[self.inputs]
+            units.append(((1 + u) ** 2 - 1) / Constants().c_acc)
         return max(units) if units else None
 
     def describe(self) -> str:
@@ -139,8 +153,11 @@ def _parse_line(text: str, line: str) -> Tolerance:
         if key in ("rtol", "atol"):
             values[key] = _non_negative(value, key, bad)
         elif key in ("inputs", "accumulate"):
-            if value not in ALLOWED:
-                raise bad(f"{key}={value}: not a format ({', '.join(ALLOWED)})")
+            if key == "accumulate" and value in OPERANDS_8:
+                raise bad(f"{key}={value}: an 8-bit format holds operands (inputs=), not sums")
+            if value not in ALLOWED and not (key == "inputs" and value in OPERANDS_8):
+                names = [*ALLOWED, *(OPERANDS_8 if key == "inputs" else ())]
+                raise bad(f"{key}={value}: not a format ({', '.join(names)})")
             formats[key] = value
         else:
             raise bad(f"unknown key {key!r} (rtol, atol; or inputs, accumulate)")
