@@ -107,7 +107,8 @@ def test_every_failing_entry_has_a_row_linked_to_its_detail(page):
     links = [attrs["href"] for tag, attrs in parsed.tags if tag == "a"]
     failing = [r for r in results() if r.status in (ERROR, WARNING)]
     assert sorted(details.values()) == sorted(r.entry for r in failing)
-    assert sorted(links) == sorted([*(f"#{anchor}" for anchor in details), "#d0"])  # d0: the first failure too
+    first = next(anchor for anchor, entry in details.items() if entry == "Torch.matmul.0.forward")
+    assert sorted(links) == sorted([*(f"#{anchor}" for anchor in details), f"#{first}"])  # the first failure too
     rows = [attrs["data-status"] for attrs in parsed.with_attr("data-status")]
     assert sorted(rows) == sorted(r.status.value for r in results())  # every entry a row, SKIP and pass too
 
@@ -268,7 +269,8 @@ def test_the_cli_reads_a_pair_without_its_journal_from_the_csvs_alone(pytester, 
     page = (pytester.path / "r.html").read_text(encoding="utf-8")
     details = {attrs["data-entry"] for attrs in Page(page).with_attr("data-entry")}
     assert details == failing_entries(pytester.path / "out") and len(details) == 6
-    assert "First failure in call order: <a href='#d0'>Torch.matmul.1.forward</a> (entry 19)" in page
+    first = page[page.index("First failure in call order: ") :]
+    assert first.split("</a>")[0].endswith(">Torch.matmul.1.forward") and first.split("</a>")[1].startswith(" (entry 19)")
     assert f"html: {pytester.path / 'r.html'} (66 entries)" in capsys.readouterr().out
 
 
@@ -323,3 +325,27 @@ def test_merged_shards_get_one_page(pytester, faulty, capsys):
         pytester.path / "merged"
     )
     assert str(next((pytester.path / "merged").glob("accuracy_checking_result_*.csv"))) in page
+
+
+def test_a_pytest_html_row_of_a_failing_item_carries_its_message_and_details(pytester, faulty):
+    pytest.importorskip("pytest_html")
+    dump, _ = faulty
+    run_msprobe(pytester, dump, "--html", "ph/pytest.html", "--msprobe-html", "m/report.html", device="recorded")
+    theirs = (pytester.path / "ph" / "pytest.html").read_text(encoding="utf-8")
+    blob = next(attrs["data-jsonblob"] for attrs in Page(theirs).with_attr("data-jsonblob"))
+    tests = json.loads(blob)["tests"]
+    ours = Page((pytester.path / "m" / "report.html").read_text(encoding="utf-8"))
+    anchors = {attrs["data-entry"]: attrs["id"] for attrs in ours.with_attr("data-entry")}
+    failing = failing_entries(pytester.path / "out")
+    assert failing
+    for node_id, reports in tests.items():
+        entry = node_id.split("::")[-1]
+        extras = [extra for report in reports for extra in report["extras"] if extra["name"] == "msprobe"]
+        if entry not in failing:
+            assert not extras, node_id  # a passing item's row carries none
+            continue
+        (extra,) = extras
+        assert extra["format_type"] == "html"
+        assert f"src='../m/report.html#{anchors[entry]}'" in extra["content"]  # its details, figures included
+        assert "MaxAbsErr" in extra["content"]  # its message
+    assert {node_id.split("::")[-1] for node_id in tests} >= failing

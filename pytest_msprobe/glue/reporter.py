@@ -71,6 +71,12 @@ class CsvReporter:
         self.locks: list[files.ResultLock] = []  # of the fresh pairs (a resumed one's is its Resumed's)
         self.late: list[str] = []  # what could not be written at the end (a manifest), for the summary
         self.html: Path | None = None  # the HTML report, once written (--msprobe-html)
+        # pytest-html's report (its --html): each failing item's row gets its message, and its details in
+        # the msprobe page where there is one (the page's URL from pytest-html's folder); None: no pytest-html.
+        page = run.options.html_path(Path(config.invocation_params.dir))
+        theirs = getattr(config.option, "htmlpath", None)
+        base = Path(config.invocation_params.dir)
+        self.extras_page = None if not theirs else html.relative_url(page, base / theirs) if page else ""
         config.add_cleanup(self.release)
         baseline = run.selection.baseline
         if baseline is not None and baseline.path.resolve() != (run.selection.resumed or Path()).resolve():
@@ -140,6 +146,9 @@ class CsvReporter:
         result = EntryResult.from_dict(data)
         result.dump = self.dump_key(split_node_id(report.nodeid)[0])  # one name a dump, for the summary
         self.results.append(result)
+        if self.extras_page is not None and result.status in summary.failing(self.run.selection.strict):
+            extras = [*getattr(report, "extras", []), *html.pytest_html_extras(result, self.extras_page)]
+            report.extras = extras  # type: ignore[attr-defined]  # pytest-html's attribute
         self.journal(result)
         row = self.book.add(result.dump, result)
         if row is not None:

@@ -11,30 +11,35 @@ Every script and style is inline: it opens from a CI artifact with no network. N
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import math
 import os
 import time
+import urllib.parse
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
 from ..dumps.dump import BACKWARD, FORWARD, DumpError, read_dump
 from ..results import ERROR, PASS, SKIP, WARNING, EntryResult, OutputResult, Status
-from ..untrusted import printable
+from ..untrusted import cut, printable
 from . import files, html_figures, manifest
 from .csv_files import DETAILS_COLUMNS, ReportError, details_path_for, read_result_rows
 from .journal import journal_path_for, read_journal
 from .merge import split_message
 from .messages import call_site_text, entry_message, output_text, probe_text
 from .resume import complete_records, read_details_outputs
+from .summary import dump_labels
 
 STATUS_ORDER = (ERROR, WARNING, PASS, SKIP)
 MAX_FIGURES = 50  # failing outputs drawn with their samples, worst first: the file stays a few MB
+MAX_PASS_ROWS = 20_000  # passing entries in the table (every other one is there): a browser keeps up
+MAX_MESSAGE = 600  # characters of a Message in the table; a failing entry's whole one is in its details
 
 
 @dataclass
@@ -72,6 +77,9 @@ def esc(text: object) -> str:
 
 def from_results(results: Sequence[EntryResult], manifests: Sequence[dict[str, Any]], sources: Sequence[str]) -> Report:
     """The report of a run's own results (in the order they came; placed by their position)."""
+    if len(manifests) == 1:  # a resumed pair's entries read from its CSVs alone name no dump
+        dump = str(manifests[0]["dump"]["path"])
+        results = [r if r.dump else replace(r, dump=dump) for r in results]
     return _placed([Entry(r, entry_message(r)) for r in results], list(manifests), list(sources))
 
 
@@ -158,9 +166,15 @@ def _placed(entries: list[Entry], manifests: list[dict[str, Any]], sources: list
         for x, entry in enumerate(came):
             entry.x = entry.result.position if entry.result.position is not None else x
             ordered.append(entry)
-    for n, entry in enumerate(e for e in ordered if e.result.status in (ERROR, WARNING)):
-        entry.anchor = f"d{n}"
+    for entry in ordered:
+        if entry.result.status in (ERROR, WARNING):
+            entry.anchor = anchor(entry.result)
     return Report(ordered, manifests, sources)
+
+
+def anchor(result: EntryResult) -> str:
+    """The id of an entry's detail: the same in every page of the run, so a pytest-html row links it."""
+    return "d-" + hashlib.sha1(f"{result.dump}\0{result.entry}".encode("utf-8", "replace")).hexdigest()[:12]
 
 
 # -- figures of a share of the budget ---------------------------------------------------------------
@@ -260,6 +274,28 @@ def write(path: Path, report: Report) -> Path:
     return path
 
 
+def pytest_html_extras(result: EntryResult, page: str) -> list[dict[str, str | None]]:
+    """pytest-html's extras of a failing item (its `extras.extra` dicts, made here: the core imports
+    no pytest plugin): its message and, where the run writes an msprobe page (`page`, a URL relative
+    to the pytest-html report), its details there in a frame, figures included, and a link to them."""
+    parts = [f"<div class='msprobe'><p><b>msprobe</b>: {esc(entry_message(result))}</p>"]
+    if page:
+        target = esc(f"{page}#{anchor(result)}")
+        parts.append(f"<p><a href='{target}' target='_blank'>its details and figures in the msprobe report</a></p>")
+        parts.append(
+            f"<iframe loading='lazy' src='{target}' title='msprobe: {esc(result.entry)}' "
+            "style='width:100%;height:820px;border:1px solid #ddd'></iframe>"
+        )
+    parts.append("</div>")
+    content = "".join(parts)
+    return [{"name": "msprobe", "format_type": "html", "content": content, "mime_type": None, "extension": None}]
+
+
+def relative_url(page: Path, report: Path) -> str:
+    """The msprobe page's URL from the folder of another report (pytest-html's)."""
+    return urllib.parse.quote(os.path.relpath(page.resolve(), report.resolve().parent).replace(os.sep, "/"))
+
+
 def write_run(path: Path, results: Sequence[EntryResult], result_paths: Sequence[Path]) -> Path:
     """The page of a run's own results, its pairs' manifests for the header (--msprobe-html)."""
     described = [document for document in map(_manifest, result_paths) if document]
@@ -334,7 +370,8 @@ def _step(report: Report, settings: dict[str, Any], figures: list[dict[str, Any]
             hover += f"<br>{esc(where[:160])}" if where else ""
             points.append(html_figures.StepPoint(entry.x, ratio, entry.result.status.value, hover))
         failures = [e.x for e in entries if e.result.status == ERROR]
-        figures.append(html_figures.step_figure(points, dump if len(by_dump) > 1 else "", min(failures, default=None)))
+        title = esc(dump) if len(by_dump) > 1 else ""
+        figures.append(html_figures.step_figure(points, title, min(failures, default=None)))
         parts.append(f"<div class='fig step' data-fig='{len(figures) - 1}'></div>")
         first = next((e for e in entries if e.result.status == ERROR), None)
         if first is not None:
@@ -373,10 +410,15 @@ def _rollup(report: Report, settings: dict[str, Any]) -> str:
 
 def _table(report: Report, settings: dict[str, Any]) -> str:
     rows = []
+    labels = dump_labels([entry.result for entry in report.entries])  # `rank1: ` in a run over several dumps
+    passed = [e for e in report.entries if e.result.status == PASS]
+    left_out = {id(e) for e in passed[MAX_PASS_ROWS:]}
     for entry in report.entries:
+        if id(entry) in left_out:
+            continue
         result = entry.result
         ratio, worst = entry_ratio(result, settings)
-        name = esc(result.entry)
+        name = esc(labels.get(result.dump, "") + result.entry)
         link = f"<a href='#{entry.anchor}'>{name}</a>" if entry.anchor else name
         cells = [
             _cell(result.status.value, STATUS_ORDER.index(result.status), f"s-{result.status.value}"),
@@ -387,7 +429,7 @@ def _table(report: Report, settings: dict[str, Any]) -> str:
             _cell(_number(worst.cosine if worst else None), _sortable(worst.cosine if worst else None)),
             _cell(_number(worst.max_abs_err if worst else None, 4), _sortable(worst.max_abs_err if worst else None)),
             _cell(call_site_text(result.call_site)),
-            _cell(entry.message, cls="msg"),
+            _cell(cut(entry.message, MAX_MESSAGE, " in the result CSV"), cls="msg"),
         ]
         rows.append(f"<tr data-status='{result.status.value}' data-x='{entry.x}'>{''.join(cells)}</tr>")
     head = _head(
@@ -401,7 +443,14 @@ def _table(report: Report, settings: dict[str, Any]) -> str:
         "<section id='entries'><h2>Entries</h2><div class='controls'>"
         f"<label>status <select id='status-filter'>{options}</select></label> "
         "<label>text <input id='text-filter' type='search' placeholder='API, call site, message'></label> "
-        "<span id='shown-count'></span></div><div class='scroll'>"
+        "<span id='shown-count'></span></div>"
+        + (
+            f"<p class='hint'>The table holds the first {MAX_PASS_ROWS:,} passing entries; "
+            f"the other {len(left_out):,} are in the result CSV.</p>"
+            if left_out
+            else ""
+        )
+        + "<div class='scroll'>"
         f"<table class='sortable' id='entry-table'>{head}<tbody>{''.join(rows)}</tbody></table></div></section>"
     )
 

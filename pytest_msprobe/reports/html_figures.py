@@ -18,6 +18,7 @@ from ..results import ERROR, PASS, SKIP, WARNING
 
 COLOURS = {ERROR.value: "#d62728", WARNING.value: "#ff7f0e", PASS.value: "#2ca02c", SKIP.value: "#7f7f7f"}
 FLOOR = 1e-6  # the step's y axis starts here: a ratio of 0 (exact) or below sits on it
+MAX_SVG_POINTS = 5000
 
 
 class PlottingMissing(ImportError):
@@ -67,8 +68,10 @@ def step_figure(points: Sequence[StepPoint], title: str, first_failure: int | No
     finite = [p.ratio for p in points if p.ratio is not None and math.isfinite(p.ratio) and p.ratio > 0]
     top = max([*finite, 10.0]) * 10
     figure = go.Figure()
+    # A step of thousands of entries is drawn by WebGL: an SVG element a point would stall the page.
+    scatter = go.Scattergl if len(points) > MAX_SVG_POINTS else go.Scatter
     figure.add_trace(
-        go.Scatter(
+        scatter(
             x=[p.x for p in points],
             y=[_placed(p.ratio, top) for p in points],
             mode="lines",
@@ -82,7 +85,7 @@ def step_figure(points: Sequence[StepPoint], title: str, first_failure: int | No
         if not chosen:
             continue
         figure.add_trace(
-            go.Scatter(
+            scatter(
                 x=[p.x for p in chosen],
                 y=[_placed(p.ratio, top) for p in chosen],
                 mode="markers",
