@@ -4,6 +4,7 @@ metrics and verdict."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -535,10 +536,18 @@ def test_the_script_judges_as_the_package(tested, noise, scale, dtype, standard,
 
 def written_template(standard, result):
     """The template as a module, with what repro.py writes into a script for `standard`."""
+    script = template_with_sources()
+    script.STANDARD = repro.standard_data(standard, result)  # read at each call: nothing keeps it
+    return script
+
+
+@functools.cache
+def template_with_sources():
+    """The template as a module with the package's code written in, loaded once for all the examples:
+    its load and the package modules it builds from SOURCES were two thirds of the property's CPU."""
     script = load_template()
     script.SOURCES = repro_sources.sources()
     script.USES = {part.name: list(part.uses) for part in repro_sources.PARTS if part.uses}
-    script.STANDARD = repro.standard_data(standard, result)
     return script
 
 
