@@ -270,7 +270,8 @@ def test_the_cli_reads_a_pair_without_its_journal_from_the_csvs_alone(pytester, 
     details = {attrs["data-entry"] for attrs in Page(page).with_attr("data-entry")}
     assert details == failing_entries(pytester.path / "out") and len(details) == 6
     first = page[page.index("First failure in call order: ") :]
-    assert first.split("</a>")[0].endswith(">Torch.matmul.1.forward") and first.split("</a>")[1].startswith(" (entry 19)")
+    link, after = first.split("</a>")[:2]
+    assert link.endswith(">Torch.matmul.1.forward") and after.startswith(" (entry 19)")
     assert f"html: {pytester.path / 'r.html'} (66 entries)" in capsys.readouterr().out
 
 
@@ -349,3 +350,12 @@ def test_a_pytest_html_row_of_a_failing_item_carries_its_message_and_details(pyt
         assert f"src='../m/report.html#{anchors[entry]}'" in extra["content"]  # its details, figures included
         assert "MaxAbsErr" in extra["content"]  # its message
     assert {node_id.split("::")[-1] for node_id in tests} >= failing
+
+
+def test_without_plotly_the_option_is_a_usage_error_before_anything_runs(pytester, copy_dump, monkeypatch):
+    monkeypatch.setattr(html.html_figures.importlib.util, "find_spec", lambda name, *a: None)
+    result = run_msprobe(pytester, copy_dump("pt_tensor_L1"), "--msprobe-html", "r.html", device="cpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert ("ERROR: --msprobe-html: the HTML report draws its figures with plotly, which is not installed: "
+            "pip install 'pytest-msprobe[html]'") in result.stderr.lines
+    assert not (pytester.path / "r.html").exists()

@@ -74,6 +74,8 @@ class CsvReporter:
         # pytest-html's report (its --html): each failing item's row gets its message, and its details in
         # the msprobe page where there is one (the page's URL from pytest-html's folder); None: no pytest-html.
         page = run.options.html_path(Path(config.invocation_params.dir))
+        if page is not None and html.unavailable():  # said before the run, not after it
+            raise pytest.UsageError(f"--msprobe-html: {html.unavailable()}")
         theirs = getattr(config.option, "htmlpath", None)
         base = Path(config.invocation_params.dir)
         self.extras_page = None if not theirs else html.relative_url(page, base / theirs) if page else ""

@@ -302,6 +302,11 @@ def write_run(path: Path, results: Sequence[EntryResult], result_paths: Sequence
     return write(path, from_results(results, described, [str(p) for p in result_paths]))
 
 
+def unavailable() -> str:
+    """Why no page can be written here ("" where one can): plotly missing, said before a run."""
+    return html_figures.unavailable()
+
+
 def why(exc: BaseException) -> str:
     """What stopped the page, in words: plotly missing (how to get it), a path it would not write through."""
     if isinstance(exc, OSError) and not isinstance(exc, files.FileRefused):

@@ -8,6 +8,7 @@ and not matplotlib's SVG. No pytest.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from collections.abc import Sequence
@@ -25,13 +26,20 @@ class PlottingMissing(ImportError):
     """plotly is not installed: the report cannot be drawn (the message says how to get it)."""
 
 
+def unavailable() -> str:
+    """Why no page can be drawn here (plotly is not installed), found without importing it; "" where it can."""
+    if importlib.util.find_spec("plotly") is None:
+        return (
+            "the HTML report draws its figures with plotly, which is not installed: pip install 'pytest-msprobe[html]'"
+        )
+    return ""
+
+
 def _plotly() -> Any:
     try:
         import plotly.graph_objects as go
     except ImportError:
-        raise PlottingMissing(
-            "the HTML report draws its figures with plotly, which is not installed: pip install 'pytest-msprobe[html]'"
-        ) from None
+        raise PlottingMissing(unavailable() or "plotly cannot be imported") from None
     return go
 
 
