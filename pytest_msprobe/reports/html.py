@@ -32,7 +32,7 @@ from . import files, html_figures, manifest
 from .csv_files import DETAILS_COLUMNS, ReportError, details_path_for, read_result_rows
 from .journal import journal_path_for, read_journal
 from .merge import split_message
-from .messages import call_site_text, entry_message, output_text, probe_text
+from .messages import call_site_text, entry_message, notes, output_text, probe_text
 from .resume import complete_records, read_details_outputs
 from .summary import dump_labels
 
@@ -465,6 +465,7 @@ def _details(report: Report, settings: dict[str, Any], figures: list[dict[str, A
     if not failing:
         return "<section id='details'><h2>Failing entries</h2><p>None: every entry passed or was skipped.</p></section>"
     drawn = _drawn_outputs(failing, settings)
+    labels = dump_labels([entry.result for entry in report.entries])
     parts = ["<section id='details'><h2>Failing entries</h2>"]
     for entry in failing:
         result = entry.result
@@ -472,13 +473,21 @@ def _details(report: Report, settings: dict[str, Any], figures: list[dict[str, A
             f"<article class='detail s-border-{result.status.value}' id='{entry.anchor}' "
             f"data-entry='{esc(result.entry)}'>"
         )
-        parts.append(f"<h3><span class='s-{result.status.value}'>{result.status.value}</span> {esc(result.entry)}</h3>")
+        name = esc(labels.get(result.dump, "") + result.entry)
+        parts.append(f"<h3><span class='s-{result.status.value}'>{result.status.value}</span> {name}</h3>")
         site = call_site_text(result.call_site)
         if site:
             parts.append(f"<p class='site'>{esc(site)}</p>")
-        parts.append(f"<p class='msg'>{esc(entry.message)}</p>")
+        # What the entry says beside its outputs' own words (below): why it has no verdict per output,
+        # or, read back from a CSV without outputs, the row's Message.
+        said = result.reason or ("" if result.outputs else entry.message)
+        if said:
+            parts.append(f"<p class='msg'>{esc(said)}</p>")
         if result.probe is not None:
             parts.append(f"<p>fp32 probe: {esc(probe_text(result.probe))}</p>")
+        told = notes(result)  # fallbacks, autocast, where its error data and its repro went
+        if told:
+            parts.append("<ul class='notes'>" + "".join(f"<li>{esc(note)}</li>" for note in told) + "</ul>")
         for output in result.outputs:
             parts.append(_output_detail(result, output, settings, (id(output) in drawn), figures))
         parts.append("</article>")

@@ -181,7 +181,7 @@ def ulp_figure(edges: Sequence[float], counts: Sequence[int], dtype: str) -> dic
     figure.update_layout(
         title={"text": f"error in ULP of {dtype}, every element", "font": {"size": 13}, "x": 0.01, "xanchor": "left"},
         xaxis={"title": {"text": "|tested - bench| / ULP(bench)"}, "type": "category"},
-        yaxis={"title": {"text": "elements"}, "type": "log", "exponentformat": "power"},
+        yaxis={"title": {"text": "elements"}, "type": "log", "exponentformat": "power", "dtick": 1},
         margin={"l": 60, "r": 10, "t": 36, "b": 60},
         height=320,
     )
