@@ -160,6 +160,7 @@ def test_the_page_needs_no_network_and_dump_text_stays_text(page):
     assert [tag for tag, _ in parsed.tags].count("script") == 4  # errors, figures, plotly, the page's own
     assert HOSTILE not in page and html.esc(HOSTILE) in page
     assert "<style>" in page and "Plotly" in page
+    assert "without its journal" not in page  # every ratio is the standard's own
 
 
 def test_samples_are_bounded_and_count_every_element_in_ulp():
@@ -269,6 +270,7 @@ def test_the_cli_reads_a_pair_without_its_journal_from_the_csvs_alone(pytester, 
     page = (pytester.path / "r.html").read_text(encoding="utf-8")
     details = {attrs["data-entry"] for attrs in Page(page).with_attr("data-entry")}
     assert details == failing_entries(pytester.path / "out") and len(details) == 6
+    assert "read back from a CSV pair without its journal: their ratio is basic's" in page
     first = page[page.index("First failure in call order: ") :]
     link, after = first.split("</a>")[:2]
     assert link.endswith(">Torch.matmul.1.forward") and after.startswith(" (entry 19)")

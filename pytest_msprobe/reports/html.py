@@ -362,6 +362,12 @@ def _step(report: Report, settings: dict[str, Any], figures: list[dict[str, Any]
         "<p class='hint'>Every entry in call order; up: its worst output's share of its budget (1: at the budget). "
         "A fault beyond any budget (NaN, a shape) sits at the top, a SKIP at the floor.</p>"
     )
+    read_back = any(o.severity is None and o.max_abs_err is not None for e in report.entries for o in e.result.outputs)
+    if read_back:
+        parts.append(
+            "<p class='hint'>Some rows were read back from a CSV pair without its journal: their ratio is "
+            "basic's (the larger of MaxAbsErr and 1 - Cosine over the run's thresholds), whatever the standard.</p>"
+        )
     by_dump: dict[str, list[Entry]] = defaultdict(list)
     for entry in report.entries:
         by_dump[entry.result.dump].append(entry)
