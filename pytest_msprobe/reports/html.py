@@ -315,7 +315,9 @@ def why(exc: BaseException) -> str:
 
 
 def _title(report: Report) -> str:
-    dumps = [str(m["dump"]["path"]) for m in report.manifests] or sorted({e.result.dump for e in report.entries})
+    """The dumps by their folder and name (`rank0/dump.json`): the header gives each whole path."""
+    paths = [str(m["dump"]["path"]) for m in report.manifests] or sorted({e.result.dump for e in report.entries})
+    dumps = ["/".join(Path(path).parts[-2:]) for path in paths]
     return ", ".join(dumps[:3]) + (f" and {len(dumps) - 3} more" if len(dumps) > 3 else "")
 
 

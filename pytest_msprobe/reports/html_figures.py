@@ -62,6 +62,7 @@ class StepPoint:
 
 
 def _figure_json(figure: Any) -> dict[str, Any]:
+    figure.update_layout(modebar={"orientation": "v"})  # beside the plot: over it, it hid the title on a phone
     data: dict[str, Any] = json.loads(figure.to_json())
     data.pop("template", None)
     data.get("layout", {}).pop("template", None)  # plotly's default theme: 8 kB a figure, the page sets its own
