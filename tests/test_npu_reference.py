@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -70,6 +71,20 @@ DOCUMENTED_SIGNATURES = {
                             "prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, "
                             "sparse_mode=0, gen_mask_parallel=True, sync=False, "
                             "softmax_layout='', sink=None)",
+    # The LLM and MoE operators (npu_llm_reference, issue 30).
+    "npu_add_rms_norm": "(x1, x2, gamma, epsilon=1e-06)",
+    "npu_gelu": "(input, *, approximate='none')",
+    "npu_apply_rotary_pos_emb": "(query, key, cos, sin, layout='BSH', rotary_mode='half')",
+    "npu_scatter_nd_update": "(input, indices, updates)",
+    "npu_dynamic_quant": "(input, *, smooth_scales=None, group_index=None, dst_type=None)",
+    "npu_grouped_matmul": "(x, weight, *, bias=None, scale=None, offset=None, antiquant_scale=None, "
+                          "antiquant_offset=None, per_token_scale=None, group_list=None, activation_input=None, "
+                          "activation_quant_scale=None, activation_quant_offset=None, split_item=0, "
+                          "group_type=None, group_list_type=0, act_type=0, output_dtype=None, tuning_config=None)",
+    "npu_moe_init_routing": "(x, row_idx, expert_idx, active_num)",
+    "npu_moe_finalize_routing": "(expanded_permuted_rows, skip1, skip2, bias, scales, expanded_src_to_dst_row, "
+                                "expert_for_source_row, drop_pad_mode=0, k=1)",
+    "npu_moe_compute_expert_tokens": "(sorted_expert_for_source_row, num_expert)",
 }
 
 
@@ -783,3 +798,239 @@ def test_gradcheck(op_name):
         return result[0] if isinstance(result, tuple) else result
 
     assert torch.autograd.gradcheck(first_output, inputs)
+
+
+# ---------------------------------------------------------------------------
+# LLM and MoE operators (npu_llm_reference, issue 30)
+# ---------------------------------------------------------------------------
+
+@FAST
+@given(st.integers(1, 4), st.integers(1, 8), st.floats(1e-8, 1e-2), st.integers(0, 2**16))
+def test_add_rms_norm_is_rms_norm_of_the_sum(rows, hidden, epsilon, seed):
+    x1, x2, gamma = rand(rows, hidden, seed=seed), rand(rows, hidden, seed=seed + 1), rand(hidden, seed=seed + 2)
+    total = x1.numpy() + x2.numpy()
+    expected_rstd = 1 / np.sqrt((total ** 2).mean(-1, keepdims=True) + epsilon)
+    y, rstd, x = lookup("npu_add_rms_norm")(x1, x2, gamma, epsilon=epsilon)
+    assert_close(x, total)
+    assert_close(y, total * expected_rstd * gamma.numpy())
+    assert rstd.dtype == torch.float32 and rstd.shape == (rows, 1)
+    assert_close(rstd, expected_rstd, rtol=1e-6)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_against_its_formulas(approximate):
+    x = rand(50, seed=30).numpy() * 3
+    if approximate == "none":
+        expected = np.array([v * (1 + math.erf(v / math.sqrt(2))) / 2 for v in x])
+    else:
+        expected = x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))) / 2
+    assert_close(lookup("npu_gelu")(torch.from_numpy(x), approximate=approximate), expected)
+    with pytest.raises(ReferenceUnsupported, match="approximate='fast'"):
+        lookup("npu_gelu")(torch.from_numpy(x), approximate="fast")
+
+
+@pytest.mark.parametrize("mode", ["half", "interleave"])
+def test_apply_rotary_pos_emb_rotates_query_and_key_as_complex_numbers(mode):
+    # A rotation by angle t of the pair (a, b): (a cos t - b sin t, b cos t + a sin t); the pairs
+    # are (x[i], x[i + D/2]) ('half') or (x[2i], x[2i + 1]) ('interleave').
+    q, k, angles = rand(2, 3, 4, 8, seed=31), rand(2, 3, 1, 8, seed=32), rand(2, 3, 1, 4, seed=33)
+    cos_half, sin_half = torch.cos(angles), torch.sin(angles)
+    if mode == "half":
+        cos, sin = torch.cat((cos_half, cos_half), -1), torch.cat((sin_half, sin_half), -1)
+        pairs = lambda t: torch.complex(t[..., :4], t[..., 4:])  # noqa: E731
+        back = lambda z: torch.cat((z.real, z.imag), -1)  # noqa: E731
+    else:
+        cos, sin = cos_half.repeat_interleave(2, -1), sin_half.repeat_interleave(2, -1)
+        pairs = lambda t: torch.complex(t[..., 0::2], t[..., 1::2])  # noqa: E731
+        back = lambda z: torch.stack((z.real, z.imag), -1).flatten(-2)  # noqa: E731
+    turn = torch.polar(torch.ones_like(angles), angles)
+    q_out, k_out = lookup("npu_apply_rotary_pos_emb")(q, k, cos, sin, layout="BSND", rotary_mode=mode)
+    assert_close(q_out, back(pairs(q) * turn).numpy())
+    assert_close(k_out, back(pairs(k) * turn).numpy())
+    with pytest.raises(ReferenceUnsupported, match="rotary_mode='quarter'"):
+        lookup("npu_apply_rotary_pos_emb")(q, k, cos, sin, rotary_mode="quarter")
+    with pytest.raises(ReferenceUnsupported, match="layout='XYZ'"):
+        lookup("npu_apply_rotary_pos_emb")(q, k, cos, sin, layout="XYZ")
+
+
+def test_scatter_nd_update_against_a_loop():
+    data, updates = rand(4, 3, 5, seed=34), rand(2, 5, seed=35)
+    indices = torch.tensor([[3, 1], [0, 2]])
+    expected = data.numpy().copy()
+    for (i, j), row in zip(indices.tolist(), updates.numpy()):
+        expected[i, j] = row
+    out = lookup("npu_scatter_nd_update")(data, indices, updates)
+    assert_close(out, expected)
+    assert_close(data, rand(4, 3, 5, seed=34).numpy())  # the input is left as it was
+    with pytest.raises(ReferenceUnsupported, match="indices with repeats"):
+        lookup("npu_scatter_nd_update")(data, torch.tensor([[1, 1], [1, 1]]), updates)
+
+
+@FAST
+@given(st.integers(1, 5), st.integers(1, 40), st.booleans(), st.integers(0, 2**16))
+def test_dynamic_quant_per_token_against_numpy(rows, hidden, smooth, seed):
+    x = rand(rows, hidden, seed=seed)
+    smooth_scales = rand(hidden, seed=seed + 1).abs() + 0.5 if smooth else None
+    xs = x.numpy() * (smooth_scales.numpy() if smooth else 1)
+    scale = np.abs(xs).max(-1) / 127
+    y, got_scale = lookup("npu_dynamic_quant")(x, smooth_scales=smooth_scales)
+    assert y.dtype == torch.int8 and got_scale.dtype == torch.float32
+    assert np.abs(y.numpy().astype(np.int64) - np.rint(xs / scale[:, None])).max() == 0
+    assert (np.abs(y.numpy()) <= 127).all() and (np.abs(y.numpy()).max(-1) == 127).all()
+    assert_close(got_scale, scale, rtol=1e-6)
+
+
+def test_dynamic_quant_refuses_what_it_does_not_model():
+    x = rand(2, 4, seed=36)
+    with pytest.raises(ReferenceUnsupported, match="group_index"):
+        lookup("npu_dynamic_quant")(x, group_index=torch.tensor([1, 2]))
+    with pytest.raises(ReferenceUnsupported, match=r"dst_type=torch\.quint4x2"):
+        lookup("npu_dynamic_quant")(x, dst_type=torch.quint4x2)
+
+
+def grouped_by_one_hot(x, weights, biases, sizes):
+    """y[r] = x[r] @ W[g(r)] + b[g(r)], the group of each row as a one-hot matrix: one einsum."""
+    groups = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    one_hot = F.one_hot(groups, len(sizes)).to(x.dtype)
+    rows = x[: len(groups)]
+    y = torch.einsum("rg,rk,gkn->rn", one_hot, rows, torch.stack(weights))
+    return y + one_hot @ torch.stack(biases)
+
+
+@FAST
+@given(st.lists(st.integers(0, 4), min_size=2, max_size=4), st.integers(0, 3), st.integers(1, 5),
+       st.sampled_from(["list", "cumsum", "sizes"]), st.integers(0, 2**16))
+def test_grouped_matmul_one_x_split_by_group_list_against_one_einsum(sizes, padding, n, form, seed):
+    k, groups = 6, len(sizes)
+    x = rand(sum(sizes) + padding, k, seed=seed)
+    weights = [rand(k, n, seed=seed + 1 + g) for g in range(groups)]
+    biases = [rand(n, seed=seed + 20 + g) for g in range(groups)]
+    ends = np.cumsum(sizes).tolist()
+    group_list, group_list_type = {"list": (ends, 0), "cumsum": (torch.tensor(ends), 0),
+                                   "sizes": (torch.tensor(sizes), 1)}[form]
+    kwargs = {"bias": biases, "group_list": group_list, "group_type": 0, "group_list_type": group_list_type}
+    expected = grouped_by_one_hot(x, weights, biases, sizes)
+    (single,) = lookup("npu_grouped_matmul")([x], weights, split_item=3, **kwargs)
+    assert single.shape == (x.shape[0], n)
+    assert_close(single[: sum(sizes)], expected.numpy())
+    assert (single[sum(sizes):] == 0).all()  # padding: zeros, and not compared
+    from pytest_msprobe.frameworks.npu_reference import PADDED_ROWS
+    written = PADDED_ROWS["npu_grouped_matmul"](([x], weights), {**kwargs, "split_item": 3})
+    assert written == ({0: sum(sizes)} if padding else {})
+    per_group = lookup("npu_grouped_matmul")([x], weights, split_item=0, **kwargs)
+    assert [t.shape[0] for t in per_group] == sizes
+    assert_close(torch.cat(per_group), expected.numpy())
+
+
+def test_grouped_matmul_one_x_per_weight_and_a_3d_weight():
+    xs = [rand(2, 4, seed=40), rand(3, 4, seed=41)]
+    stacked = rand(2, 4, 5, seed=42)
+    outs = lookup("npu_grouped_matmul")(xs, [stacked], split_item=0)
+    for x, w, y in zip(xs, stacked, outs):
+        assert_close(y, x.numpy() @ w.numpy())
+    (joined,) = lookup("npu_grouped_matmul")(xs, list(stacked), bias=[rand(2, 5, seed=43)], split_item=2)
+    bias = rand(2, 5, seed=43).numpy()
+    assert_close(joined, np.concatenate([x.numpy() @ w.numpy() + b for x, w, b in zip(xs, stacked, bias)]))
+
+
+@pytest.mark.parametrize("argument, value", [
+    ("scale", [torch.ones(3)]), ("offset", [torch.ones(3)]), ("antiquant_scale", [torch.ones(3)]),
+    ("antiquant_offset", [torch.ones(3)]), ("per_token_scale", [torch.ones(3)]),
+    ("activation_input", [torch.ones(3)]), ("activation_quant_scale", [torch.ones(3)]),
+    ("activation_quant_offset", [torch.ones(3)]), ("act_type", 1), ("group_type", 1),
+    ("group_list_type", 2), ("output_dtype", torch.int8),
+])
+def test_grouped_matmul_refuses_by_name_what_it_does_not_model(argument, value):
+    x, weights = rand(4, 3, seed=44), [rand(3, 2, seed=45), rand(3, 2, seed=46)]
+    kwargs = {"group_list": torch.tensor([1, 4]), "split_item": 3, argument: value}
+    with pytest.raises(ReferenceUnsupported, match=f"npu_grouped_matmul: {argument}"):
+        lookup("npu_grouped_matmul")([x], weights, **kwargs)
+
+
+def test_grouped_matmul_tuning_config_changes_nothing():
+    x, weights = rand(4, 3, seed=47), [rand(3, 2, seed=48), rand(3, 2, seed=49)]
+    plain = lookup("npu_grouped_matmul")([x], weights, group_list=[1, 4], split_item=3)
+    tuned = lookup("npu_grouped_matmul")([x], weights, group_list=[1, 4], split_item=3, tuning_config=[2])
+    assert torch.equal(plain[0], tuned[0])
+
+
+def test_moe_init_routing_as_the_docs_example():
+    # The op page's example: experts [[1, 2], [0, 1], [0, 2]], row_idx [[0, 3], [1, 4], [2, 5]].
+    x = torch.tensor([[0.1] * 4, [0.2] * 4, [0.3] * 4], dtype=torch.float64)
+    row_idx = torch.tensor([[0, 3], [1, 4], [2, 5]], dtype=torch.int32)
+    expert_idx = torch.tensor([[1, 2], [0, 1], [0, 2]], dtype=torch.int32)
+    expanded_x, expanded_row_idx, expanded_expert_idx = lookup("npu_moe_init_routing")(x, row_idx, expert_idx, 3)
+    assert expanded_expert_idx.tolist() == [0, 0, 1, 1, 2, 2] and expanded_expert_idx.dtype == torch.int32
+    assert expanded_row_idx.tolist() == [2, 0, 1, 4, 3, 5] and expanded_row_idx.dtype == torch.int32
+    assert_close(expanded_x[:, 0], [0.2, 0.3, 0.1, 0.2, 0.1, 0.3])
+
+
+@FAST
+@given(st.integers(1, 6), st.integers(1, 3), st.integers(1, 5), st.integers(1, 8), st.integers(0, 2**16))
+def test_moe_init_routing_against_a_loop_over_experts(rows, k, experts, active_num, seed):
+    generator = torch.Generator().manual_seed(seed)
+    expert_idx = torch.randint(0, experts, (rows, k), generator=generator, dtype=torch.int32)
+    row_idx = torch.arange(rows * k, dtype=torch.int32).reshape(k, rows).t()
+    x = rand(rows, 3, seed=seed)
+    expanded_x, expanded_row_idx, expanded_expert_idx = lookup("npu_moe_init_routing")(
+        x, row_idx, expert_idx, active_num)
+    # Expert by expert, each expert's (row, j) in row-major order; j * rows + row is where each goes from.
+    order = [(r, j) for e in range(experts) for r in range(rows) for j in range(k) if expert_idx[r, j] == e]
+    assert expanded_expert_idx.tolist() == [int(expert_idx[r, j]) for r, j in order]
+    for position, (r, j) in enumerate(order):
+        assert expanded_row_idx[j * rows + r] == position
+    kept = order[: min(active_num, rows) * k]
+    assert_close(expanded_x, x.numpy()[[r for r, _ in kept]])
+
+
+@pytest.mark.parametrize("drop_pad_mode", [0, 1, 2, 3])
+def test_moe_finalize_routing_against_a_loop(drop_pad_mode):
+    rows, k, hidden, experts = 5, 2, 3, 4
+    expanded = rand(rows * k, hidden, seed=50) if drop_pad_mode in (0, 2) else rand(experts, 3, hidden, seed=50)
+    skip1, skip2, bias, scales = (rand(rows, hidden, seed=51), rand(rows, hidden, seed=52),
+                                  rand(experts, hidden, seed=53), rand(rows, k, seed=54))
+    generator = torch.Generator().manual_seed(55)
+    dst = torch.randperm(rows * k, generator=generator).to(torch.int32)
+    if drop_pad_mode in (1, 3):
+        dst[3] = -1  # a dropped token
+    expert = torch.randint(0, experts, (rows, k), generator=generator, dtype=torch.int32)
+    table = expanded.numpy().reshape(-1, hidden)
+    expected = skip1.numpy() + skip2.numpy()
+    for i in range(rows):
+        for j in range(k):
+            d = int(dst[j * rows + i] if drop_pad_mode in (0, 1) else dst[i * k + j])
+            value = np.zeros(hidden) if d == -1 else table[d]
+            expected[i] += scales[i, j].item() * (value + bias.numpy()[expert[i, j]])
+    out = lookup("npu_moe_finalize_routing")(expanded, skip1, skip2, bias, scales, dst, expert, drop_pad_mode)
+    assert_close(out, expected)
+    no_scales = lookup("npu_moe_finalize_routing")(expanded, None, None, None, None, dst, None, drop_pad_mode, k=k)
+    assert no_scales.shape == (rows, hidden)
+
+
+@FAST
+@given(st.lists(st.integers(0, 9), max_size=20), st.integers(1, 12))
+def test_moe_compute_expert_tokens_is_the_cumulative_count(experts, num_expert):
+    sorted_experts = torch.tensor(sorted(experts), dtype=torch.int32)
+    counts = np.bincount(np.array(experts, dtype=np.int64), minlength=max(num_expert, 10))[:num_expert]
+    out = lookup("npu_moe_compute_expert_tokens")(sorted_experts, num_expert)
+    assert out.dtype == torch.int32 and out.tolist() == np.cumsum(counts).tolist()
+
+
+def test_the_moe_path_from_gating_to_finalize_is_a_dense_mixture_of_experts():
+    # gating -> init_routing -> compute_expert_tokens -> grouped_matmul -> finalize_routing, chained as
+    # an MoE layer calls them, against the dense mixture: sum_k p_k(x) (x @ W_{e_k}).
+    rows, hidden, out_dim, experts, k = 7, 5, 4, 4, 2
+    x, logits = rand(rows, hidden, seed=60), rand(rows, experts, seed=61)
+    weights = [rand(hidden, out_dim, seed=62 + e) for e in range(experts)]
+    probs, expert_idx, row_idx = lookup("npu_moe_gating_top_k_softmax")(logits, k=k)
+    expanded_x, expanded_row_idx, sorted_experts = lookup("npu_moe_init_routing")(x, row_idx, expert_idx, rows)
+    ends = lookup("npu_moe_compute_expert_tokens")(sorted_experts, experts)
+    (expert_out,) = lookup("npu_grouped_matmul")([expanded_x], weights, group_list=ends.to(torch.int64),
+                                                 split_item=3, group_type=0)
+    out = lookup("npu_moe_finalize_routing")(expert_out, None, None, None, probs, expanded_row_idx, expert_idx)
+    dense = torch.softmax(logits, -1)
+    expected = np.zeros((rows, out_dim))
+    for r in range(rows):
+        for e in np.argsort(-dense[r].numpy(), kind="stable")[:k]:
+            expected[r] += dense[r, e].item() * (x[r].numpy() @ weights[e].numpy())
+    assert_close(out, expected)

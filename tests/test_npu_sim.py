@@ -259,3 +259,60 @@ def test_the_outputs_the_simulated_npu_recorded_pass_the_references(pytester, co
     result.assert_outcomes(passed=38)
     # This process never imported the simulated torch_npu: its torch has no npu device.
     assert "torch_npu" not in sys.modules and torch._C._get_privateuse1_backend_name() == "privateuseone"
+
+
+# -- LLM and MoE operators (issue 30) ---------------------------------------------------------------
+
+LLM = "npu_llm_sim"  # tests/data/make/npu_llm_sim.py: grouped matmuls, MoE routing, add_rms_norm, ...; fp32, bf16
+PADDED = ("NPU.npu_grouped_matmul.0.forward.output.0", "NPU.npu_grouped_matmul.2.forward.output.0")
+
+
+def by_name(folder: Path, kind: str) -> Dict[str, Dict[str, str]]:
+    """API Name -> row of a run over one dump (its CSV pair is in the --msprobe-out folder itself)."""
+    return {api: row for (_, api), row in rows(folder, kind).items()}
+
+
+def test_the_llm_operators_the_simulated_npu_recorded_pass_their_references_under_dtype(pytester, copy_dump):
+    """npu_llm_sim's outputs came from tests/npu_sim, the bench from npu_llm_reference: every entry
+    passes under the dtype standard, none SKIPped for want of a reference; the grouped matmul's rows
+    beyond group_list (the simulated device leaves 1e4 there) are not compared, and the row says so."""
+    result = pytester.runpytest("-p", "no:cacheprovider", "--msprobe-device", "recorded", "--msprobe-standard",
+                                "dtype", "--msprobe-out", "out", "--msprobe-dump", str(copy_dump(LLM)))
+    entries = json.loads((pytester.path / LLM / "dump.json").read_text())["data"]
+    result.assert_outcomes(passed=len(entries))
+    details = by_name(pytester.path / "out", "details")
+    assert {row["Status"] for row in details.values()} == {"pass"}
+    for name in PADDED:
+        assert "rows 10..11 of 12 lie beyond group_list (padding): not compared" in details[name]["Message"]
+    quantised = details["NPU.npu_dynamic_quant.1.forward.output.0"]["Message"]
+    assert quantised.startswith("quantisation rule (an integer output of npu_dynamic_quant): |error| <= 1 unit")
+    for index in (1, 2):  # expanded_row_idx, expanded_expert_idx: equal
+        row = details[f"NPU.npu_moe_init_routing.0.forward.output.{index}"]
+        assert row["Tested Dtype"] == "torch.int32" and "compared exactly" in row["Message"]
+
+
+@pytest.mark.slow
+def test_the_llm_operators_run_on_the_npu_and_two_deficits_are_errors(pytester, copy_dump, npu, one_thread):
+    dump = str(copy_dump(LLM))
+    settings = ["--msprobe-standard", "dtype", "--msprobe-dump", dump]
+    clean = on_npu(pytester, "clean", *settings)
+    entries = json.loads((pytester.path / LLM / "dump.json").read_text())["data"]
+    clean.assert_outcomes(passed=len(entries))
+    clean_details = by_name(pytester.path / "clean", "details")
+    for name in PADDED:  # what the device left in the padded rows is not judged
+        assert "beyond group_list (padding): not compared" in clean_details[name]["Message"]
+
+    # A grouped matmul that reads group_list one group short, and add_rms_norm without its residual.
+    npu.deficits("npu_grouped_matmul=skip_last_group,npu_add_rms_norm=no_residual")
+    faulty = on_npu(pytester, "faulty", *settings)
+    assert npu.fired() == {("npu_grouped_matmul", "skip_last_group"), ("npu_add_rms_norm", "no_residual")}
+    expected = {"NPU.npu_grouped_matmul.0", "NPU.npu_grouped_matmul.2", "NPU.npu_add_rms_norm.0",
+                "NPU.npu_add_rms_norm.1"}  # the one-x-per-weight matmuls (1, 3) have no group_list to misread
+    assert failed(faulty) == {f"{api}.forward" for api in expected}
+    for api, row in by_name(pytester.path / "faulty", "result").items():
+        assert row["Forward Test Success"] == ("error" if api in expected else "pass"), row
+    details = by_name(pytester.path / "faulty", "details")
+    for name in PADDED:  # the last group's rows (7..9) are wrong: the padding rule never hides them
+        assert details[name]["Status"] == "error"
+    # rms_norm of x1 alone: y and x (the sum it returns) are both wrong.
+    assert {details[f"NPU.npu_add_rms_norm.0.forward.output.{i}"]["Status"] for i in (0, 2)} == {"error"}

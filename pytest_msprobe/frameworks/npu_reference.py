@@ -18,12 +18,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["REFERENCES", "UNCOMPARED_OUTPUTS", "ReferenceUnsupported", "lookup"]
+__all__ = ["PADDED_ROWS", "REFERENCES", "UNCOMPARED_OUTPUTS", "ReferenceUnsupported", "lookup"]
 
 
 class ReferenceUnsupported(Exception):
@@ -42,6 +42,11 @@ UNCOMPARED_OUTPUTS: dict[str, dict[int, str]] = {
         6: "the dropout mask length is not a result",
     },
 }
+
+
+# Outputs whose trailing rows a correct kernel leaves unwritten (padding beyond a group_list): by op,
+# (args, kwargs) of the call -> {output index: the rows written}. The rows beyond are not compared.
+PADDED_ROWS: dict[str, Callable[[Sequence[Any], dict[str, Any]], dict[int, int]]] = {}
 
 
 def lookup(op_name: str) -> Callable | None:
@@ -641,3 +646,8 @@ def _check_pse(pse: torch.Tensor | None, sq: int) -> None:
     # (only the last 1024 rows, for Sq > 1024) is a different tensor.
     if pse is not None and pse.shape[-2] not in (1, sq):
         raise ReferenceUnsupported("npu_fusion_attention: compressed (last-1024-rows) pse")
+
+
+# The LLM and MoE operators' references register themselves here (a module of their own for
+# this one's readability); imported last, as they use _reference.
+from . import npu_llm_reference as _llm_references  # noqa: E402, F401

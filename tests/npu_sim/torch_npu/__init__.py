@@ -12,19 +12,28 @@ import torch  # noqa: F401  (torch_npu extends torch: it is imported first, as b
 
 from . import _autocast, _backend, npu
 from ._fused import (  # noqa: F401  (torch_npu.npu_*)
+    npu_add_rms_norm,
     npu_apply_adam,
     npu_apply_adam_w,
+    npu_apply_rotary_pos_emb,
     npu_confusion_transpose,
+    npu_dynamic_quant,
     npu_fast_gelu,
     npu_fusion_attention,
+    npu_gelu,
     npu_group_norm_silu,
+    npu_grouped_matmul,
     npu_layer_norm_eval,
     npu_linear,
     npu_mish,
+    npu_moe_compute_expert_tokens,
+    npu_moe_finalize_routing,
     npu_moe_gating_top_k_softmax,
+    npu_moe_init_routing,
     npu_rms_norm,
     npu_rotary_mul,
     npu_scaled_masked_softmax,
+    npu_scatter_nd_update,
     npu_sort_v2,
     npu_swiglu,
 )

@@ -7,6 +7,9 @@ MSPROBE_NPU_SIM_DEFICITS is a comma-separated list of `<op>=<kind>`; `<op>` is a
   tanh             gelu, gelu_backward: the tanh approximation instead of erf
   epsilon:<x>      an op with an eps / epsilon argument (layer norm, the fused norms): x instead
   scale:<x>        every floating output multiplied by x
+  no_residual      npu_add_rms_norm: x1 alone normalised and returned as x, the residual x2 left out
+  skip_last_group  npu_grouped_matmul: group_list's last group left unwritten, as if its end were
+                   the one before (a kernel reading group_list one short)
   raise            the op raises a device error at once
   async_error      the op returns, and the device reports its error at the next synchronisation
                    (synchronize, a copy to the host, .item()), as an NPU running asynchronously does
@@ -30,9 +33,11 @@ from . import _state
 VARIABLE = "MSPROBE_NPU_SIM_DEFICITS"
 _MATMULS = ("aten::mm", "aten::bmm", "aten::addmm")
 _GELUS = ("aten::gelu", "aten::gelu_backward")
-_ONLY_FOR = {"bf16_accumulate": _MATMULS, "tanh": _GELUS}
+_ONLY_FOR = {"bf16_accumulate": _MATMULS, "tanh": _GELUS, "no_residual": ("npu_add_rms_norm",),
+             "skip_last_group": ("npu_grouped_matmul",)}
 _WITH_VALUE = ("epsilon", "scale")
-KINDS = ("bf16_accumulate", "tanh", "epsilon", "scale", "raise", "async_error", "crash")
+KINDS = ("bf16_accumulate", "tanh", "epsilon", "scale", "no_residual", "skip_last_group", "raise", "async_error",
+         "crash")
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,21 @@ def fused(name: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
             raise RuntimeError(f"npu sim: {name} has no epsilon argument for {VARIABLE}")
         bound.arguments[key] = deficit.value
         args, kwargs = bound.args, bound.kwargs
+    if deficit.kind == "no_residual":
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        bound.arguments["x2"] = torch.zeros_like(bound.arguments["x2"])
+        args, kwargs = bound.args, bound.kwargs
+    if deficit.kind == "skip_last_group" and kwargs.get("group_list") is not None:
+        kwargs = dict(kwargs)
+        ends = kwargs["group_list"].tolist() if isinstance(kwargs["group_list"], torch.Tensor) else list(
+            kwargs["group_list"])
+        if kwargs.get("group_list_type", 0) == 1:
+            ends[-1] = 0  # sizes: the last group has none
+        else:
+            ends[-1] = ends[-2] if len(ends) > 1 else 0
+        given = kwargs["group_list"]
+        kwargs["group_list"] = torch.tensor(ends, dtype=given.dtype).to(given.device) if isinstance(
+            given, torch.Tensor) else ends
     return _around(deficit, name, lambda: fn(*args, **kwargs), in_place=False)
 
 

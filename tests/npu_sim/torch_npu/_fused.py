@@ -21,6 +21,8 @@ __all__ = [
     "npu_apply_adam", "npu_apply_adam_w", "npu_confusion_transpose", "npu_fast_gelu", "npu_fusion_attention",
     "npu_group_norm_silu", "npu_layer_norm_eval", "npu_linear", "npu_mish", "npu_moe_gating_top_k_softmax",
     "npu_rms_norm", "npu_rotary_mul", "npu_scaled_masked_softmax", "npu_sort_v2", "npu_swiglu",
+    "npu_add_rms_norm", "npu_gelu", "npu_apply_rotary_pos_emb", "npu_scatter_nd_update", "npu_dynamic_quant",
+    "npu_grouped_matmul", "npu_moe_init_routing", "npu_moe_finalize_routing", "npu_moe_compute_expert_tokens",
 ]
 
 
@@ -335,3 +337,165 @@ def _packed(query, key, value, heads, scale, masking, qlens, kvlens):
         maxes.append(query.new_full((rest, heads), float("-inf")))
         sums.append(query.new_zeros(rest, heads))
     return torch.cat(outs), torch.cat(maxes), torch.cat(sums)
+
+
+# -- LLM and MoE operators (issue 30) ------------------------------------------------
+
+# What a grouped matmul leaves in the output rows beyond group_list's total: the device does not
+# write them, so they hold whatever the memory held; here a fixed value, never a result.
+UNWRITTEN = 1.0e4
+
+
+@_fused
+def npu_add_rms_norm(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6):
+    """(rms_norm(x1 + x2) * gamma, rstd float32, x1 + x2), the residual added first; in float32
+    whatever the inputs' dtype, as the device's vector kernels compute, rounded once at the end."""
+    x = x1.float() + x2.float()
+    dims = list(range(x.dim() - gamma.dim(), x.dim()))
+    rstd = 1 / torch.sqrt((x * x).mean(dim=dims, keepdim=True) + epsilon)
+    return (gamma.float() * (x * rstd)).to(x1.dtype), rstd, x.to(x1.dtype)
+
+
+@_fused
+def npu_gelu(input: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
+    """x * (1 + erf(x / sqrt 2)) / 2, or 'tanh': x * (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2."""
+    x = input.float()  # in float32, rounded once at the end
+    if approximate == "tanh":
+        return (0.5 * x * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))).to(input.dtype)
+    if approximate != "none":
+        raise RuntimeError(f"npu_gelu: approximate must be none or tanh, not {approximate!r}")
+    return (0.5 * x * (1 + torch.erf(x * 0.7071067811865476))).to(input.dtype)
+
+
+@_fused
+def npu_apply_rotary_pos_emb(query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                             layout: str = "BSH", rotary_mode: str = "half"):
+    """query and key rotated in place (x cos + rotate(x) sin) and returned, as the op does."""
+    if rotary_mode != "half":
+        raise RuntimeError(f"npu sim: npu_apply_rotary_pos_emb rotary_mode={rotary_mode!r} is not simulated")
+    for x in (query, key):
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        x.copy_(x * cos + rotated * sin)
+    return query, key
+
+
+@_fused
+def npu_scatter_nd_update(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+    """input with the slices indices address (over its first indices.shape[-1] dims) set to updates."""
+    out = input.clone()
+    depth = indices.shape[-1]
+    flat_indices = indices.reshape(-1, depth).tolist()
+    flat_updates = updates.reshape(len(flat_indices), *input.shape[depth:])
+    for row, index in enumerate(flat_indices):
+        out[tuple(index)] = flat_updates[row]
+    return out
+
+
+@_fused
+def npu_dynamic_quant(input: torch.Tensor, *, smooth_scales: Optional[torch.Tensor] = None,
+                      group_index: Optional[torch.Tensor] = None, dst_type: Optional[torch.dtype] = None):
+    """(int8 y, float32 scale) per token: scale = max |x smooth| / 127, y = round(x smooth / scale),
+    in float32 as the device computes it."""
+    if group_index is not None or dst_type not in (None, torch.int8):
+        raise RuntimeError("npu sim: npu_dynamic_quant with group_index or dst_type is not simulated")
+    x = input.float()
+    if smooth_scales is not None:
+        x = x * smooth_scales.float()
+    scale = x.abs().amax(dim=-1, keepdim=True) / 127.0
+    y = torch.round(x / scale).clamp(-128, 127).to(torch.int8)
+    return y, scale.squeeze(-1)
+
+
+@_fused
+def npu_grouped_matmul(x: List[torch.Tensor], weight: List[torch.Tensor], *, bias=None, scale=None, offset=None,
+                       antiquant_scale=None, antiquant_offset=None, per_token_scale=None, group_list=None,
+                       activation_input=None, activation_quant_scale=None, activation_quant_offset=None,
+                       split_item: int = 0, group_type=None, group_list_type: int = 0, act_type: int = 0,
+                       output_dtype=None, tuning_config=None) -> List[torch.Tensor]:
+    """x_i @ weight_i + bias_i per group. Simulated: the non-quantised calls; one x split by
+    group_list (cumulative ends, or sizes with group_list_type 1) or one x per weight; weights as
+    a list of [k, n] or one [g, k, n]; split_item 0/1 (a tensor per group) or 2/3 (one tensor,
+    rows beyond group_list's total left unwritten)."""
+    quantised = (scale, offset, antiquant_scale, antiquant_offset, per_token_scale, activation_input,
+                 activation_quant_scale, activation_quant_offset)
+    if any(v is not None for v in quantised) or act_type:
+        raise RuntimeError("npu sim: quantised or activated npu_grouped_matmul is not simulated")
+    weights = list(weight[0]) if len(weight) == 1 and weight[0].dim() == 3 else list(weight)
+    biases = [None] * len(weights) if bias is None else (list(bias[0]) if len(bias) == 1 and bias[0].dim() == 2
+                                                         else list(bias))
+    if len(x) == 1 and len(weights) > 1:
+        values = group_list.tolist() if isinstance(group_list, torch.Tensor) else list(group_list)
+        if isinstance(group_list, torch.Tensor) and group_list_type == 1:
+            ends = [sum(values[:i + 1]) for i in range(len(values))]
+        else:
+            ends = values
+        starts = [0, *ends[:-1]]
+        pieces = [x[0][start:end] for start, end in zip(starts, ends)]
+    else:
+        pieces, starts, ends = list(x), [], []
+    ys = []
+    for piece, w, b in zip(pieces, weights, biases):
+        y = piece @ w
+        ys.append(y if b is None else y + b)
+    if split_item in (0, 1):
+        return ys
+    if not ends:
+        return [torch.cat(ys)]
+    out = torch.full((x[0].shape[0], weights[0].shape[-1]), UNWRITTEN, dtype=x[0].dtype, device=x[0].device)
+    for start, end, y in zip(starts, ends, ys):
+        out[start:end] = y
+    return [out]
+
+
+@_fused
+def npu_moe_init_routing(x: torch.Tensor, row_idx: torch.Tensor, expert_idx: torch.Tensor, active_num: int):
+    """Rows gathered expert by expert (lowest expert first, then the flattened row-major order of
+    expert_idx), expanded_row_idx the position each (row, k) went to, the experts in that order."""
+    rows, k = expert_idx.shape
+    experts, sources = expert_idx.reshape(-1).tolist(), row_idx.reshape(-1).tolist()
+    order = [position for expert in sorted(set(experts)) for position, e in enumerate(experts) if e == expert]
+    source = [sources[position] for position in order]
+    expanded_row_idx = [0] * len(source)
+    for destination, src in enumerate(source):
+        expanded_row_idx[src] = destination
+    active = min(active_num, rows) * k
+    take = torch.tensor([src % rows for src in source[:active]], dtype=torch.long, device=x.device)
+    as_int = dict(dtype=torch.int32, device=x.device)
+    return (x.index_select(0, take), torch.tensor(expanded_row_idx, **as_int),
+            torch.tensor([experts[p] for p in order], **as_int))
+
+
+@_fused
+def npu_moe_finalize_routing(expanded_permuted_rows, skip1, skip2, bias, scales, expanded_src_to_dst_row,
+                             expert_for_source_row, drop_pad_mode: int = 0, k: int = 1):
+    """skip1 + skip2 + sum over k of scales[i, k] (the row token i's k-th expert produced + that
+    expert's bias), the k-th row of token i at [k * rows + i] (modes 0, 1) or [i * K + k] (2, 3)."""
+    top_k = scales.shape[1] if scales is not None else k
+    rows = expanded_src_to_dst_row.shape[0] // top_k
+    table = expanded_permuted_rows.reshape(-1, expanded_permuted_rows.shape[-1]).float()  # summed in float32
+    out = torch.zeros(rows, table.shape[1], dtype=torch.float32, device=table.device)
+    if skip1 is not None:
+        out = out + skip1.float()
+    if skip2 is not None:
+        out = out + skip2.float()
+    destinations = expanded_src_to_dst_row.tolist()
+    for j in range(top_k):
+        at = [j * rows + i if drop_pad_mode in (0, 1) else i * top_k + j for i in range(rows)]
+        picked = [destinations[a] for a in at]
+        index = torch.tensor([max(p, 0) for p in picked], dtype=torch.long, device=table.device)
+        term = table.index_select(0, index)
+        kept = torch.tensor([p >= 0 for p in picked], device=table.device).unsqueeze(-1)
+        term = torch.where(kept, term, torch.zeros_like(term))
+        if bias is not None:
+            term = term + bias.index_select(0, expert_for_source_row[:, j].long()).float()
+        out = out + (term if scales is None else scales[:, j:j + 1].float() * term)
+    return out.to(expanded_permuted_rows.dtype)
+
+
+@_fused
+def npu_moe_compute_expert_tokens(sorted_expert_for_source_row: torch.Tensor, num_expert: int) -> torch.Tensor:
+    """How many of the sorted experts are at most e, for each expert e < num_expert."""
+    experts = torch.arange(num_expert, device=sorted_expert_for_source_row.device).unsqueeze(-1)
+    counts = (sorted_expert_for_source_row.reshape(1, -1) <= experts).sum(dim=-1)
+    return counts.to(sorted_expert_for_source_row.dtype)

@@ -1,0 +1,85 @@
+"""Write tests/data/npu_llm_sim: a tensor dump of torch_npu's LLM and MoE operators (issue 30), outputs
+computed on the simulated NPU (tests/npu_sim), in msprobe's format (tests/dumpwriter.py): lists of
+tensors (npu_grouped_matmul's x and weight, its output list), optional tensors given as None, int
+lists and an int64 group_list tensor, as msprobe 26.2.0 records a call's arguments. fp32 and bf16.
+
+Run from the repository root:
+    PYTHONPATH=tests/npu_sim:tests python tests/data/make/npu_llm_sim.py tests/data/npu_llm_sim
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+import torch_npu
+from dumpwriter import DumpWriter
+
+assert "npusim" in torch_npu.__version__, "run with tests/npu_sim first on PYTHONPATH, never a real torch_npu"
+
+# Ops that update inputs in place: msprobe records their inputs before the call.
+IN_PLACE = ("npu_apply_rotary_pos_emb",)
+
+
+def calls(g: torch.Generator, dtype: torch.dtype, tag: int):
+    """(entry, callable, args, kwargs) in the order an MoE decoder layer makes them, on npu:0."""
+
+    def randn(*shape, of=dtype):
+        return torch.randn(*shape, generator=g).to(of).npu()
+
+    def ints(values):
+        return torch.tensor(values, dtype=torch.int32).npu()
+
+    experts, rows, k, hidden = 4, 6, 2, 16
+    logits = torch.randn(rows, experts, generator=g)
+    expert_idx = torch.topk(torch.softmax(logits, -1), k, dim=-1).indices.to(torch.int32)
+    row_idx = torch.arange(rows * k, dtype=torch.int32).reshape(k, rows).t().contiguous()
+    sorted_experts = torch.sort(expert_idx.reshape(-1)).values
+    permutation = torch.randperm(rows * k, generator=g).to(torch.int32)
+    n = f"{tag}"
+    return [
+        (f"NPU.npu_add_rms_norm.{n}", torch_npu.npu_add_rms_norm, [randn(4, 32), randn(4, 32), randn(32)],
+         {"epsilon": 1e-6}),
+        (f"NPU.npu_gelu.{n}", torch_npu.npu_gelu, [randn(4, 32)], {"approximate": "tanh" if tag else "none"}),
+        (f"NPU.npu_apply_rotary_pos_emb.{n}", torch_npu.npu_apply_rotary_pos_emb,
+         [randn(1, 8, 2, 16), randn(1, 8, 2, 16), randn(1, 8, 1, 16), randn(1, 8, 1, 16)], {"layout": "BSH"}),
+        (f"NPU.npu_scatter_nd_update.{n}", torch_npu.npu_scatter_nd_update,
+         [randn(6, 8), torch.tensor([[1], [4]]).npu(), randn(2, 8)], {}),
+        (f"NPU.npu_dynamic_quant.{n}", torch_npu.npu_dynamic_quant, [randn(4, 32)], {"smooth_scales": randn(32)}),
+        # One x split by an int64 group_list of cumulative ends, 2 padded rows beyond its total.
+        (f"NPU.npu_grouped_matmul.{2 * tag}", torch_npu.npu_grouped_matmul, [[randn(12, hidden)],
+         [randn(3, hidden, 8)]], {"bias": [randn(3, 8)], "group_list": torch.tensor([3, 7, 10]).npu(),
+                                  "split_item": 3, "group_type": 0, "group_list_type": 0}),
+        # One x per weight, a tensor per group out, no bias.
+        (f"NPU.npu_grouped_matmul.{2 * tag + 1}", torch_npu.npu_grouped_matmul,
+         [[randn(3, hidden), randn(5, hidden)], [randn(hidden, 8), randn(hidden, 8)]],
+         {"bias": None, "group_list": None, "split_item": 0}),
+        (f"NPU.npu_moe_init_routing.{n}", torch_npu.npu_moe_init_routing,
+         [randn(rows, hidden), row_idx.npu(), expert_idx.npu(), rows], {}),
+        (f"NPU.npu_moe_compute_expert_tokens.{n}", torch_npu.npu_moe_compute_expert_tokens,
+         [sorted_experts.npu(), experts], {}),
+        (f"NPU.npu_moe_finalize_routing.{n}", torch_npu.npu_moe_finalize_routing,
+         [randn(rows * k, hidden), randn(rows, hidden), None, randn(experts, hidden), randn(rows, k),
+          permutation.npu(), expert_idx.npu()], {"drop_pad_mode": 0}),
+    ]
+
+
+def main(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    torch.npu.set_device(0)
+    writer = DumpWriter(folder)
+    generator = torch.Generator().manual_seed(2026)
+    for tag, dtype in enumerate((torch.float32, torch.bfloat16)):
+        for prefix, fn, args, kwargs in calls(generator, dtype, tag):
+            before = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+            writer.record(prefix, fn, args, kwargs)
+            if fn.__name__ in IN_PLACE:
+                writer.data[f"{prefix}.forward"]["input_args"] = [
+                    writer.spec(a, f"{prefix}.forward.input.{i}") for i, a in enumerate(before)]
+    writer.write()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
