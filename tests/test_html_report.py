@@ -361,3 +361,13 @@ def test_without_plotly_the_option_is_a_usage_error_before_anything_runs(pyteste
     assert ("ERROR: --msprobe-html: the HTML report draws its figures with plotly, which is not installed: "
             "pip install 'pytest-msprobe[html]'") in result.stderr.lines
     assert not (pytester.path / "r.html").exists()
+
+
+def test_a_resumed_run_writes_the_page_of_every_entry_of_its_pair(pytester, copy_dump):
+    dump = copy_dump("pt_tensor_L1")
+    run_msprobe(pytester, dump, "-x", device="cpu")  # stops at the first failure, 19 entries in
+    result = next((pytester.path / "out").glob("accuracy_checking_result_*.csv"))
+    run_msprobe(pytester, dump, "--msprobe-resume", str(result), "--msprobe-html", "r.html", device="cpu")
+    page = Page((pytester.path / "r.html").read_text(encoding="utf-8"))
+    assert len(page.with_attr("data-status")) == 66  # the earlier run's entries and this one's
+    assert {attrs["data-entry"] for attrs in page.with_attr("data-entry")} == failing_entries(pytester.path / "out")
