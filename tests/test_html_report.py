@@ -241,13 +241,19 @@ def test_a_run_with_faults_writes_the_page_with_every_failing_entry(pytester, fa
     assert failing <= details
     sampled = [spec for spec in figures(page) if spec["data"][0]["type"] == "scattergl"]
     assert len(sampled) >= len(failing)  # every failing output drawn from its samples
-    # The same pair read back by the CLI gives the same entries, its journal the same samples.
+    # The same pair read back by the CLI gives the same entries, its journal the same samples; the
+    # journal is left as it is, a torn last line too (a run killed while writing it).
+    journal = next((pytester.path / "out").glob("accuracy_checking_journal_*.jsonl"))
+    with open(journal, "ab") as handle:
+        handle.write(b'{"api": "Functional.torn')
+    kept = journal.read_bytes()
     target = pytester.path / "again.html"
     assert report_cli.main([str(next((pytester.path / "out").glob("accuracy_checking_result_*.csv"))),
                             "--html", str(target)]) == 0
     again = target.read_text(encoding="utf-8")
     assert {attrs["data-entry"] for attrs in Page(again).with_attr("data-entry")} == details
     assert len([s for s in figures(again) if s["data"][0]["type"] == "scattergl"]) == len(sampled)
+    assert journal.read_bytes() == kept
 
 
 def test_the_ini_key_writes_the_page_and_a_run_without_it_keeps_no_samples(pytester, faulty):

@@ -30,7 +30,7 @@ from ..results import ERROR, PASS, SKIP, WARNING, EntryResult, OutputResult, Sta
 from ..untrusted import cut, printable
 from . import files, html_figures, manifest
 from .csv_files import DETAILS_COLUMNS, ReportError, details_path_for, read_result_rows
-from .journal import journal_path_for, read_journal
+from .journal import RUNNING, journal_path_for
 from .merge import split_message
 from .messages import call_site_text, entry_message, notes, output_text, probe_text
 from .resume import complete_records, read_details_outputs
@@ -114,10 +114,7 @@ def _pair_entries(result_path: Path) -> list[Entry]:
         raise ReportError(f"{details}: no details CSV beside the result CSV {result_path.name}")
     complete_records(details, DETAILS_COLUMNS)  # its header checked: ReportError naming it
     outputs = read_details_outputs(details)
-    try:
-        journal = {(r.api, r.direction): r for r in read_journal(journal_path_for(result_path))}
-    except OSError:
-        journal = {}
+    journal = _journal(journal_path_for(result_path))
     found = []
     for row in rows:
         api, forward, backward, message = [*row, "", "", ""][:4]
@@ -131,6 +128,25 @@ def _pair_entries(result_path: Path) -> list[Entry]:
             else:
                 rows_of = outputs.get((api, direction), [])
                 found.append(Entry(EntryResult(api, direction, Status(status), "", rows_of), text))
+    return found
+
+
+def _journal(path: Path) -> dict[tuple[str, str], EntryResult]:
+    """The latest result of each entry a journal holds, read only (journal.read_contents would cut a
+    torn last line: a report leaves the files of a run as they are); {} where there is none."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return {}
+    found = {}
+    for line in data[: data.rfind(b"\n") + 1].splitlines():  # a kill tears the last line only
+        try:
+            record = json.loads(line)
+            if isinstance(record, dict) and RUNNING not in record:
+                result = EntryResult.from_dict(record)
+                found[(result.api, result.direction)] = result
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue  # not a result (a line edited by hand): its row stands alone
     return found
 
 
