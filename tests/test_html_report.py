@@ -377,3 +377,10 @@ def test_a_resumed_run_writes_the_page_of_every_entry_of_its_pair(pytester, copy
     page = Page((pytester.path / "r.html").read_text(encoding="utf-8"))
     assert len(page.with_attr("data-status")) == 66  # the earlier run's entries and this one's
     assert {attrs["data-entry"] for attrs in page.with_attr("data-entry")} == failing_entries(pytester.path / "out")
+
+
+def test_a_page_that_cannot_be_written_leaves_nothing_behind(tmp_path):
+    (tmp_path / "r.html").mkdir()  # a folder at its name
+    with pytest.raises(OSError):
+        html.write(tmp_path / "r.html", html.from_results(results(), [MANIFEST], []))
+    assert [p.name for p in tmp_path.iterdir()] == ["r.html"]

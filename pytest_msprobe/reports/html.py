@@ -11,6 +11,7 @@ Every script and style is inline: it opens from a CI artifact with no network. N
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import html
 import json
@@ -286,7 +287,12 @@ def write(path: Path, report: Report) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     files.write_new(temporary, text.encode("utf-8"))
-    os.replace(temporary, path)
+    try:
+        os.replace(temporary, path)
+    except OSError:  # a folder at the name: nothing of the page is left behind
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
     return path
 
 
