@@ -85,6 +85,17 @@ DOCUMENTED_SIGNATURES = {
     "npu_moe_finalize_routing": "(expanded_permuted_rows, skip1, skip2, bias, scales, expanded_src_to_dst_row, "
                                 "expert_for_source_row, drop_pad_mode=0, k=1)",
     "npu_moe_compute_expert_tokens": "(sorted_expert_for_source_row, num_expert)",
+    "npu_prompt_flash_attention": "(query, key, value, *, pse_shift=None, padding_mask=None, atten_mask=None, "
+                                  "actual_seq_lengths=None, deq_scale1=None, quant_scale1=None, deq_scale2=None, "
+                                  "quant_scale2=None, quant_offset2=None, num_heads=1, scale_value=1.0, "
+                                  "pre_tokens=2147473647, next_tokens=0, input_layout='BSH', num_key_value_heads=0, "
+                                  "actual_seq_lengths_kv=None, sparse_mode=0)",
+    "npu_incre_flash_attention": "(query, key, value, *, padding_mask=None, pse_shift=None, atten_mask=None, "
+                                 "actual_seq_lengths=None, dequant_scale1=None, quant_scale1=None, "
+                                 "dequant_scale2=None, quant_scale2=None, quant_offset2=None, antiquant_scale=None, "
+                                 "antiquant_offset=None, block_table=None, kv_padding_size=None, num_heads=1, "
+                                 "scale_value=1.0, input_layout='BSH', num_key_value_heads=0, block_size=0, "
+                                 "inner_precise=1)",
 }
 
 
@@ -1034,3 +1045,106 @@ def test_the_moe_path_from_gating_to_finalize_is_a_dense_mixture_of_experts():
         for e in np.argsort(-dense[r].numpy(), kind="stable")[:k]:
             expected[r] += dense[r, e].item() * (x[r].numpy() @ weights[e].numpy())
     assert_close(out, expected)
+
+
+def sdpa_bnsd(q, k, v, scale, keep=None):
+    """torch's scaled_dot_product_attention (math), key/value heads repeated, `keep` True where attended."""
+    k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=scale)
+
+
+def in_layout(x, layout):
+    """A [B, N, S, D] tensor in BSH / BSND / BNSD."""
+    return {"BNSD": x, "BSND": x.transpose(1, 2), "BSH": x.transpose(1, 2).flatten(2)}[layout]
+
+
+@pytest.mark.parametrize("layout", ["BSH", "BSND", "BNSD", "BNSD_BSND"])
+@pytest.mark.parametrize("heads, kv_heads", [(2, 2), (4, 2)])
+def test_prompt_flash_attention_layouts_and_gqa_against_sdpa(layout, heads, kv_heads):
+    q, k, v = rand(2, heads, 5, 8, seed=70), rand(2, kv_heads, 7, 8, seed=71), rand(2, kv_heads, 7, 8, seed=72)
+    given = "BNSD" if layout == "BNSD_BSND" else layout
+    out = lookup("npu_prompt_flash_attention")(
+        in_layout(q, given), in_layout(k, given), in_layout(v, given), num_heads=heads, scale_value=0.3,
+        input_layout=layout, num_key_value_heads=kv_heads if kv_heads != heads else 0)
+    expected = sdpa_bnsd(q, k, v, 0.3)
+    assert_close(out, in_layout(expected, "BSND" if layout == "BNSD_BSND" else layout).numpy())
+
+
+def test_prompt_flash_attention_masks_by_sparse_mode_and_kv_lengths():
+    q, k, v = rand(2, 2, 4, 8, seed=73), rand(2, 2, 6, 8, seed=74), rand(2, 2, 6, 8, seed=75)
+    pfa = lookup("npu_prompt_flash_attention")
+    rows, cols = torch.arange(4).unsqueeze(-1), torch.arange(6)
+    # sparse_mode 0, a given mask (True = left out) and next_tokens 0: the band adds causality from the top left.
+    given = torch.zeros(4, 6, dtype=torch.bool)
+    given[:, 5] = True
+    out = pfa(q, k, v, num_heads=2, input_layout="BNSD", atten_mask=given, scale_value=0.5)
+    assert_close(out, sdpa_bnsd(q, k, v, 0.5, ~given & (cols <= rows)).numpy())
+    # sparse_mode 3 (rightDownCausal) on each batch's actual key length: [6, 5].
+    triangle = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
+    out = pfa(q, k, v, num_heads=2, input_layout="BNSD", atten_mask=triangle, sparse_mode=3, scale_value=0.5,
+              actual_seq_lengths_kv=[6, 5])
+    for b, length in enumerate([6, 5]):
+        keep = cols[:length] <= rows + (length - 4)
+        expected = sdpa_bnsd(q[b:b + 1], k[b:b + 1, :, :length], v[b:b + 1, :, :length], 0.5, keep)
+        assert_close(out[b:b + 1], expected.numpy())
+    # No atten_mask in mode 0: pre_tokens and next_tokens are ignored, every key seen.
+    assert_close(pfa(q, k, v, num_heads=2, input_layout="BNSD", next_tokens=0, pre_tokens=0),
+                 sdpa_bnsd(q, k, v, 1.0).numpy())
+
+
+@pytest.mark.parametrize("argument, value", [
+    ("pse_shift", torch.zeros(1)), ("deq_scale1", torch.ones(1)), ("quant_scale1", torch.ones(1)),
+    ("deq_scale2", torch.ones(1)), ("quant_scale2", torch.ones(1)), ("quant_offset2", torch.ones(1)),
+    ("sparse_mode", 5), ("input_layout", "TND"), ("actual_seq_lengths", [3]),
+])
+def test_prompt_flash_attention_refuses_by_name_what_it_does_not_model(argument, value):
+    q = rand(1, 1, 4, 8, seed=76)
+    with pytest.raises(ReferenceUnsupported, match=f"npu_prompt_flash_attention: {argument}"):
+        lookup("npu_prompt_flash_attention")(q, q, q, **{"input_layout": "BNSD", argument: value})
+
+
+@pytest.mark.parametrize("layout", ["BSH", "BSND", "BNSD"])
+def test_incre_flash_attention_masks_and_lengths_against_sdpa(layout):
+    q, k, v = rand(2, 4, 1, 8, seed=77), rand(2, 2, 9, 8, seed=78), rand(2, 2, 9, 8, seed=79)
+    mask = torch.zeros(2, 9, dtype=torch.bool)
+    mask[0, 2] = mask[1, 0] = True
+    out = lookup("npu_incre_flash_attention")(
+        in_layout(q, layout), in_layout(k, layout), in_layout(v, layout), atten_mask=mask,
+        actual_seq_lengths=[9, 6], num_heads=4, num_key_value_heads=2, scale_value=0.35, input_layout=layout)
+    for b, length in enumerate([9, 6]):
+        keep = ~mask[b, :length].unsqueeze(0)
+        expected = sdpa_bnsd(q[b:b + 1], k[b:b + 1, :, :length], v[b:b + 1, :, :length], 0.35, keep)
+        assert_close(in_layout(out, "BNSD")[b:b + 1] if layout == "BNSD" else out[b:b + 1],
+                     in_layout(expected, layout).numpy())
+
+
+@pytest.mark.parametrize("cache_layout", ["BSH", "BNSD"])
+def test_incre_flash_attention_reads_paged_kv_through_block_table(cache_layout):
+    # Each batch's keys cut into blocks of 4 and put at scattered physical blocks: the same as contiguous.
+    batch, kv_heads, dim, block, lengths = 2, 2, 8, 4, [10, 7]
+    q = rand(batch, kv_heads, 1, dim, seed=80)
+    k, v = rand(batch, kv_heads, 12, dim, seed=81), rand(batch, kv_heads, 12, dim, seed=82)
+    table = torch.tensor([[5, 0, 3], [1, 4, 2]], dtype=torch.int32)
+    caches = []
+    for full in (k, v):
+        cache = torch.zeros(6, kv_heads, block, dim, dtype=torch.float64)
+        for b in range(batch):
+            for j, physical in enumerate(table[b].tolist()):
+                cache[physical] = full[b, :, j * block:(j + 1) * block]
+        caches.append(cache if cache_layout == "BNSD" else cache.transpose(1, 2).flatten(2))
+    ifa = lookup("npu_incre_flash_attention")
+    query = q if cache_layout == "BNSD" else in_layout(q, "BSH")
+    paged = ifa(query, *caches, block_table=table, actual_seq_lengths=lengths, block_size=block, num_heads=kv_heads,
+                scale_value=0.4, input_layout=cache_layout)
+    contiguous = ifa(query, in_layout(k, cache_layout), in_layout(v, cache_layout), actual_seq_lengths=lengths,
+                     num_heads=kv_heads, scale_value=0.4, input_layout=cache_layout)
+    assert_close(paged, contiguous.numpy())
+
+
+@pytest.mark.parametrize("argument", ["pse_shift", "kv_padding_size", "dequant_scale1", "quant_scale1",
+                                      "dequant_scale2", "quant_scale2", "quant_offset2", "antiquant_scale",
+                                      "antiquant_offset"])
+def test_incre_flash_attention_refuses_by_name_what_it_does_not_model(argument):
+    q = rand(1, 1, 1, 8, seed=83)
+    with pytest.raises(ReferenceUnsupported, match=f"npu_incre_flash_attention: {argument}"):
+        lookup("npu_incre_flash_attention")(q, q, q, input_layout="BNSD", **{argument: torch.ones(1)})

@@ -263,7 +263,7 @@ def test_the_outputs_the_simulated_npu_recorded_pass_the_references(pytester, co
 
 # -- LLM and MoE operators (issue 30) ---------------------------------------------------------------
 
-LLM = "npu_llm_sim"  # tests/data/make/npu_llm_sim.py: grouped matmuls, MoE routing, add_rms_norm, ...; fp32, bf16
+LLM = "npu_llm_sim"  # make/npu_llm_sim.py: grouped matmuls, MoE routing, add_rms_norm, attentions, ...; fp32, bf16
 PADDED = ("NPU.npu_grouped_matmul.0.forward.output.0", "NPU.npu_grouped_matmul.2.forward.output.0")
 
 
@@ -302,12 +302,17 @@ def test_the_llm_operators_run_on_the_npu_and_two_deficits_are_errors(pytester, 
     for name in PADDED:  # what the device left in the padded rows is not judged
         assert "beyond group_list (padding): not compared" in clean_details[name]["Message"]
 
-    # A grouped matmul that reads group_list one group short, and add_rms_norm without its residual.
-    npu.deficits("npu_grouped_matmul=skip_last_group,npu_add_rms_norm=no_residual")
+    # A grouped matmul that reads group_list one group short, add_rms_norm without its residual, and
+    # inference attentions that return the mean of the values they see.
+    npu.deficits("npu_grouped_matmul=skip_last_group,npu_add_rms_norm=no_residual,"
+                 "npu_prompt_flash_attention=mean_of_v,npu_incre_flash_attention=mean_of_v")
     faulty = on_npu(pytester, "faulty", *settings)
-    assert npu.fired() == {("npu_grouped_matmul", "skip_last_group"), ("npu_add_rms_norm", "no_residual")}
+    assert npu.fired() == {("npu_grouped_matmul", "skip_last_group"), ("npu_add_rms_norm", "no_residual"),
+                           ("npu_prompt_flash_attention", "mean_of_v"), ("npu_incre_flash_attention", "mean_of_v")}
     expected = {"NPU.npu_grouped_matmul.0", "NPU.npu_grouped_matmul.2", "NPU.npu_add_rms_norm.0",
                 "NPU.npu_add_rms_norm.1"}  # the one-x-per-weight matmuls (1, 3) have no group_list to misread
+    expected |= {f"NPU.npu_prompt_flash_attention.{i}" for i in range(6)}
+    expected |= {f"NPU.npu_incre_flash_attention.{i}" for i in range(2)}
     assert failed(faulty) == {f"{api}.forward" for api in expected}
     for api, row in by_name(pytester.path / "faulty", "result").items():
         assert row["Forward Test Success"] == ("error" if api in expected else "pass"), row

@@ -15,7 +15,17 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .npu_reference import PADDED_ROWS, ReferenceUnsupported, _reference, _rotate
+from .npu_reference import (
+    PADDED_ROWS,
+    ReferenceUnsupported,
+    _attention_bnsd,
+    _from_bnsd,
+    _reference,
+    _repeat_kv,
+    _rotate,
+    _SparseMask,
+    _to_bnsd,
+)
 
 __all__ = [
     "npu_add_rms_norm",
@@ -23,9 +33,11 @@ __all__ = [
     "npu_dynamic_quant",
     "npu_gelu",
     "npu_grouped_matmul",
+    "npu_incre_flash_attention",
     "npu_moe_compute_expert_tokens",
     "npu_moe_finalize_routing",
     "npu_moe_init_routing",
+    "npu_prompt_flash_attention",
     "npu_scatter_nd_update",
 ]
 
@@ -322,3 +334,207 @@ def npu_moe_compute_expert_tokens(sorted_expert_for_source_row: torch.Tensor, nu
     experts = torch.arange(int(num_expert), dtype=sorted_experts.dtype, device=sorted_experts.device)
     ends = torch.searchsorted(sorted_experts.contiguous(), experts, right=True)
     return ends.to(sorted_expert_for_source_row.dtype)
+
+
+# --------------------------------------------------------------------------
+# Inference attentions: softmax(scale Q K^T, masked) V, by batch, in BNSD
+# --------------------------------------------------------------------------
+
+_INFERENCE_LAYOUTS = ("BSH", "BSND", "BNSD", "BNSD_BSND")
+
+
+def _per_batch(lengths: Sequence[int] | None, batch: int, full: int, what: str) -> list[int]:
+    """A length per batch: one value for all, or the first `batch` values; None: the tensor's."""
+    if lengths is None:
+        return [full] * batch
+    values = _ints(lengths)
+    if len(values) == 1:
+        values = values * batch
+    if len(values) < batch:
+        raise ValueError(f"{what} has {len(values)} values for {batch} batches")
+    if any(v > full or v < 0 for v in values[:batch]):
+        raise ValueError(f"{what} {values[:batch]} outside 0..{full}")
+    return values[:batch]
+
+
+def _mask_by_batch(atten_mask: torch.Tensor | None, batch: int) -> list[torch.Tensor | None]:
+    """atten_mask ([S1, S2], [B|1, S1, S2], [B|1, 1|N, S1, S2]) as one [1|N, S1, S2] mask per batch."""
+    if atten_mask is None:
+        return [None] * batch
+    mask = atten_mask.bool()
+    while mask.dim() < 4:
+        mask = mask.unsqueeze(0) if mask.dim() == 2 else mask.unsqueeze(1)
+    return [mask[min(b, mask.shape[0] - 1)] for b in range(batch)]
+
+
+def _attend_by_batch(
+    op: str,
+    q: torch.Tensor,
+    keys: list[torch.Tensor],
+    values: list[torch.Tensor],
+    masks: list[torch.Tensor | None],
+    sparse: tuple[int, int, int],
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q [B, N, S1, D]; per batch its keys and values [Nkv, S2_b, D] and mask. (out BNSD, row max, row sum)."""
+    mode, pre_tokens, next_tokens = sparse
+    outs, maxes, sums = [], [], []
+    for b, (k, v, mask) in enumerate(zip(keys, values, masks)):
+        qb = q[b : b + 1]
+        kb, vb = (_repeat_kv(t.unsqueeze(0), q.shape[1]) for t in (k, v))
+        masked = _SparseMask(mode, mask, pre_tokens, next_tokens, None).build(qb.shape[2], kb.shape[2])
+        if kb.shape[2] == 0:  # no key: the docs fill the output with zeros
+            outs.append(qb.new_zeros(*qb.shape[:3], vb.shape[-1]))
+            maxes.append(qb.new_full(qb.shape[:3], float("-inf")))
+            sums.append(qb.new_zeros(qb.shape[:3]))
+            continue
+        out, row_max, row_sum = _attention_bnsd(qb, kb, vb, None, masked, scale)
+        outs.append(out)
+        maxes.append(row_max)
+        sums.append(row_sum)
+    return torch.cat(outs), torch.cat(maxes), torch.cat(sums)
+
+
+def _check_sparse_mode(op: str, sparse_mode: int, atten_mask: torch.Tensor | None) -> None:
+    if sparse_mode not in (0, 1, 2, 3, 4):
+        raise ReferenceUnsupported(f"{op}: sparse_mode={sparse_mode}")
+    if sparse_mode in (2, 3, 4) and atten_mask is None:
+        raise ValueError(f"{op}: sparse_mode={sparse_mode} needs the compressed atten_mask")
+
+
+def _layout_of(op: str, input_layout: str) -> tuple[str, str]:
+    """(the inputs' layout, the output's): BNSD_BSND takes BNSD and gives BSND."""
+    if input_layout not in _INFERENCE_LAYOUTS:
+        raise ReferenceUnsupported(f"{op}: input_layout={input_layout!r}")
+    return ("BNSD", "BSND") if input_layout == "BNSD_BSND" else (input_layout, input_layout)
+
+
+@_reference
+def npu_prompt_flash_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    pse_shift: torch.Tensor | None = None,
+    padding_mask: torch.Tensor | None = None,
+    atten_mask: torch.Tensor | None = None,
+    actual_seq_lengths: Sequence[int] | None = None,
+    deq_scale1: torch.Tensor | None = None,
+    quant_scale1: torch.Tensor | None = None,
+    deq_scale2: torch.Tensor | None = None,
+    quant_scale2: torch.Tensor | None = None,
+    quant_offset2: torch.Tensor | None = None,
+    num_heads: int = 1,
+    scale_value: float = 1.0,
+    pre_tokens: int = 2147473647,
+    next_tokens: int = 0,
+    input_layout: str = "BSH",
+    num_key_value_heads: int = 0,
+    actual_seq_lengths_kv: Sequence[int] | None = None,
+    sparse_mode: int = 0,
+) -> torch.Tensor:
+    """Full (prompt) attention: softmax(scale_value Q K^T, masked) V per batch and head.
+
+    Layouts BSH, BSND, BNSD and BNSD_BSND (BNSD in, BSND out); GQA by num_key_value_heads; the
+    sparse modes 0-4 as npu_fusion_attention's (mode 0 without atten_mask ignores pre_tokens and
+    next_tokens, as the docs say); keys beyond actual_seq_lengths_kv[b] take no part, and the
+    causal modes align on that length. A query row that sees no key gives zeros. padding_mask is
+    reserved (unused by the op). Refused: pse_shift, the int8 quantisation arguments, and an
+    actual_seq_lengths shorter than the query's S (rows the docs leave undefined).
+    """
+    op = "npu_prompt_flash_attention"
+    _refuse(
+        op, pse_shift=pse_shift, deq_scale1=deq_scale1, quant_scale1=quant_scale1, deq_scale2=deq_scale2,
+        quant_scale2=quant_scale2, quant_offset2=quant_offset2,
+    )  # fmt: skip
+    _check_sparse_mode(op, sparse_mode, atten_mask)
+    layout, out_layout = _layout_of(op, input_layout)
+    kv_heads = num_key_value_heads or num_heads
+    q = _to_bnsd(query, layout, num_heads)
+    k, v = _to_bnsd(key, layout, kv_heads), _to_bnsd(value, layout, kv_heads)
+    batch, s1, s2 = q.shape[0], q.shape[2], k.shape[2]
+    if any(n < s1 for n in _per_batch(actual_seq_lengths, batch, s1, f"{op}: actual_seq_lengths")):
+        raise ReferenceUnsupported(f"{op}: actual_seq_lengths shorter than the query's S (rows left undefined)")
+    kv_lens = _per_batch(actual_seq_lengths_kv, batch, s2, f"{op}: actual_seq_lengths_kv")
+    keys = [k[b, :, : kv_lens[b]] for b in range(batch)]
+    values = [v[b, :, : kv_lens[b]] for b in range(batch)]
+    out, _, _ = _attend_by_batch(
+        op, q, keys, values, _mask_by_batch(atten_mask, batch), (sparse_mode, pre_tokens, next_tokens), scale_value
+    )
+    return _from_bnsd(out, out_layout)
+
+
+def _paged(cache: torch.Tensor, table: torch.Tensor, length: int, kv_heads: int) -> torch.Tensor:
+    """One batch's [Nkv, length, D] from a PagedAttention cache, (blocks, block_size, H) or
+    (blocks, Nkv, block_size, D), through its row of block_table."""
+    block_size = cache.shape[-2] if cache.dim() == 4 else cache.shape[1]
+    blocks = cache[table[: -(-length // block_size)].long()]
+    if cache.dim() == 4:  # [nb, Nkv, bs, D] -> [Nkv, nb * bs, D]
+        return blocks.transpose(0, 1).reshape(kv_heads, -1, cache.shape[-1])[:, :length]
+    rows = blocks.reshape(-1, cache.shape[-1])[:length]  # [length, H]
+    return rows.reshape(length, kv_heads, -1).transpose(0, 1)
+
+
+@_reference
+def npu_incre_flash_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    padding_mask: torch.Tensor | None = None,
+    pse_shift: torch.Tensor | None = None,
+    atten_mask: torch.Tensor | None = None,
+    actual_seq_lengths: Sequence[int] | None = None,
+    dequant_scale1: torch.Tensor | None = None,
+    quant_scale1: torch.Tensor | None = None,
+    dequant_scale2: torch.Tensor | None = None,
+    quant_scale2: torch.Tensor | None = None,
+    quant_offset2: torch.Tensor | None = None,
+    antiquant_scale: torch.Tensor | None = None,
+    antiquant_offset: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    kv_padding_size: torch.Tensor | None = None,
+    num_heads: int = 1,
+    scale_value: float = 1.0,
+    input_layout: str = "BSH",
+    num_key_value_heads: int = 0,
+    block_size: int = 0,
+    inner_precise: int = 1,
+) -> torch.Tensor:
+    """Incremental (decode) attention: softmax(scale_value Q K^T + atten_mask) V, atten_mask True
+    (1) where a key is left out; keys beyond actual_seq_lengths[b] take no part.
+
+    atten_mask is [B, S2], [B, 1, S2] or [B, 1, 1, S2] (one query row per batch).
+    Layouts BSH, BSND, BNSD; GQA by num_key_value_heads; PagedAttention: with block_table, key and
+    value are caches of (blocks, block_size, H) or (blocks, Nkv, block_size, D) and batch b reads
+    its first ceil(actual_seq_lengths[b] / block_size) blocks. padding_mask is reserved (unused),
+    inner_precise chooses the kernel's mode. Refused: pse_shift, kv_padding_size (left padding)
+    and the quantisation and antiquant arguments.
+    """
+    op = "npu_incre_flash_attention"
+    _refuse(
+        op, pse_shift=pse_shift, kv_padding_size=kv_padding_size, dequant_scale1=dequant_scale1,
+        quant_scale1=quant_scale1, dequant_scale2=dequant_scale2, quant_scale2=quant_scale2,
+        quant_offset2=quant_offset2, antiquant_scale=antiquant_scale, antiquant_offset=antiquant_offset,
+    )  # fmt: skip
+    if input_layout not in ("BSH", "BSND", "BNSD"):
+        raise ReferenceUnsupported(f"{op}: input_layout={input_layout!r}")
+    kv_heads = num_key_value_heads or num_heads
+    q = _to_bnsd(query, input_layout, num_heads)
+    batch = q.shape[0]
+    if block_table is not None:
+        if actual_seq_lengths is None:
+            raise ValueError(f"{op}: block_table needs actual_seq_lengths")
+        lengths = _ints(actual_seq_lengths)
+        lengths = lengths * batch if len(lengths) == 1 else lengths[:batch]
+        keys = [_paged(key, block_table[b], lengths[b], kv_heads) for b in range(batch)]
+        values = [_paged(value, block_table[b], lengths[b], kv_heads) for b in range(batch)]
+    else:
+        k, v = _to_bnsd(key, input_layout, kv_heads), _to_bnsd(value, input_layout, kv_heads)
+        lengths = _per_batch(actual_seq_lengths, batch, k.shape[2], f"{op}: actual_seq_lengths")
+        keys = [k[b, :, : lengths[b]] for b in range(batch)]
+        values = [v[b, :, : lengths[b]] for b in range(batch)]
+    if atten_mask is not None and atten_mask.dim() in (2, 3):  # [B, S2] or [B, 1, S2]: one query row per batch
+        atten_mask = atten_mask.reshape(atten_mask.shape[0], 1, 1, atten_mask.shape[-1])
+    out, _, _ = _attend_by_batch(op, q, keys, values, _mask_by_batch(atten_mask, batch), (1, 0, 0), scale_value)
+    return _from_bnsd(out, input_layout)

@@ -38,6 +38,11 @@ def calls(g: torch.Generator, dtype: torch.dtype, tag: int):
     row_idx = torch.arange(rows * k, dtype=torch.int32).reshape(k, rows).t().contiguous()
     sorted_experts = torch.sort(expert_idx.reshape(-1)).values
     permutation = torch.randperm(rows * k, generator=g).to(torch.int32)
+    causal = torch.triu(torch.ones(6, 6, dtype=torch.bool), diagonal=1).npu()
+    right_down = torch.stack([torch.triu(torch.ones(4, 6, dtype=torch.bool), diagonal=1 + length - 4)
+                              for length in (6, 5)]).unsqueeze(1).npu()  # [B, 1, 4, 6], causal to each key length
+    decode_mask = torch.zeros(2, 9, dtype=torch.bool)
+    decode_mask[0, 3] = True
     n = f"{tag}"
     return [
         (f"NPU.npu_add_rms_norm.{n}", torch_npu.npu_add_rms_norm, [randn(4, 32), randn(4, 32), randn(32)],
@@ -63,6 +68,24 @@ def calls(g: torch.Generator, dtype: torch.dtype, tag: int):
         (f"NPU.npu_moe_finalize_routing.{n}", torch_npu.npu_moe_finalize_routing,
          [randn(rows * k, hidden), randn(rows, hidden), None, randn(experts, hidden), randn(rows, k),
           permutation.npu(), expert_idx.npu()], {"drop_pad_mode": 0}),
+        # Prefill: BSH with 4 query heads on 2 key/value heads, no mask; BNSD causal by a given mask
+        # (sparse_mode 0, next_tokens 0); BNSD_BSND with a whole mask per batch (sparse_mode 1), causal to
+        # each batch's key length.
+        (f"NPU.npu_prompt_flash_attention.{3 * tag}", torch_npu.npu_prompt_flash_attention,
+         [randn(2, 6, 64), randn(2, 6, 32), randn(2, 6, 32)],
+         {"num_heads": 4, "num_key_value_heads": 2, "scale_value": 0.25, "input_layout": "BSH"}),
+        (f"NPU.npu_prompt_flash_attention.{3 * tag + 1}", torch_npu.npu_prompt_flash_attention,
+         [randn(1, 2, 6, 16), randn(1, 2, 6, 16), randn(1, 2, 6, 16)],
+         {"atten_mask": causal, "num_heads": 2, "scale_value": 0.25, "next_tokens": 0, "input_layout": "BNSD"}),
+        (f"NPU.npu_prompt_flash_attention.{3 * tag + 2}", torch_npu.npu_prompt_flash_attention,
+         [randn(2, 2, 4, 16), randn(2, 2, 6, 16), randn(2, 2, 6, 16)],
+         {"atten_mask": right_down, "sparse_mode": 1, "actual_seq_lengths_kv": [6, 5], "num_heads": 2,
+          "scale_value": 0.25, "input_layout": "BNSD_BSND"}),
+        # Decode: one query token per batch against a KV cache of 9, the second batch's 7 long.
+        (f"NPU.npu_incre_flash_attention.{n}", torch_npu.npu_incre_flash_attention,
+         [randn(2, 1, 64), randn(2, 9, 32), randn(2, 9, 32)],
+         {"atten_mask": decode_mask.npu(), "actual_seq_lengths": [9, 7], "num_heads": 4, "num_key_value_heads": 2,
+          "scale_value": 0.25, "input_layout": "BSH"}),
     ]
 
 

@@ -10,6 +10,8 @@ MSPROBE_NPU_SIM_DEFICITS is a comma-separated list of `<op>=<kind>`; `<op>` is a
   no_residual      npu_add_rms_norm: x1 alone normalised and returned as x, the residual x2 left out
   skip_last_group  npu_grouped_matmul: group_list's last group left unwritten, as if its end were
                    the one before (a kernel reading group_list one short)
+  mean_of_v        npu_prompt_flash_attention, npu_incre_flash_attention: every query sees the keys as
+                   equal (key zeroed), its output the mean of the values it sees
   raise            the op raises a device error at once
   async_error      the op returns, and the device reports its error at the next synchronisation
                    (synchronize, a copy to the host, .item()), as an NPU running asynchronously does
@@ -34,10 +36,11 @@ VARIABLE = "MSPROBE_NPU_SIM_DEFICITS"
 _MATMULS = ("aten::mm", "aten::bmm", "aten::addmm")
 _GELUS = ("aten::gelu", "aten::gelu_backward")
 _ONLY_FOR = {"bf16_accumulate": _MATMULS, "tanh": _GELUS, "no_residual": ("npu_add_rms_norm",),
-             "skip_last_group": ("npu_grouped_matmul",)}
+             "skip_last_group": ("npu_grouped_matmul",),
+             "mean_of_v": ("npu_prompt_flash_attention", "npu_incre_flash_attention")}
 _WITH_VALUE = ("epsilon", "scale")
-KINDS = ("bf16_accumulate", "tanh", "epsilon", "scale", "no_residual", "skip_last_group", "raise", "async_error",
-         "crash")
+KINDS = ("bf16_accumulate", "tanh", "epsilon", "scale", "no_residual", "skip_last_group", "mean_of_v", "raise",
+         "async_error", "crash")
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,10 @@ def fused(name: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
         if key is None:
             raise RuntimeError(f"npu sim: {name} has no epsilon argument for {VARIABLE}")
         bound.arguments[key] = deficit.value
+        args, kwargs = bound.args, bound.kwargs
+    if deficit.kind == "mean_of_v":
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        bound.arguments["key"] = torch.zeros_like(bound.arguments["key"])
         args, kwargs = bound.args, bound.kwargs
     if deficit.kind == "no_residual":
         bound = inspect.signature(fn).bind(*args, **kwargs)

@@ -23,6 +23,7 @@ __all__ = [
     "npu_rms_norm", "npu_rotary_mul", "npu_scaled_masked_softmax", "npu_sort_v2", "npu_swiglu",
     "npu_add_rms_norm", "npu_gelu", "npu_apply_rotary_pos_emb", "npu_scatter_nd_update", "npu_dynamic_quant",
     "npu_grouped_matmul", "npu_moe_init_routing", "npu_moe_finalize_routing", "npu_moe_compute_expert_tokens",
+    "npu_prompt_flash_attention", "npu_incre_flash_attention",
 ]
 
 
@@ -499,3 +500,66 @@ def npu_moe_compute_expert_tokens(sorted_expert_for_source_row: torch.Tensor, nu
     experts = torch.arange(num_expert, device=sorted_expert_for_source_row.device).unsqueeze(-1)
     counts = (sorted_expert_for_source_row.reshape(1, -1) <= experts).sum(dim=-1)
     return counts.to(sorted_expert_for_source_row.dtype)
+
+
+def _inference_attention(query, key, value, heads, kv_heads, layout, scale, masking, kv_lengths, out_layout):
+    """Batch by batch in float32 (the device's softmax precision): keys beyond kv_lengths[b] left out."""
+    q = _heads_first(query, layout, heads).float()
+    k, v = (_heads_first(t, layout, kv_heads).float() for t in (key, value))
+    outs = []
+    for b in range(q.shape[0]):
+        length = k.shape[2] if kv_lengths is None else int(kv_lengths[b if len(kv_lengths) > 1 else 0])
+        out, _, _ = _attend(q[b:b + 1], k[b:b + 1, :, :length], v[b:b + 1, :, :length], None, scale,
+                            masking(b, q.shape[2], length))
+        outs.append(out)
+    return _heads_back(torch.cat(outs).to(query.dtype), out_layout)
+
+
+@_fused
+def npu_prompt_flash_attention(query, key, value, *, pse_shift=None, padding_mask=None, atten_mask=None,
+                               actual_seq_lengths=None, deq_scale1=None, quant_scale1=None, deq_scale2=None,
+                               quant_scale2=None, quant_offset2=None, num_heads=1, scale_value=1.0,
+                               pre_tokens=2147473647, next_tokens=0, input_layout="BSH", num_key_value_heads=0,
+                               actual_seq_lengths_kv=None, sparse_mode=0):
+    """softmax(scale Q K^T, masked by sparse_mode as npu_fusion_attention's) V. Simulated: BSH, BSND,
+    BNSD, BNSD_BSND, GQA, sparse_mode 0-4, actual_seq_lengths_kv; not pse_shift or int8."""
+    if any(t is not None for t in (pse_shift, deq_scale1, quant_scale1, deq_scale2, quant_scale2, quant_offset2)):
+        raise RuntimeError("npu sim: npu_prompt_flash_attention with pse_shift or quantisation is not simulated")
+    layout, out_layout = ("BNSD", "BSND") if input_layout == "BNSD_BSND" else (input_layout, input_layout)
+    kv_heads = num_key_value_heads or num_heads
+    if layout in ("BSH",):
+        kv_heads = key.shape[-1] // (query.shape[-1] // num_heads)
+
+    def masking(b, sq, skv):
+        batched = atten_mask is not None and atten_mask.dim() >= 3 and atten_mask.shape[0] > 1
+        mask = atten_mask[b] if batched else atten_mask
+        return _Masking(sparse_mode, mask, pre_tokens, next_tokens).mask(sq, skv)
+
+    return _inference_attention(query, key, value, num_heads, kv_heads, layout, scale_value, masking,
+                                actual_seq_lengths_kv, out_layout)
+
+
+@_fused
+def npu_incre_flash_attention(query, key, value, *, padding_mask=None, pse_shift=None, atten_mask=None,
+                              actual_seq_lengths=None, dequant_scale1=None, quant_scale1=None, dequant_scale2=None,
+                              quant_scale2=None, quant_offset2=None, antiquant_scale=None, antiquant_offset=None,
+                              block_table=None, kv_padding_size=None, num_heads=1, scale_value=1.0,
+                              input_layout="BSH", num_key_value_heads=0, block_size=0, inner_precise=1):
+    """softmax(scale q K^T + atten_mask) V for one query token per batch, the keys beyond
+    actual_seq_lengths[b] left out. Simulated: BSH, BSND, BNSD, GQA, masks [B, S] or [B, 1, 1, S];
+    not paged KV, left padding, pse_shift or quantisation."""
+    unsimulated = (pse_shift, dequant_scale1, quant_scale1, dequant_scale2, quant_scale2, quant_offset2,
+                   antiquant_scale, antiquant_offset, block_table, kv_padding_size)
+    if any(t is not None for t in unsimulated):
+        raise RuntimeError("npu sim: npu_incre_flash_attention with these arguments is not simulated")
+    kv_heads = num_key_value_heads or num_heads
+    if input_layout == "BSH":
+        kv_heads = key.shape[-1] // (query.shape[-1] // num_heads)
+
+    def masking(b, sq, skv):
+        if atten_mask is None:
+            return None
+        return atten_mask.reshape(atten_mask.shape[0], -1)[b, :skv].bool()
+
+    return _inference_attention(query, key, value, num_heads, kv_heads, input_layout, scale_value, masking,
+                                actual_seq_lengths, input_layout)
