@@ -2,7 +2,7 @@
 with no API list (every wrapped API is recorded, views, casts and dropout included), to look for
 false errors on clean steps (issue 27: verdicts a CI gate can trust on held-out families).
 
-    MODEL=gpt2|bert|t5|vit|gemma|mamba|qwenmoe DTYPE=fp32|bf16|fp16|amp python make_dump.py OUT
+    MODEL=gpt2|bert|t5|vit|gemma|mamba|qwenmoe|torchnn DTYPE=fp32|bf16|fp16|amp python make_dump.py OUT
 
 gpt2: HF GPT-2's code path: Conv1D projections by addmm, split/view/permute heads, scores divided
     by sqrt(d), causal mask by torch.where against finfo.min, dropout 0.1 (embeddings, attention
@@ -19,6 +19,7 @@ gemma: embeddings scaled by sqrt(d) in the model's dtype, RMSNorm (1 + w) in fp3
     GeGLU with tanh gelu, final-logit softcapping tanh(x / 30) * 30.
 mamba: a selective-state-space block: in_proj, causal depthwise conv1d, silu, softplus dt, -exp(A_log),
     the scan written out step by step (exp, mul, add, einsum), D skip, silu gate, out_proj.
+torchnn: torch.nn's MultiheadAttention, GRU, LSTM, GroupNorm, F.normalize, cosine_similarity.
 qwenmoe: top-4 of 8 experts without renormalisation, experts found by one_hot/permute/where,
     index_add_, a shared expert gated by sigmoid, a load-balancing auxiliary loss.
 
@@ -381,7 +382,34 @@ class QwenMoE(nn.Module):
         return ce + 0.01 * aux
 
 
-MODELS = {"gpt2": GPT2, "bert": Bert, "t5": T5, "vit": ViT, "gemma": Gemma, "mamba": Mamba, "qwenmoe": QwenMoE}
+class TorchNN(nn.Module):
+    """torch.nn's own blocks: MultiheadAttention (no dropout), a GRU and an LSTM, GroupNorm on a 1-D
+    conv, F.normalize and a cosine-similarity head (a CLIP-like contrastive loss)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Embedding(VOCAB, D, padding_idx=0)
+        self.mha = nn.MultiheadAttention(D, HEADS, batch_first=True)
+        self.gru, self.lstm = nn.GRU(D, D, batch_first=True), nn.LSTM(D, D, batch_first=True)
+        self.conv, self.gn = nn.Conv1d(D, D, 3, padding=1), nn.GroupNorm(4, D)
+        self.head = nn.Linear(D, VOCAB)
+
+    def forward(self, idx, targets):
+        x = self.tok(idx)
+        T = idx.shape[1]
+        causal = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+        a, _ = self.mha(x, x, x, attn_mask=causal, need_weights=False)
+        x = x + a
+        x = x + self.gru(x)[0]
+        x = x + self.lstm(x)[0]
+        x = x + F.silu(self.gn(self.conv(x.transpose(1, 2)))).transpose(1, 2)
+        ce = F.cross_entropy(self.head(x).view(-1, VOCAB), targets.view(-1))
+        z = F.normalize(x.mean(1), dim=-1)
+        sim = F.cosine_similarity(z[:, None, :], z[None, :, :], dim=-1) / 0.07
+        return ce + 0.1 * F.cross_entropy(sim, torch.arange(z.shape[0]))
+
+
+MODELS = {"gpt2": GPT2, "bert": Bert, "t5": T5, "vit": ViT, "gemma": Gemma, "mamba": Mamba, "qwenmoe": QwenMoE, "torchnn": TorchNN}
 
 
 def batch(generator, Bn):

@@ -5,7 +5,7 @@
 set -e
 PYTHON=${PYTHON:-python}
 HERE=$(cd "$(dirname "$0")" && pwd)
-MODELS=${*:-gpt2 bert t5 vit gemma mamba qwenmoe}
+MODELS=${*:-gpt2 bert t5 vit gemma mamba qwenmoe torchnn}
 WORK=$(mktemp -d)
 cd "$WORK"
 for model in $MODELS; do

@@ -62,7 +62,7 @@ import torch
 
 from . import conv
 from .npu_reference import fusion_attention_in_bnsd
-from .torch_engine import Call, Side, Sides, absolute, flat_outputs, floating
+from .torch_engine import Call, Side, Sides, absolute, flat_outputs, floating, forward
 
 SUMS_AND_PRODUCTS = frozenset({
     "linear", "matmul", "__matmul__", "mm", "bmm", "baddbmm", "addmm", "conv1d", "conv2d", "conv3d", "einsum",
@@ -92,6 +92,7 @@ U_FLOAT32 = 2.0**-24
 PARAMETERS: dict[str, tuple[tuple[str, Any], ...]] = {
     "softmax": (("input", None), ("dim", -1)),
     "layer_norm": (("input", None), ("normalized_shape", None), ("weight", None), ("bias", None), ("eps", 1e-5)),
+    "group_norm": (("input", None), ("num_groups", None), ("weight", None), ("bias", None), ("eps", 1e-5)),
     "batch_norm": (
         ("input", None), ("running_mean", None), ("running_var", None), ("weight", None), ("bias", None),
         ("training", False), ("momentum", 0.1), ("eps", 1e-5),
@@ -232,6 +233,34 @@ def _normalised(
     del product
     dx = centred.mul_(weighted).add_(gw).add_(gw.mean(1, keepdim=True)).mul_(rstd)
     return dx, dw, db
+
+
+def _group_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
+    """layer_norm's formula over each sample's groups of channels (N, G, C / G, the rest), the
+    weight and bias per channel: the weight's and bias's gradients sum over the samples and the
+    positions of their channel."""
+    x, groups = p["input"], int(p["num_groups"])
+    n, c = x.shape[0], x.shape[1]
+    view = (n, groups, c // groups, -1)
+    x4 = x.reshape(view)
+    mean = x4.mean((2, 3), keepdim=True)
+    rstd = 1 / torch.sqrt(((x4 - mean) ** 2).mean((2, 3), keepdim=True) + p["eps"])
+    centred = x4.abs_().add_(mean.abs()).mul_(rstd)  # x - mean is rounded at the scale of |x| + |mean|
+    weight, bias = p["weight"], p["bias"]
+    w = weight.abs().reshape(1, groups, -1, 1) if weight is not None else None
+    if g is None:
+        y = centred if w is None else centred.mul_(w)
+        y = y if bias is None else y.add_(bias.abs().reshape(1, groups, -1, 1))
+        return [y.reshape(x.shape)]
+    ag = g.reshape(view).abs()
+    db = ag.sum((0, 3)).reshape(bias.shape) if bias is not None else None
+    product = ag * centred
+    dw = product.sum((0, 3)).reshape(weight.shape) if weight is not None else None
+    gw = ag if w is None else ag.mul_(w)
+    weighted = (product if w is None else product.mul_(w)).mean((2, 3), keepdim=True)  # of |g| w centred
+    del product
+    dx = centred.mul_(weighted).add_(gw).add_(gw.mean((2, 3), keepdim=True)).mul_(rstd)
+    return [dx.reshape(x.shape)] + [found for found in (dw, db) if found is not None]
 
 
 def _batch_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
@@ -422,6 +451,7 @@ def _flushed(
 FORMULAS: dict[str, Callable[[dict[str, Any], torch.Tensor | None], list]] = {
     "softmax": _softmax,
     "layer_norm": _layer_norm,
+    "group_norm": _group_norm,
     "batch_norm": _batch_norm,
     "gelu": _gelu,
     "cross_entropy": _cross_entropy,
@@ -448,11 +478,44 @@ _UNARY_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }  # fmt: skip
 ATTENTION = frozenset({"scaled_dot_product_attention", "npu_fusion_attention"})
 STRUCTURAL = frozenset({*SAVED_OUTPUT, "softmax", "log_softmax", *ATTENTION})
+# GEMMs that add a bias (beta times an input) to their product: a correct kernel may round the product
+# to the output dtype first (PyTorch's linear on a non-contiguous N-D input is a matmul, then an add).
+# Their parameters in positional order, the bias's name, and the product in float64 of the operands.
+BIASED_GEMMS: dict[str, tuple[tuple[str, ...], str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]] = {
+    "linear": (("input", "weight", "bias"), "bias", lambda input, weight: input @ weight.transpose(-1, -2)),
+    "addmm": (("input", "mat1", "mat2", "beta", "alpha"), "input", torch.matmul),
+    "baddbmm": (("input", "batch1", "batch2", "beta", "alpha"), "input", torch.matmul),
+    "addbmm": (("input", "batch1", "batch2", "beta", "alpha"), "input", lambda b1, b2: (b1 @ b2).sum(0)),
+    "addmv": (("input", "mat", "vec", "beta", "alpha"), "input", torch.mv),
+    "addr": (("input", "vec1", "vec2", "beta", "alpha"), "input", torch.outer),
+}
+
+
+_SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def _unit(dtype: torch.dtype) -> float:
     """The unit roundoff of a floating dtype: 2^-8 for bf16, 2^-24 for fp32."""
     return torch.finfo(dtype).eps / 2
+
+
+def rounded_before_bias(api: str, dtype: torch.dtype) -> Callable[..., torch.Tensor]:
+    """A biased GEMM computed as a matmul whose product is rounded to `dtype`, then an add of the
+    bias (PyTorch's linear on a non-contiguous N-D input; an unfused kernel anywhere): called with
+    the bench's arguments. Raises where the call adds no bias (none given, or beta 0)."""
+    names, bias, product = BIASED_GEMMS[_base(api.rsplit(".", 1)[-1])]
+
+    def compute(*args: Any, **kwargs: Any) -> torch.Tensor:
+        p: dict[str, Any] = {"beta": 1, "alpha": 1, "bias": None}
+        p.update(zip(names, args))
+        p.update({key: value for key, value in kwargs.items() if key in names})
+        if not isinstance(p[bias], torch.Tensor) or p["beta"] == 0:
+            raise ValueError(f"{api} adds no bias to its product")
+        a, b = (p[name] for name in names if name not in (bias, "beta", "alpha"))
+        rounded = (product(a, b) * p["alpha"]).to(dtype).to(a.dtype)
+        return rounded + p["beta"] * p[bias]
+
+    return compute
 
 
 def structural(api: str, args: Sequence[Any], kwargs: dict[str, Any], grad_outputs: list | None) -> list:
@@ -558,6 +621,9 @@ def normaliser_terms(api: str, args: Sequence[Any], kwargs: dict[str, Any], forw
     return math.prod(x.shape[d] for d in dims) if x.dim() else 1
 
 
+NORMS = frozenset({"batch_norm", "layer_norm", "group_norm"})  # their weight's and bias's gradients sum a batch
+
+
 def terms_of(
     api: str, inputs: Sequence[torch.Tensor], grad_outputs: Sequence[Any] | None, index: int, numel: int
 ) -> int | None:
@@ -573,7 +639,7 @@ def terms_of(
     forward = grad_outputs is None
     if x is None or numel < 1:
         return None
-    if (forward and name in ("sum", "mean")) or (not forward and name in ("batch_norm", "layer_norm") and index > 0):
+    if (forward and name in ("sum", "mean")) or (not forward and name in NORMS and index > 0):
         found = x.numel() // numel
     elif name == "linear" and len(inputs) >= 2:
         rows = x.numel() // max(1, x.shape[-1])
@@ -614,6 +680,14 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
     grad_outputs = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
     normaliser = normaliser_terms(api, call.args, call.kwargs, grad_outputs is None)
     sides = replace(sides, terms=lambda index, numel: terms_of(api, inputs, grad_outputs, index, numel) or normaliser)
+    low = call.autocast or max((t.dtype for t in inputs), key=_unit, default=torch.float64)
+    if grad_outputs is None and _base(api.rsplit(".", 1)[-1]) in BIASED_GEMMS and low.itemsize < 4:
+        unfused = replace(call, bench_fn=rounded_before_bias(api, low))
+        sides = replace(
+            sides,
+            alternative=lambda side: forward(side, unfused),
+            alternative_kernel=f"the product rounded to {_SHORT.get(low, low)} before the bias is added",
+        )
     if kind == "sum" or (kind == "routes" and grad_outputs is None):
         exact = replace(sides, magnitude=lambda side: sides.compared_run(absolute(side)), spread=False)
         is_conv = conv.takes(call)

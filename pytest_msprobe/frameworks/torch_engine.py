@@ -507,6 +507,9 @@ class Sides:
     terms: Callable[[int, int], int | None] | None = None
     # What a correct kernel's roundings in a low dtype move each output by (magnitudes.structural).
     structural: Callable[[Side], list] | None = None
+    # Another correct kernel's outputs, computed as the bench is, and its description (compare.ExtraRuns).
+    alternative: Callable[[Side], list] | None = None
+    alternative_kernel: str = ""
     # The bench as the pairs compare it, for the extra runs: where a gradient was judged at a
     # node of the graph, that node's value (by default the bench itself).
     compared_bench: Callable[[Side], list] | None = None
@@ -635,7 +638,14 @@ class ExtraBenchRuns:
             spread_once=lambda relative: self.spread(index, relative, 1),
             terms=lambda: self.terms(index),
             structural=lambda: self.run_of("structural", self.sides.structural, None, index),
+            alternative=lambda: self.alternative(index),
+            alternative_kernel=self.sides.alternative_kernel,
         )
+
+    def alternative(self, index: int) -> np.ndarray | None:
+        if self.sides.alternative is None:
+            return None
+        return self.output(("alternative",), functools.partial(self.sides.alternative, self.side), index)
 
     def terms(self, index: int) -> int | None:
         bench = self.bench[index] if index < len(self.bench) else None

@@ -5,7 +5,10 @@ reproduce as recorded, at tiny widths (d 8, seq 4, batch 2), dumped by msprobe 2
   (the previous autocast matmul's output) and an fp32 weight, to a bf16 output: autocast casts all
   three to bf16 inside the dispatcher, after msprobe recorded them;
 - BERT's attention: scaled_dot_product_attention with an additive padding mask and dropout_p 0.1
-  in training (random: two runs never agree), and the same call with dropout_p 0 (deterministic).
+  in training (random: two runs never agree), and the same call with dropout_p 0 (deterministic);
+- Mamba's dt projection in bf16: linear with a bias on a split of a wider tensor (a non-contiguous
+  3-D input), which PyTorch computes as a matmul rounded to bf16 and then an add of the bias; the
+  rebuilt input is contiguous, and linear then adds the bias before its one rounding.
 
     python amp_dropout.py OUT   (in msprobe's venv; see ../README.md)
 """
@@ -40,6 +43,11 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
 q = k = v = y.float().view(B, T, H, D // H).transpose(1, 2)
 a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.1)
 b = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0)
+xp = torch.randn(B, 16, 20, dtype=torch.bfloat16)
+dt = torch.split(xp, [4, 16], dim=-1)[0]
+w3, b3 = torch.randn(96, 4, dtype=torch.bfloat16) * 0.5, torch.randn(96, dtype=torch.bfloat16) * 0.5
+with torch.no_grad():
+    F.linear(dt, w3, b3)
 (a.sum() + b.pow(2).sum()).backward()
 debugger.stop()
 debugger.step()
