@@ -96,6 +96,16 @@ DOCUMENTED_SIGNATURES = {
                                  "antiquant_offset=None, block_table=None, kv_padding_size=None, num_heads=1, "
                                  "scale_value=1.0, input_layout='BSH', num_key_value_heads=0, block_size=0, "
                                  "inner_precise=1)",
+    "npu_fused_infer_attention_score": (
+        "(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_lengths=None, "
+        "actual_seq_lengths_kv=None, dequant_scale1=None, quant_scale1=None, dequant_scale2=None, quant_scale2=None, "
+        "quant_offset2=None, antiquant_scale=None, antiquant_offset=None, block_table=None, query_padding_size=None, "
+        "kv_padding_size=None, key_antiquant_scale=None, key_antiquant_offset=None, value_antiquant_scale=None, "
+        "value_antiquant_offset=None, key_shared_prefix=None, value_shared_prefix=None, "
+        "actual_shared_prefix_len=None, query_rope=None, key_rope=None, key_rope_antiquant_scale=None, num_heads=1, "
+        "scale=1.0, pre_tokens=2147483647, next_tokens=2147483647, input_layout='BSH', num_key_value_heads=0, "
+        "sparse_mode=0, inner_precise=0, block_size=0, antiquant_mode=0, softmax_lse_flag=False, "
+        "key_antiquant_mode=0, value_antiquant_mode=0)"),
 }
 
 
@@ -1148,3 +1158,53 @@ def test_incre_flash_attention_refuses_by_name_what_it_does_not_model(argument):
     q = rand(1, 1, 1, 8, seed=83)
     with pytest.raises(ReferenceUnsupported, match=f"npu_incre_flash_attention: {argument}"):
         lookup("npu_incre_flash_attention")(q, q, q, input_layout="BNSD", **{argument: torch.ones(1)})
+
+
+@pytest.mark.parametrize("layout", ["BSH", "BNSD", "BNSD_BSND"])
+def test_fused_infer_attention_score_prompt_branch_against_sdpa_with_its_lse(layout):
+    q, k, v = rand(2, 4, 5, 8, seed=90), rand(2, 2, 7, 8, seed=91), rand(2, 2, 7, 8, seed=92)
+    given = "BNSD" if layout == "BNSD_BSND" else layout
+    rows, cols = torch.arange(5).unsqueeze(-1), torch.arange(7)
+    mask = torch.zeros(5, 7, dtype=torch.bool)
+    mask[:, 0] = True
+    # sparse_mode 0 with a mask and next_tokens 1: each query also sees one key past its position.
+    out, lse = lookup("npu_fused_infer_attention_score")(
+        in_layout(q, given), in_layout(k, given), in_layout(v, given), atten_mask=mask, num_heads=4,
+        num_key_value_heads=2, scale=0.3, next_tokens=1, input_layout=layout, softmax_lse_flag=True,
+        actual_seq_lengths_kv=[7, 6])
+    for b, length in enumerate([7, 6]):
+        keep = ~mask[:, :length] & (cols[:length] <= rows + 1)
+        expected = sdpa_bnsd(q[b:b + 1], k[b:b + 1, :, :length], v[b:b + 1, :, :length], 0.3, keep)
+        got = out[b:b + 1]
+        assert_close(got, in_layout(expected, "BSND" if layout == "BNSD_BSND" else layout).numpy())
+        scores = 0.3 * q[b] @ k[b, :, :length].repeat_interleave(2, 0).transpose(-1, -2)
+        expected_lse = torch.logsumexp(scores.masked_fill(~keep, float("-inf")), dim=-1, keepdim=True)
+        assert lse.dtype == torch.float32 and lse.shape == (2, 4, 5, 1)
+        assert_close(lse[b], expected_lse.numpy(), rtol=1e-6)
+
+
+def test_fused_infer_attention_score_decode_branch_is_incre_flash_attention():
+    # Query S = 1: a [B, S2] mask, sparse_mode and the token bands unused; without the flag, lse is the [1] zero.
+    q, k, v = rand(2, 4, 1, 8, seed=93), rand(2, 2, 9, 8, seed=94), rand(2, 2, 9, 8, seed=95)
+    mask = torch.zeros(2, 9, dtype=torch.bool)
+    mask[1, 4] = True
+    out, lse = lookup("npu_fused_infer_attention_score")(
+        q, k, v, atten_mask=mask, actual_seq_lengths_kv=[9, 6], num_heads=4, num_key_value_heads=2, scale=0.3,
+        input_layout="BNSD", sparse_mode=3, next_tokens=0)
+    for b, length in enumerate([9, 6]):
+        keep = ~mask[b, :length].unsqueeze(0)
+        expected = sdpa_bnsd(q[b:b + 1], k[b:b + 1, :, :length], v[b:b + 1, :, :length], 0.3, keep)
+        assert_close(out[b:b + 1], expected.numpy())
+    assert lse.dtype == torch.float32 and lse.tolist() == [0.0]
+
+
+@pytest.mark.parametrize("argument", [
+    "pse_shift", "dequant_scale1", "quant_scale1", "dequant_scale2", "quant_scale2", "quant_offset2",
+    "antiquant_scale", "antiquant_offset", "query_padding_size", "kv_padding_size", "key_antiquant_scale",
+    "key_antiquant_offset", "value_antiquant_scale", "value_antiquant_offset", "key_shared_prefix",
+    "value_shared_prefix", "actual_shared_prefix_len", "query_rope", "key_rope", "input_layout", "sparse_mode"])
+def test_fused_infer_attention_score_refuses_by_name_what_it_does_not_model(argument):
+    q = rand(1, 1, 4, 8, seed=96)
+    value = {"input_layout": "TND", "sparse_mode": 6, "actual_shared_prefix_len": [2]}.get(argument, torch.ones(1))
+    with pytest.raises(ReferenceUnsupported, match=f"npu_fused_infer_attention_score: {argument}"):
+        lookup("npu_fused_infer_attention_score")(q, q, q, **{"input_layout": "BNSD", argument: value})

@@ -305,14 +305,17 @@ def test_the_llm_operators_run_on_the_npu_and_two_deficits_are_errors(pytester, 
     # A grouped matmul that reads group_list one group short, add_rms_norm without its residual, and
     # inference attentions that return the mean of the values they see.
     npu.deficits("npu_grouped_matmul=skip_last_group,npu_add_rms_norm=no_residual,"
-                 "npu_prompt_flash_attention=mean_of_v,npu_incre_flash_attention=mean_of_v")
+                 "npu_prompt_flash_attention=mean_of_v,npu_incre_flash_attention=mean_of_v,"
+                 "npu_fused_infer_attention_score=mean_of_v")
     faulty = on_npu(pytester, "faulty", *settings)
     assert npu.fired() == {("npu_grouped_matmul", "skip_last_group"), ("npu_add_rms_norm", "no_residual"),
-                           ("npu_prompt_flash_attention", "mean_of_v"), ("npu_incre_flash_attention", "mean_of_v")}
+                           ("npu_prompt_flash_attention", "mean_of_v"), ("npu_incre_flash_attention", "mean_of_v"),
+                           ("npu_fused_infer_attention_score", "mean_of_v")}
     expected = {"NPU.npu_grouped_matmul.0", "NPU.npu_grouped_matmul.2", "NPU.npu_add_rms_norm.0",
                 "NPU.npu_add_rms_norm.1"}  # the one-x-per-weight matmuls (1, 3) have no group_list to misread
     expected |= {f"NPU.npu_prompt_flash_attention.{i}" for i in range(6)}
     expected |= {f"NPU.npu_incre_flash_attention.{i}" for i in range(2)}
+    expected |= {f"NPU.npu_fused_infer_attention_score.{i}" for i in range(4)}
     assert failed(faulty) == {f"{api}.forward" for api in expected}
     for api, row in by_name(pytester.path / "faulty", "result").items():
         assert row["Forward Test Success"] == ("error" if api in expected else "pass"), row

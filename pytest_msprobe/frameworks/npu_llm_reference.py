@@ -31,6 +31,7 @@ __all__ = [
     "npu_add_rms_norm",
     "npu_apply_rotary_pos_emb",
     "npu_dynamic_quant",
+    "npu_fused_infer_attention_score",
     "npu_gelu",
     "npu_grouped_matmul",
     "npu_incre_flash_attention",
@@ -538,3 +539,103 @@ def npu_incre_flash_attention(
         atten_mask = atten_mask.reshape(atten_mask.shape[0], 1, 1, atten_mask.shape[-1])
     out, _, _ = _attend_by_batch(op, q, keys, values, _mask_by_batch(atten_mask, batch), (1, 0, 0), scale_value)
     return _from_bnsd(out, input_layout)
+
+
+@_reference
+def npu_fused_infer_attention_score(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    pse_shift: torch.Tensor | None = None,
+    atten_mask: torch.Tensor | None = None,
+    actual_seq_lengths: Sequence[int] | None = None,
+    actual_seq_lengths_kv: Sequence[int] | None = None,
+    dequant_scale1: torch.Tensor | None = None,
+    quant_scale1: torch.Tensor | None = None,
+    dequant_scale2: torch.Tensor | None = None,
+    quant_scale2: torch.Tensor | None = None,
+    quant_offset2: torch.Tensor | None = None,
+    antiquant_scale: torch.Tensor | None = None,
+    antiquant_offset: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    query_padding_size: torch.Tensor | None = None,
+    kv_padding_size: torch.Tensor | None = None,
+    key_antiquant_scale: torch.Tensor | None = None,
+    key_antiquant_offset: torch.Tensor | None = None,
+    value_antiquant_scale: torch.Tensor | None = None,
+    value_antiquant_offset: torch.Tensor | None = None,
+    key_shared_prefix: torch.Tensor | None = None,
+    value_shared_prefix: torch.Tensor | None = None,
+    actual_shared_prefix_len: Sequence[int] | None = None,
+    query_rope: torch.Tensor | None = None,
+    key_rope: torch.Tensor | None = None,
+    key_rope_antiquant_scale: torch.Tensor | None = None,
+    num_heads: int = 1,
+    scale: float = 1.0,
+    pre_tokens: int = 2147483647,
+    next_tokens: int = 2147483647,
+    input_layout: str = "BSH",
+    num_key_value_heads: int = 0,
+    sparse_mode: int = 0,
+    inner_precise: int = 0,
+    block_size: int = 0,
+    antiquant_mode: int = 0,
+    softmax_lse_flag: bool = False,
+    key_antiquant_mode: int = 0,
+    value_antiquant_mode: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(attention_out, softmax_lse): the prompt branch (query S > 1: npu_prompt_flash_attention's
+    masks, sparse_mode 0-4 with pre_tokens and next_tokens) or the incremental one (S = 1: mask
+    [B, S2], sparse_mode and the tokens unused), as the op page says.
+
+    Layouts BSH, BSND, BNSD, BNSD_BSND; GQA; actual_seq_lengths_kv; PagedAttention through
+    block_table (as npu_incre_flash_attention's). softmax_lse is float32 [B, N, S1, 1], the log of
+    each row's sum of exp of the scaled scores, with softmax_lse_flag; else the documented [1] zero.
+    key_rope_antiquant_scale is reserved, the antiquant modes only read with the antiquant tensors,
+    inner_precise picks the kernel's mode (rows that see no key are zeros here either way). Refused
+    by name: pse_shift, the int8 (de)quantisation and antiquant tensors, left padding
+    (query/kv_padding_size), shared prefixes, MLA's query_rope/key_rope, and an actual_seq_lengths
+    shorter than the query's S.
+    """
+    op = "npu_fused_infer_attention_score"
+    _refuse(
+        op, pse_shift=pse_shift, dequant_scale1=dequant_scale1, quant_scale1=quant_scale1,
+        dequant_scale2=dequant_scale2, quant_scale2=quant_scale2, quant_offset2=quant_offset2,
+        antiquant_scale=antiquant_scale, antiquant_offset=antiquant_offset, query_padding_size=query_padding_size,
+        kv_padding_size=kv_padding_size, key_antiquant_scale=key_antiquant_scale,
+        key_antiquant_offset=key_antiquant_offset, value_antiquant_scale=value_antiquant_scale,
+        value_antiquant_offset=value_antiquant_offset, key_shared_prefix=key_shared_prefix,
+        value_shared_prefix=value_shared_prefix, actual_shared_prefix_len=actual_shared_prefix_len,
+        query_rope=query_rope, key_rope=key_rope,
+    )  # fmt: skip
+    layout, out_layout = _layout_of(op, input_layout)
+    kv_heads = num_key_value_heads or num_heads
+    q = _to_bnsd(query, layout, num_heads)
+    batch, s1 = q.shape[0], q.shape[2]
+    if any(n < s1 for n in _per_batch(actual_seq_lengths, batch, s1, f"{op}: actual_seq_lengths")):
+        raise ReferenceUnsupported(f"{op}: actual_seq_lengths shorter than the query's S (rows left undefined)")
+    if block_table is not None:
+        if actual_seq_lengths_kv is None:
+            raise ValueError(f"{op}: block_table needs actual_seq_lengths_kv")
+        lengths = _ints(actual_seq_lengths_kv)
+        lengths = lengths * batch if len(lengths) == 1 else lengths[:batch]
+        keys = [_paged(key, block_table[b], lengths[b], kv_heads) for b in range(batch)]
+        values = [_paged(value, block_table[b], lengths[b], kv_heads) for b in range(batch)]
+    else:
+        k, v = _to_bnsd(key, layout, kv_heads), _to_bnsd(value, layout, kv_heads)
+        lengths = _per_batch(actual_seq_lengths_kv, batch, k.shape[2], f"{op}: actual_seq_lengths_kv")
+        keys = [k[b, :, : lengths[b]] for b in range(batch)]
+        values = [v[b, :, : lengths[b]] for b in range(batch)]
+    if s1 == 1:  # the incremental branch: a mask of one query row per batch, no sparse mode
+        if atten_mask is not None and atten_mask.dim() in (2, 3):
+            atten_mask = atten_mask.reshape(atten_mask.shape[0], 1, 1, atten_mask.shape[-1])
+        sparse = (1, 0, 0)
+    else:
+        _check_sparse_mode(op, sparse_mode, atten_mask)
+        sparse = (sparse_mode, pre_tokens, next_tokens)
+    out, row_max, row_sum = _attend_by_batch(op, q, keys, values, _mask_by_batch(atten_mask, batch), sparse, scale)
+    if not softmax_lse_flag:
+        return _from_bnsd(out, out_layout), torch.zeros(1, dtype=torch.float32, device=query.device)
+    lse = torch.where(row_sum > 0, row_max + torch.log(row_sum), torch.full_like(row_max, float("-inf")))
+    return _from_bnsd(out, out_layout), lse.unsqueeze(-1).to(torch.float32)

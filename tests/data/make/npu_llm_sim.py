@@ -86,6 +86,16 @@ def calls(g: torch.Generator, dtype: torch.dtype, tag: int):
          [randn(2, 1, 64), randn(2, 9, 32), randn(2, 9, 32)],
          {"atten_mask": decode_mask.npu(), "actual_seq_lengths": [9, 7], "num_heads": 4, "num_key_value_heads": 2,
           "scale_value": 0.25, "input_layout": "BSH"}),
+        # The fused inference attention: a prompt (BNSD, causal by a given mask, with softmax_lse) and a
+        # decode step (BSH, a [B, S] mask, key lengths, no lse: the [1] zero).
+        (f"NPU.npu_fused_infer_attention_score.{2 * tag}", torch_npu.npu_fused_infer_attention_score,
+         [randn(1, 2, 6, 16), randn(1, 2, 6, 16), randn(1, 2, 6, 16)],
+         {"atten_mask": causal, "num_heads": 2, "scale": 0.25, "next_tokens": 0, "input_layout": "BNSD",
+          "softmax_lse_flag": True}),
+        (f"NPU.npu_fused_infer_attention_score.{2 * tag + 1}", torch_npu.npu_fused_infer_attention_score,
+         [randn(2, 1, 64), randn(2, 9, 32), randn(2, 9, 32)],
+         {"atten_mask": decode_mask.npu(), "actual_seq_lengths_kv": [9, 7], "num_heads": 4,
+          "num_key_value_heads": 2, "scale": 0.25, "input_layout": "BSH"}),
     ]
 
 

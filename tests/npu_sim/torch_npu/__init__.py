@@ -19,6 +19,7 @@ from ._fused import (  # noqa: F401  (torch_npu.npu_*)
     npu_confusion_transpose,
     npu_dynamic_quant,
     npu_fast_gelu,
+    npu_fused_infer_attention_score,
     npu_fusion_attention,
     npu_gelu,
     npu_group_norm_silu,

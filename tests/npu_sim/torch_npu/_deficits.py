@@ -10,7 +10,8 @@ MSPROBE_NPU_SIM_DEFICITS is a comma-separated list of `<op>=<kind>`; `<op>` is a
   no_residual      npu_add_rms_norm: x1 alone normalised and returned as x, the residual x2 left out
   skip_last_group  npu_grouped_matmul: group_list's last group left unwritten, as if its end were
                    the one before (a kernel reading group_list one short)
-  mean_of_v        npu_prompt_flash_attention, npu_incre_flash_attention: every query sees the keys as
+  mean_of_v        npu_prompt_flash_attention, npu_incre_flash_attention, npu_fused_infer_attention_score:
+                   every query sees the keys as
                    equal (key zeroed), its output the mean of the values it sees
   raise            the op raises a device error at once
   async_error      the op returns, and the device reports its error at the next synchronisation
@@ -37,7 +38,8 @@ _MATMULS = ("aten::mm", "aten::bmm", "aten::addmm")
 _GELUS = ("aten::gelu", "aten::gelu_backward")
 _ONLY_FOR = {"bf16_accumulate": _MATMULS, "tanh": _GELUS, "no_residual": ("npu_add_rms_norm",),
              "skip_last_group": ("npu_grouped_matmul",),
-             "mean_of_v": ("npu_prompt_flash_attention", "npu_incre_flash_attention")}
+             "mean_of_v": ("npu_prompt_flash_attention", "npu_incre_flash_attention",
+                           "npu_fused_infer_attention_score")}
 _WITH_VALUE = ("epsilon", "scale")
 KINDS = ("bf16_accumulate", "tanh", "epsilon", "scale", "no_residual", "skip_last_group", "mean_of_v", "raise",
          "async_error", "crash")

@@ -23,7 +23,7 @@ __all__ = [
     "npu_rms_norm", "npu_rotary_mul", "npu_scaled_masked_softmax", "npu_sort_v2", "npu_swiglu",
     "npu_add_rms_norm", "npu_gelu", "npu_apply_rotary_pos_emb", "npu_scatter_nd_update", "npu_dynamic_quant",
     "npu_grouped_matmul", "npu_moe_init_routing", "npu_moe_finalize_routing", "npu_moe_compute_expert_tokens",
-    "npu_prompt_flash_attention", "npu_incre_flash_attention",
+    "npu_prompt_flash_attention", "npu_incre_flash_attention", "npu_fused_infer_attention_score",
 ]
 
 
@@ -502,17 +502,21 @@ def npu_moe_compute_expert_tokens(sorted_expert_for_source_row: torch.Tensor, nu
     return counts.to(sorted_expert_for_source_row.dtype)
 
 
-def _inference_attention(query, key, value, heads, kv_heads, layout, scale, masking, kv_lengths, out_layout):
-    """Batch by batch in float32 (the device's softmax precision): keys beyond kv_lengths[b] left out."""
+def _inference_attention(query, key, value, heads, kv_heads, layout, scale, masking, kv_lengths, out_layout,
+                         with_lse=False):
+    """Batch by batch in float32 (the device's softmax precision): keys beyond kv_lengths[b] left out.
+    with_lse: also log(sum exp) of each row's scaled scores, [B, N, S1, 1]."""
     q = _heads_first(query, layout, heads).float()
     k, v = (_heads_first(t, layout, kv_heads).float() for t in (key, value))
-    outs = []
+    outs, lses = [], []
     for b in range(q.shape[0]):
         length = k.shape[2] if kv_lengths is None else int(kv_lengths[b if len(kv_lengths) > 1 else 0])
-        out, _, _ = _attend(q[b:b + 1], k[b:b + 1, :, :length], v[b:b + 1, :, :length], None, scale,
-                            masking(b, q.shape[2], length))
+        out, row_max, row_sum = _attend(q[b:b + 1], k[b:b + 1, :, :length], v[b:b + 1, :, :length], None, scale,
+                                        masking(b, q.shape[2], length))
         outs.append(out)
-    return _heads_back(torch.cat(outs).to(query.dtype), out_layout)
+        lses.append((row_max + torch.log(row_sum)).unsqueeze(-1))
+    out = _heads_back(torch.cat(outs).to(query.dtype), out_layout)
+    return (out, torch.cat(lses)) if with_lse else out
 
 
 @_fused
@@ -563,3 +567,42 @@ def npu_incre_flash_attention(query, key, value, *, padding_mask=None, pse_shift
 
     return _inference_attention(query, key, value, num_heads, kv_heads, input_layout, scale_value, masking,
                                 actual_seq_lengths, input_layout)
+
+
+_FIAS_UNSIMULATED = ("pse_shift", "dequant_scale1", "quant_scale1", "dequant_scale2", "quant_scale2", "quant_offset2",
+                     "antiquant_scale", "antiquant_offset", "block_table", "query_padding_size", "kv_padding_size",
+                     "key_antiquant_scale", "key_antiquant_offset", "value_antiquant_scale",
+                     "value_antiquant_offset", "key_shared_prefix", "value_shared_prefix", "actual_shared_prefix_len",
+                     "query_rope", "key_rope")
+
+
+@_fused
+def npu_fused_infer_attention_score(query, key, value, *, num_heads=1, scale=1.0, pre_tokens=2147483647,
+                                    next_tokens=2147483647, input_layout="BSH", num_key_value_heads=0, sparse_mode=0,
+                                    atten_mask=None, actual_seq_lengths=None, actual_seq_lengths_kv=None,
+                                    softmax_lse_flag=False, inner_precise=0, block_size=0, antiquant_mode=0,
+                                    key_antiquant_mode=0, value_antiquant_mode=0, key_rope_antiquant_scale=None,
+                                    **others):
+    """(attention_out, softmax_lse): the prompt branch (query S > 1) as npu_prompt_flash_attention, the
+    decode branch (S = 1) as npu_incre_flash_attention; lse [B, N, S1, 1] float32 with softmax_lse_flag,
+    else a [1] zero. Simulated: BSH, BSND, BNSD, BNSD_BSND; not the arguments in _FIAS_UNSIMULATED."""
+    given = sorted(name for name, v in others.items() if v is not None)
+    if given or set(others) - set(_FIAS_UNSIMULATED):
+        raise RuntimeError(f"npu sim: npu_fused_infer_attention_score with {given or sorted(others)} is not simulated")
+    layout, out_layout = ("BNSD", "BSND") if input_layout == "BNSD_BSND" else (input_layout, input_layout)
+    kv_heads = num_key_value_heads or num_heads
+    if layout == "BSH":
+        kv_heads = key.shape[-1] // (query.shape[-1] // num_heads)
+    decode = _heads_first(query, layout, num_heads).shape[2] == 1
+
+    def masking(b, sq, skv):
+        if atten_mask is None:
+            return None
+        if decode:
+            return atten_mask.reshape(atten_mask.shape[0], -1)[b, :skv].bool()
+        batched = atten_mask.dim() >= 3 and atten_mask.shape[0] > 1
+        return _Masking(sparse_mode, atten_mask[b] if batched else atten_mask, pre_tokens, next_tokens).mask(sq, skv)
+
+    out, lse = _inference_attention(query, key, value, num_heads, kv_heads, layout, scale, masking,
+                                    actual_seq_lengths_kv, out_layout, with_lse=True)
+    return out, lse if softmax_lse_flag else torch.zeros(1, dtype=torch.float32, device=query.device)
