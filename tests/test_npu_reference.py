@@ -106,6 +106,7 @@ DOCUMENTED_SIGNATURES = {
         "scale=1.0, pre_tokens=2147483647, next_tokens=2147483647, input_layout='BSH', num_key_value_heads=0, "
         "sparse_mode=0, inner_precise=0, block_size=0, antiquant_mode=0, softmax_lse_flag=False, "
         "key_antiquant_mode=0, value_antiquant_mode=0)"),
+    "npu_quantize": "(input, scales, zero_points, dtype, axis=1, div_mode=True)",
 }
 
 
@@ -1208,3 +1209,32 @@ def test_fused_infer_attention_score_refuses_by_name_what_it_does_not_model(argu
     value = {"input_layout": "TND", "sparse_mode": 6, "actual_shared_prefix_len": [2]}.get(argument, torch.ones(1))
     with pytest.raises(ReferenceUnsupported, match=f"npu_fused_infer_attention_score: {argument}"):
         lookup("npu_fused_infer_attention_score")(q, q, q, **{"input_layout": "BNSD", argument: value})
+
+
+def test_quantize_as_the_docs_example():
+    # The page's example: x * 3 (div_mode False, per channel along the last axis), rounded to int8.
+    x = torch.tensor([[[-0.77834, -1.0473, -1.1155, 1.2233, -1.2271, -2.5612]]], dtype=torch.float64)
+    out = lookup("npu_quantize")(x, torch.full((6,), 3.0, dtype=torch.float64), None, torch.qint8, -1, False)
+    assert out.dtype == torch.int8 and out.tolist() == [[[-2, -3, -3, 4, -4, -8]]]
+
+
+@FAST
+@given(st.integers(1, 4), st.integers(1, 5), st.booleans(), st.sampled_from([torch.qint8, torch.quint8, torch.qint32]),
+       st.integers(0, 2**16))
+def test_quantize_per_channel_against_numpy(rows, channels, div_mode, dtype, seed):
+    x = rand(rows, channels, 3, seed=seed) * 50
+    scales = rand(channels if div_mode else 3, seed=seed + 1).abs() + 0.1
+    zero_points = torch.randint(-3, 4, scales.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.int32)
+    if div_mode:  # per channel along axis 1
+        scaled = x.numpy() / scales.numpy()[:, None] + zero_points.numpy()[:, None]
+    else:  # along the last axis
+        scaled = x.numpy() * scales.numpy() + zero_points.numpy()
+    low, high = {torch.qint8: (-128, 127), torch.quint8: (0, 255), torch.qint32: (-(2**31), 2**31 - 1)}[dtype]
+    out = lookup("npu_quantize")(x, scales, zero_points, dtype, 1, div_mode)
+    assert out.dtype == {torch.qint8: torch.int8, torch.quint8: torch.uint8, torch.qint32: torch.int32}[dtype]
+    assert (out.numpy().astype(np.int64) == np.clip(np.rint(scaled), low, high)).all()
+
+
+def test_quantize_refuses_packed_int4():
+    with pytest.raises(ReferenceUnsupported, match=r"npu_quantize: dtype=torch\.quint4x2"):
+        lookup("npu_quantize")(rand(2, 8, seed=97), torch.ones(8), None, torch.quint4x2, -1, False)

@@ -306,21 +306,26 @@ def test_the_llm_operators_run_on_the_npu_and_two_deficits_are_errors(pytester, 
     # inference attentions that return the mean of the values they see.
     npu.deficits("npu_grouped_matmul=skip_last_group,npu_add_rms_norm=no_residual,"
                  "npu_prompt_flash_attention=mean_of_v,npu_incre_flash_attention=mean_of_v,"
-                 "npu_fused_infer_attention_score=mean_of_v")
+                 "npu_fused_infer_attention_score=mean_of_v,npu_quantize=int_offset:2,npu_dynamic_quant=int_offset:1")
     faulty = on_npu(pytester, "faulty", *settings)
     assert npu.fired() == {("npu_grouped_matmul", "skip_last_group"), ("npu_add_rms_norm", "no_residual"),
                            ("npu_prompt_flash_attention", "mean_of_v"), ("npu_incre_flash_attention", "mean_of_v"),
-                           ("npu_fused_infer_attention_score", "mean_of_v")}
+                           ("npu_fused_infer_attention_score", "mean_of_v"), ("npu_quantize", "int_offset:2"),
+                           ("npu_dynamic_quant", "int_offset:1")}
     expected = {"NPU.npu_grouped_matmul.0", "NPU.npu_grouped_matmul.2", "NPU.npu_add_rms_norm.0",
                 "NPU.npu_add_rms_norm.1"}  # the one-x-per-weight matmuls (1, 3) have no group_list to misread
     expected |= {f"NPU.npu_prompt_flash_attention.{i}" for i in range(6)}
     expected |= {f"NPU.npu_incre_flash_attention.{i}" for i in range(2)}
     expected |= {f"NPU.npu_fused_infer_attention_score.{i}" for i in range(4)}
+    # Two units off is an error; one unit off (npu_dynamic_quant) is within the quantisation rule: it passes.
+    expected |= {f"NPU.npu_quantize.{i}" for i in range(4)}
     assert failed(faulty) == {f"{api}.forward" for api in expected}
     for api, row in by_name(pytester.path / "faulty", "result").items():
         assert row["Forward Test Success"] == ("error" if api in expected else "pass"), row
     details = by_name(pytester.path / "faulty", "details")
     for name in PADDED:  # the last group's rows (7..9) are wrong: the padding rule never hides them
         assert details[name]["Status"] == "error"
+    quantised = details["NPU.npu_dynamic_quant.0.forward.output.0"]
+    assert quantised["Status"] == "pass" and "max |error| 1" in quantised["Message"]
     # rms_norm of x1 alone: y and x (the sum it returns) are both wrong.
     assert {details[f"NPU.npu_add_rms_norm.0.forward.output.{i}"]["Status"] for i in (0, 2)} == {"error"}

@@ -39,6 +39,7 @@ __all__ = [
     "npu_moe_finalize_routing",
     "npu_moe_init_routing",
     "npu_prompt_flash_attention",
+    "npu_quantize",
     "npu_scatter_nd_update",
 ]
 
@@ -639,3 +640,53 @@ def npu_fused_infer_attention_score(
         return _from_bnsd(out, out_layout), torch.zeros(1, dtype=torch.float32, device=query.device)
     lse = torch.where(row_sum > 0, row_max + torch.log(row_sum), torch.full_like(row_max, float("-inf")))
     return _from_bnsd(out, out_layout), lse.unsqueeze(-1).to(torch.float32)
+
+
+# --------------------------------------------------------------------------
+# Static quantisation
+# --------------------------------------------------------------------------
+
+# torch_npu's dtype argument -> (the output's dtype, its range)
+_QUANTISED = {
+    torch.qint8: (torch.int8, -128, 127),
+    torch.int8: (torch.int8, -128, 127),
+    torch.quint8: (torch.uint8, 0, 255),
+    torch.uint8: (torch.uint8, 0, 255),
+    torch.qint32: (torch.int32, -(2**31), 2**31 - 1),
+    torch.int32: (torch.int32, -(2**31), 2**31 - 1),
+}
+
+
+def _along(t: torch.Tensor, dim: int, ndim: int) -> torch.Tensor:
+    """A 1-D per-channel tensor shaped to broadcast along `dim` of an ndim-D input; others as given."""
+    if t.dim() != 1 or t.numel() == 1:
+        return t
+    return t.reshape(-1, *([1] * (ndim - dim - 1)))
+
+
+@_reference
+def npu_quantize(
+    input: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: torch.Tensor | None,
+    dtype: torch.dtype,
+    axis: int = 1,
+    div_mode: bool = True,
+) -> torch.Tensor:
+    """round(input / scales + zero_points) (div_mode) or round(input * scales + zero_points), saturated
+    to `dtype` (qint8 -> int8, quint8 -> uint8, qint32 -> int32).
+
+    scales and zero_points are per tensor (one element) or per channel along `axis` (div_mode), or
+    along the last axis, the second to last for axis -2 (not div_mode), as the op page says. The
+    one_rounding standard judges an 8-bit output by |error| <= 1 unit (a value near a half rounds
+    either way). quint4x2 (eight int4 packed in an int32) is refused.
+    """
+    if dtype not in _QUANTISED:
+        raise ReferenceUnsupported(f"npu_quantize: dtype={dtype}")
+    out_dtype, low, high = _QUANTISED[dtype]
+    ndim = input.dim()
+    dim = (axis % ndim) if div_mode else (ndim - 2 if axis == -2 else ndim - 1)
+    x = input / _along(scales, dim, ndim).to(input.dtype) if div_mode else input * _along(scales, dim, ndim)
+    if zero_points is not None:
+        x = x + _along(zero_points, dim, ndim).to(x.dtype)
+    return torch.round(x).clamp(low, high).to(out_dtype)

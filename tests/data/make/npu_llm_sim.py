@@ -53,6 +53,14 @@ def calls(g: torch.Generator, dtype: torch.dtype, tag: int):
         (f"NPU.npu_scatter_nd_update.{n}", torch_npu.npu_scatter_nd_update,
          [randn(6, 8), torch.tensor([[1], [4]]).npu(), randn(2, 8)], {}),
         (f"NPU.npu_dynamic_quant.{n}", torch_npu.npu_dynamic_quant, [randn(4, 32)], {"smooth_scales": randn(32)}),
+        # Static quantisation per channel: along axis 1 by division, along the last axis by multiplication;
+        # dtype torch.int8, as callers pass it: the plugin reads no quantised dtype (torch.qint8) from a dump.
+        (f"NPU.npu_quantize.{2 * tag}", torch_npu.npu_quantize,
+         [randn(4, 8, 3), (torch.rand(8, generator=g) * 0.05 + 0.01).npu(),
+          torch.randint(-4, 5, (8,), generator=g, dtype=torch.int8).npu(), torch.int8, 1, True], {}),
+        (f"NPU.npu_quantize.{2 * tag + 1}", torch_npu.npu_quantize,
+         [randn(4, 16), (torch.rand(16, generator=g) * 40 + 5).to(dtype).npu(), None, torch.int8, -1, False],
+         {}),
         # One x split by an int64 group_list of cumulative ends, 2 padded rows beyond its total.
         (f"NPU.npu_grouped_matmul.{2 * tag}", torch_npu.npu_grouped_matmul, [[randn(12, hidden)],
          [randn(3, hidden, 8)]], {"bias": [randn(3, 8)], "group_list": torch.tensor([3, 7, 10]).npu(),

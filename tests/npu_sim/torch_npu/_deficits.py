@@ -13,6 +13,7 @@ MSPROBE_NPU_SIM_DEFICITS is a comma-separated list of `<op>=<kind>`; `<op>` is a
   mean_of_v        npu_prompt_flash_attention, npu_incre_flash_attention, npu_fused_infer_attention_score:
                    every query sees the keys as
                    equal (key zeroed), its output the mean of the values it sees
+  int_offset:<n>   a quantisation (npu_quantize, npu_dynamic_quant): n added to its 8-bit integer outputs
   raise            the op raises a device error at once
   async_error      the op returns, and the device reports its error at the next synchronisation
                    (synchronize, a copy to the host, .item()), as an NPU running asynchronously does
@@ -39,10 +40,11 @@ _GELUS = ("aten::gelu", "aten::gelu_backward")
 _ONLY_FOR = {"bf16_accumulate": _MATMULS, "tanh": _GELUS, "no_residual": ("npu_add_rms_norm",),
              "skip_last_group": ("npu_grouped_matmul",),
              "mean_of_v": ("npu_prompt_flash_attention", "npu_incre_flash_attention",
-                           "npu_fused_infer_attention_score")}
-_WITH_VALUE = ("epsilon", "scale")
-KINDS = ("bf16_accumulate", "tanh", "epsilon", "scale", "no_residual", "skip_last_group", "mean_of_v", "raise",
-         "async_error", "crash")
+                           "npu_fused_infer_attention_score"),
+             "int_offset": ("npu_quantize", "npu_dynamic_quant")}
+_WITH_VALUE = ("epsilon", "scale", "int_offset")
+KINDS = ("bf16_accumulate", "tanh", "epsilon", "scale", "no_residual", "skip_last_group", "mean_of_v",
+         "int_offset", "raise", "async_error", "crash")
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,16 @@ def _around(deficit: Deficit, name: str, compute: Callable[[], Any], in_place: b
     result = compute()
     if deficit.kind == "async_error":
         _state.fail_later(f"npu sim: device error in {name}, reported at synchronisation (injected by {VARIABLE})")
+    if deficit.kind == "int_offset":
+        offset = int(deficit.value or 0)
+
+        def shift(value: Any) -> Any:
+            if not isinstance(value, torch.Tensor) or value.dtype not in (torch.int8, torch.uint8):
+                return value
+            info = torch.iinfo(value.dtype)
+            return (value.to(torch.int32) + offset).clamp(info.min, info.max).to(value.dtype)
+
+        return torch.utils._pytree.tree_map(shift, result)
     if deficit.kind == "scale":
         factor = float(deficit.value or 0.0)  # parse() gives every scale its value
 

@@ -23,7 +23,7 @@ __all__ = [
     "npu_rms_norm", "npu_rotary_mul", "npu_scaled_masked_softmax", "npu_sort_v2", "npu_swiglu",
     "npu_add_rms_norm", "npu_gelu", "npu_apply_rotary_pos_emb", "npu_scatter_nd_update", "npu_dynamic_quant",
     "npu_grouped_matmul", "npu_moe_init_routing", "npu_moe_finalize_routing", "npu_moe_compute_expert_tokens",
-    "npu_prompt_flash_attention", "npu_incre_flash_attention", "npu_fused_infer_attention_score",
+    "npu_prompt_flash_attention", "npu_incre_flash_attention", "npu_fused_infer_attention_score", "npu_quantize",
 ]
 
 
@@ -606,3 +606,31 @@ def npu_fused_infer_attention_score(query, key, value, *, num_heads=1, scale=1.0
     out, lse = _inference_attention(query, key, value, num_heads, kv_heads, layout, scale, masking,
                                     actual_seq_lengths_kv, out_layout, with_lse=True)
     return out, lse if softmax_lse_flag else torch.zeros(1, dtype=torch.float32, device=query.device)
+
+
+@_fused
+def npu_quantize(input: torch.Tensor, scales: torch.Tensor, zero_points: Optional[torch.Tensor], dtype: torch.dtype,
+                 axis: int = 1, div_mode: bool = True) -> torch.Tensor:
+    """x / scales + zero_points (div_mode) or x * scales + zero_points, rounded to nearest even in
+    float32 and saturated to dtype; scales per tensor or per channel (axis; the last axis, or the
+    second to last for axis -2, when not div_mode). Simulated: qint8 (or int8), quint8, qint32 (or int32)."""
+    ranges = {torch.qint8: (torch.int8, -128, 127), torch.quint8: (torch.uint8, 0, 255),
+              torch.qint32: (torch.int32, -2 ** 31, 2 ** 31 - 1)}
+    ranges.update({torch.int8: ranges[torch.qint8], torch.int32: ranges[torch.qint32]})
+    if dtype not in ranges:
+        raise RuntimeError(f"npu sim: npu_quantize to {dtype} is not simulated")
+    out_dtype, low, high = ranges[dtype]
+    dim = axis % input.dim() if div_mode else input.dim() - (2 if axis == -2 else 1)
+    shape = [1] * input.dim()
+
+    def channel(t: torch.Tensor) -> torch.Tensor:
+        if t.numel() == 1:
+            return t.float().reshape(())
+        shape[dim] = t.numel()
+        return t.float().reshape(shape)
+
+    x = input.float()
+    x = x / channel(scales) if div_mode else x * channel(scales)
+    if zero_points is not None:
+        x = x + channel(zero_points)
+    return torch.round(x).clamp(low, high).to(out_dtype)
