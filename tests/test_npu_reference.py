@@ -1238,3 +1238,32 @@ def test_quantize_per_channel_against_numpy(rows, channels, div_mode, dtype, see
 def test_quantize_refuses_packed_int4():
     with pytest.raises(ReferenceUnsupported, match=r"npu_quantize: dtype=torch\.quint4x2"):
         lookup("npu_quantize")(rand(2, 8, seed=97), torch.ones(8), None, torch.quint4x2, -1, False)
+
+
+def test_inference_attentions_as_one_padded_bnsd_attention_give_their_outputs():
+    # inference_attention_in_bnsd: the seam by which the dtype standard can model them as
+    # scaled_dot_product_attention (npu_fusion_attention's AttentionInBnsd): that attention, run by
+    # torch's own SDPA, gives each reference's output, per-batch key lengths and paged caches included.
+    from pytest_msprobe.frameworks.npu_llm_reference import inference_attention_in_bnsd
+
+    q, k, v = rand(2, 4, 5, 8, seed=100), rand(2, 2, 7, 8, seed=101), rand(2, 2, 7, 8, seed=102)
+    triangle = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
+    decode_q = rand(2, 4, 1, 8, seed=103)
+    mask = torch.zeros(2, 7, dtype=torch.bool)
+    mask[0, 1] = True
+    cases = [
+        ("npu_prompt_flash_attention", (in_layout(q, "BSH"), in_layout(k, "BSH"), in_layout(v, "BSH")),
+         {"num_heads": 4, "num_key_value_heads": 2, "scale_value": 0.3, "actual_seq_lengths_kv": [7, 6],
+          "atten_mask": triangle, "sparse_mode": 3}),
+        ("npu_incre_flash_attention", (decode_q, k, v),
+         {"num_heads": 4, "num_key_value_heads": 2, "scale_value": 0.3, "input_layout": "BNSD",
+          "atten_mask": mask, "actual_seq_lengths": [7, 4]}),
+        ("npu_fused_infer_attention_score", (q, k, v),
+         {"num_heads": 4, "num_key_value_heads": 2, "scale": 0.3, "input_layout": "BNSD_BSND",
+          "atten_mask": torch.zeros(5, 7, dtype=torch.bool), "next_tokens": 0}),
+    ]
+    for api, args, kwargs in cases:
+        call = inference_attention_in_bnsd(api, *args, **kwargs)
+        expected = lookup(api)(*args, **kwargs)
+        expected = expected[0] if isinstance(expected, tuple) else expected
+        assert_close(call.output(F.scaled_dot_product_attention(**call.as_sdpa())), expected.numpy())

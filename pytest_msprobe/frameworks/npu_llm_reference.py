@@ -9,14 +9,18 @@ the bench) and keep the dtypes torch_npu documents for index and quantised outpu
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
 from .npu_reference import (
     PADDED_ROWS,
+    AttentionInBnsd,
     ReferenceUnsupported,
     _attention_bnsd,
     _from_bnsd,
@@ -28,6 +32,9 @@ from .npu_reference import (
 )
 
 __all__ = [
+    "INFERENCE_CALLS",
+    "InferenceAttention",
+    "inference_attention_in_bnsd",
     "npu_add_rms_norm",
     "npu_apply_rotary_pos_emb",
     "npu_dynamic_quant",
@@ -369,32 +376,71 @@ def _mask_by_batch(atten_mask: torch.Tensor | None, batch: int) -> list[torch.Te
     return [mask[min(b, mask.shape[0] - 1)] for b in range(batch)]
 
 
-def _attend_by_batch(
-    op: str,
-    q: torch.Tensor,
-    keys: list[torch.Tensor],
-    values: list[torch.Tensor],
-    masks: list[torch.Tensor | None],
-    sparse: tuple[int, int, int],
-    scale: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q [B, N, S1, D]; per batch its keys and values [Nkv, S2_b, D] and mask. (out BNSD, row max, row sum)."""
-    mode, pre_tokens, next_tokens = sparse
-    outs, maxes, sums = [], [], []
-    for b, (k, v, mask) in enumerate(zip(keys, values, masks)):
-        qb = q[b : b + 1]
-        kb, vb = (_repeat_kv(t.unsqueeze(0), q.shape[1]) for t in (k, v))
-        masked = _SparseMask(mode, mask, pre_tokens, next_tokens, None).build(qb.shape[2], kb.shape[2])
-        if kb.shape[2] == 0:  # no key: the docs fill the output with zeros
-            outs.append(qb.new_zeros(*qb.shape[:3], vb.shape[-1]))
-            maxes.append(qb.new_full(qb.shape[:3], float("-inf")))
-            sums.append(qb.new_zeros(qb.shape[:3]))
-            continue
-        out, row_max, row_sum = _attention_bnsd(qb, kb, vb, None, masked, scale)
-        outs.append(out)
-        maxes.append(row_max)
-        sums.append(row_sum)
-    return torch.cat(outs), torch.cat(maxes), torch.cat(sums)
+@dataclass(frozen=True)
+class InferenceAttention:
+    """An inference attention call in BNSD, batch by batch: the query [B, N, S1, D], each batch's keys
+    and values [Nkv, S2_b, D] (its actual length, read from a paged cache where there is one), its
+    atten_mask and the sparse mode, pre_tokens and next_tokens that apply; the output's layout."""
+
+    op: str
+    query: torch.Tensor
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    masks: list[torch.Tensor | None]
+    sparse: tuple[int, int, int]
+    scale: float
+    layout: str
+
+    def masked(self, b: int) -> torch.Tensor | None:
+        """Batch b's positions masked out (True), [1|N, S1, S2_b], or None."""
+        mode, pre_tokens, next_tokens = self.sparse
+        sparse = _SparseMask(mode, self.masks[b], pre_tokens, next_tokens, None)
+        return sparse.build(self.query.shape[2], self.keys[b].shape[1])
+
+    def run(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(out in the call's layout, row max [B, N, S1], row sum of exp [B, N, S1]); a row that sees
+        no key gives zeros (the docs fill an empty key/value with zeros)."""
+        outs, maxes, sums = [], [], []
+        for b, (k, v) in enumerate(zip(self.keys, self.values)):
+            qb = self.query[b : b + 1]
+            kb, vb = (_repeat_kv(t.unsqueeze(0), qb.shape[1]) for t in (k, v))
+            if kb.shape[2] == 0:
+                outs.append(qb.new_zeros(*qb.shape[:3], vb.shape[-1]))
+                maxes.append(qb.new_full(qb.shape[:3], float("-inf")))
+                sums.append(qb.new_zeros(qb.shape[:3]))
+                continue
+            out, row_max, row_sum = _attention_bnsd(qb, kb, vb, None, self.masked(b), self.scale)
+            outs.append(out)
+            maxes.append(row_max)
+            sums.append(row_sum)
+        return _from_bnsd(torch.cat(outs), self.layout), torch.cat(maxes), torch.cat(sums)
+
+    def in_bnsd(self) -> AttentionInBnsd:
+        """The same attention as one padded BNSD call (npu_fusion_attention's AttentionInBnsd, which
+        the dtype standard models as scaled_dot_product_attention): keys and values zero-padded to the
+        longest batch and repeated over the query heads, the padding masked."""
+        heads, s1 = self.query.shape[1:3]
+        longest = max(k.shape[1] for k in self.keys)
+        kv_heads = self.keys[0].shape[0]
+
+        def padded(t: torch.Tensor) -> torch.Tensor:
+            return F.pad(t, (0, 0, 0, longest - t.shape[1]))
+
+        key = _repeat_kv(torch.stack([padded(k) for k in self.keys]), heads)
+        value = _repeat_kv(torch.stack([padded(v) for v in self.values]), heads)
+        masks = []
+        for b, k in enumerate(self.keys):
+            beyond = torch.arange(longest, device=k.device) >= k.shape[1]
+            own = self.masked(b)
+            own = (
+                beyond.expand(heads, s1, longest) if own is None else F.pad(own, (0, longest - k.shape[1]), value=True)
+            )
+            masks.append(own.expand(heads, s1, longest))
+        masked = torch.stack(masks)
+        out_layout = self.layout
+        return AttentionInBnsd(
+            self.query, key, value, None, masked if bool(masked.any()) else None, self.scale, out_layout, kv_heads
+        )
 
 
 def _check_sparse_mode(op: str, sparse_mode: int, atten_mask: torch.Tensor | None) -> None:
@@ -411,8 +457,7 @@ def _layout_of(op: str, input_layout: str) -> tuple[str, str]:
     return ("BNSD", "BSND") if input_layout == "BNSD_BSND" else (input_layout, input_layout)
 
 
-@_reference
-def npu_prompt_flash_attention(
+def _prompt_flash_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
@@ -434,7 +479,7 @@ def npu_prompt_flash_attention(
     num_key_value_heads: int = 0,
     actual_seq_lengths_kv: Sequence[int] | None = None,
     sparse_mode: int = 0,
-) -> torch.Tensor:
+) -> InferenceAttention:
     """Full (prompt) attention: softmax(scale_value Q K^T, masked) V per batch and head.
 
     Layouts BSH, BSND, BNSD and BNSD_BSND (BNSD in, BSND out); GQA by num_key_value_heads; the
@@ -460,10 +505,10 @@ def npu_prompt_flash_attention(
     kv_lens = _per_batch(actual_seq_lengths_kv, batch, s2, f"{op}: actual_seq_lengths_kv")
     keys = [k[b, :, : kv_lens[b]] for b in range(batch)]
     values = [v[b, :, : kv_lens[b]] for b in range(batch)]
-    out, _, _ = _attend_by_batch(
-        op, q, keys, values, _mask_by_batch(atten_mask, batch), (sparse_mode, pre_tokens, next_tokens), scale_value
+    masks = _mask_by_batch(atten_mask, batch)
+    return InferenceAttention(
+        op, q, keys, values, masks, (sparse_mode, pre_tokens, next_tokens), scale_value, out_layout
     )
-    return _from_bnsd(out, out_layout)
 
 
 def _paged(cache: torch.Tensor, table: torch.Tensor, length: int, kv_heads: int) -> torch.Tensor:
@@ -477,8 +522,7 @@ def _paged(cache: torch.Tensor, table: torch.Tensor, length: int, kv_heads: int)
     return rows.reshape(length, kv_heads, -1).transpose(0, 1)
 
 
-@_reference
-def npu_incre_flash_attention(
+def _incre_flash_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
@@ -502,7 +546,7 @@ def npu_incre_flash_attention(
     num_key_value_heads: int = 0,
     block_size: int = 0,
     inner_precise: int = 1,
-) -> torch.Tensor:
+) -> InferenceAttention:
     """Incremental (decode) attention: softmax(scale_value Q K^T + atten_mask) V, atten_mask True
     (1) where a key is left out; keys beyond actual_seq_lengths[b] take no part.
 
@@ -538,12 +582,12 @@ def npu_incre_flash_attention(
         values = [v[b, :, : lengths[b]] for b in range(batch)]
     if atten_mask is not None and atten_mask.dim() in (2, 3):  # [B, S2] or [B, 1, S2]: one query row per batch
         atten_mask = atten_mask.reshape(atten_mask.shape[0], 1, 1, atten_mask.shape[-1])
-    out, _, _ = _attend_by_batch(op, q, keys, values, _mask_by_batch(atten_mask, batch), (1, 0, 0), scale_value)
-    return _from_bnsd(out, input_layout)
+    return InferenceAttention(
+        op, q, keys, values, _mask_by_batch(atten_mask, batch), (1, 0, 0), scale_value, input_layout
+    )
 
 
-@_reference
-def npu_fused_infer_attention_score(
+def _fused_infer_attention_score(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
@@ -585,7 +629,7 @@ def npu_fused_infer_attention_score(
     softmax_lse_flag: bool = False,
     key_antiquant_mode: int = 0,
     value_antiquant_mode: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> InferenceAttention:
     """(attention_out, softmax_lse): the prompt branch (query S > 1: npu_prompt_flash_attention's
     masks, sparse_mode 0-4 with pre_tokens and next_tokens) or the incremental one (S = 1: mask
     [B, S2], sparse_mode and the tokens unused), as the op page says.
@@ -635,11 +679,57 @@ def npu_fused_infer_attention_score(
     else:
         _check_sparse_mode(op, sparse_mode, atten_mask)
         sparse = (sparse_mode, pre_tokens, next_tokens)
-    out, row_max, row_sum = _attend_by_batch(op, q, keys, values, _mask_by_batch(atten_mask, batch), sparse, scale)
-    if not softmax_lse_flag:
-        return _from_bnsd(out, out_layout), torch.zeros(1, dtype=torch.float32, device=query.device)
+    return InferenceAttention(op, q, keys, values, _mask_by_batch(atten_mask, batch), sparse, scale, out_layout)
+
+
+def _out(call: InferenceAttention, arguments: dict[str, Any]) -> torch.Tensor:
+    return call.run()[0]
+
+
+def _out_and_lse(call: InferenceAttention, arguments: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """attention_out and softmax_lse: log of each row's sum of exp of its scaled scores, float32
+    [B, N, S1, 1], with softmax_lse_flag; else the documented [1] zero."""
+    out, row_max, row_sum = call.run()
+    if not arguments.get("softmax_lse_flag", False):
+        return out, torch.zeros(1, dtype=torch.float32, device=out.device)
     lse = torch.where(row_sum > 0, row_max + torch.log(row_sum), torch.full_like(row_max, float("-inf")))
-    return _from_bnsd(out, out_layout), lse.unsqueeze(-1).to(torch.float32)
+    return out, lse.unsqueeze(-1).to(torch.float32)
+
+
+# Each inference attention's call (its own signature) as an InferenceAttention.
+INFERENCE_CALLS: dict[str, Callable[..., InferenceAttention]] = {
+    "npu_prompt_flash_attention": _prompt_flash_attention,
+    "npu_incre_flash_attention": _incre_flash_attention,
+    "npu_fused_infer_attention_score": _fused_infer_attention_score,
+}
+
+
+def _registered(name: str, build: Callable[..., InferenceAttention], finish: Callable[..., Any]) -> Callable:
+    """The reference of `name`: `build`'s signature and docstring, `finish` of what it builds (and of
+    the call's arguments)."""
+
+    @functools.wraps(build)
+    def reference(*args: Any, **kwargs: Any) -> Any:
+        arguments = inspect.signature(build).bind(*args, **kwargs).arguments
+        return finish(build(*args, **kwargs), arguments)
+
+    reference.__name__ = reference.__qualname__ = name
+    return _reference(reference)
+
+
+npu_prompt_flash_attention = _registered("npu_prompt_flash_attention", _prompt_flash_attention, _out)
+npu_incre_flash_attention = _registered("npu_incre_flash_attention", _incre_flash_attention, _out)
+npu_fused_infer_attention_score = _registered(
+    "npu_fused_infer_attention_score", _fused_infer_attention_score, _out_and_lse
+)
+
+
+def inference_attention_in_bnsd(api: str, *args: Any, **kwargs: Any) -> AttentionInBnsd:
+    """An inference attention's call (PFA, IFA, FIAS, by its signature) as one padded BNSD attention
+    (AttentionInBnsd: as_sdpa(), output()): the seam by which a magnitude model of
+    scaled_dot_product_attention (flash attention's structural budget) can judge them as it judges
+    npu_fusion_attention. Raises ReferenceUnsupported as the reference does."""
+    return INFERENCE_CALLS[api](*args, **kwargs).in_bnsd()
 
 
 # --------------------------------------------------------------------------
