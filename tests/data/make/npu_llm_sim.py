@@ -21,6 +21,8 @@ assert "npusim" in torch_npu.__version__, "run with tests/npu_sim first on PYTHO
 
 # Ops that update inputs in place: msprobe records their inputs before the call.
 IN_PLACE = ("npu_apply_rotary_pos_emb",)
+# Ops a training step differentiates: their backward entries are recorded too.
+BACKWARD = ("npu_add_rms_norm", "npu_gelu")
 
 
 def calls(g: torch.Generator, dtype: torch.dtype, tag: int):
@@ -115,7 +117,7 @@ def main(folder: Path) -> None:
     for tag, dtype in enumerate((torch.float32, torch.bfloat16)):
         for prefix, fn, args, kwargs in calls(generator, dtype, tag):
             before = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
-            writer.record(prefix, fn, args, kwargs)
+            writer.record(prefix, fn, args, kwargs, backward=fn.__name__ in BACKWARD, seed=len(writer.data))
             if fn.__name__ in IN_PLACE:
                 writer.data[f"{prefix}.forward"]["input_args"] = [
                     writer.spec(a, f"{prefix}.forward.input.{i}") for i, a in enumerate(before)]
