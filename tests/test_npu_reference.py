@@ -76,6 +76,7 @@ DOCUMENTED_SIGNATURES = {
     "npu_gelu": "(input, *, approximate='none')",
     "npu_apply_rotary_pos_emb": "(query, key, cos, sin, layout='BSH', rotary_mode='half')",
     "npu_scatter_nd_update": "(input, indices, updates)",
+    "npu_scatter_nd_update_": "(input, indices, updates)",
     "npu_dynamic_quant": "(input, *, smooth_scales=None, group_index=None, dst_type=None)",
     "npu_grouped_matmul": "(x, weight, *, bias=None, scale=None, offset=None, antiquant_scale=None, "
                           "antiquant_offset=None, per_token_scale=None, group_list=None, activation_input=None, "
@@ -886,6 +887,7 @@ def test_scatter_nd_update_against_a_loop():
     assert_close(data, rand(4, 3, 5, seed=34).numpy())  # the input is left as it was
     with pytest.raises(ReferenceUnsupported, match="indices with repeats"):
         lookup("npu_scatter_nd_update")(data, torch.tensor([[1, 1], [1, 1]]), updates)
+    assert_close(lookup("npu_scatter_nd_update_")(data, indices, updates), expected)  # the in-place form
 
 
 @FAST

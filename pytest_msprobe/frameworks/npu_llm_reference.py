@@ -48,6 +48,7 @@ __all__ = [
     "npu_prompt_flash_attention",
     "npu_quantize",
     "npu_scatter_nd_update",
+    "npu_scatter_nd_update_",
 ]
 
 
@@ -127,6 +128,13 @@ def npu_scatter_nd_update(input: torch.Tensor, indices: torch.Tensor, updates: t
     out = input.clone()
     out[tuple(flat.t())] = updates.reshape(flat.shape[0], *input.shape[indices.shape[-1] :]).to(input.dtype)
     return out
+
+
+@_reference
+def npu_scatter_nd_update_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+    """npu_scatter_nd_update in place (a KV cache's update): the op returns input updated; the
+    reference returns the updated copy and leaves its input alone."""
+    return npu_scatter_nd_update(input, indices, updates)
 
 
 @_reference

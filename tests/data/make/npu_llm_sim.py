@@ -20,7 +20,7 @@ from dumpwriter import DumpWriter
 assert "npusim" in torch_npu.__version__, "run with tests/npu_sim first on PYTHONPATH, never a real torch_npu"
 
 # Ops that update inputs in place: msprobe records their inputs before the call.
-IN_PLACE = ("npu_apply_rotary_pos_emb",)
+IN_PLACE = ("npu_apply_rotary_pos_emb", "npu_scatter_nd_update_")
 # Ops a training step differentiates: their backward entries are recorded too.
 BACKWARD = ("npu_add_rms_norm", "npu_gelu")
 
@@ -54,6 +54,9 @@ def calls(g: torch.Generator, dtype: torch.dtype, tag: int):
          [randn(1, 8, 2, 16), randn(1, 8, 2, 16), randn(1, 8, 1, 16), randn(1, 8, 1, 16)], {"layout": "BSH"}),
         (f"NPU.npu_scatter_nd_update.{n}", torch_npu.npu_scatter_nd_update,
          [randn(6, 8), torch.tensor([[1], [4]]).npu(), randn(2, 8)], {}),
+        # A KV cache [blocks 4, 8 slots, 16] updated in place at two (block, slot) positions.
+        (f"NPU.npu_scatter_nd_update_.{n}", torch_npu.npu_scatter_nd_update_,
+         [randn(4, 8, 16), torch.tensor([[0, 3], [2, 7]]).npu(), randn(2, 16)], {}),
         (f"NPU.npu_dynamic_quant.{n}", torch_npu.npu_dynamic_quant, [randn(4, 32)], {"smooth_scales": randn(32)}),
         # Static quantisation per channel: along axis 1 by division, along the last axis by multiplication;
         # dtype torch.int8, as callers pass it: the plugin reads no quantised dtype (torch.qint8) from a dump.

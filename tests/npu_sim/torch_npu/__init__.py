@@ -38,6 +38,7 @@ from ._fused import (  # noqa: F401  (torch_npu.npu_*)
     npu_rotary_mul,
     npu_scaled_masked_softmax,
     npu_scatter_nd_update,
+    npu_scatter_nd_update_,
     npu_sort_v2,
     npu_swiglu,
 )

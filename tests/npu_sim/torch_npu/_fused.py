@@ -24,6 +24,7 @@ __all__ = [
     "npu_add_rms_norm", "npu_gelu", "npu_apply_rotary_pos_emb", "npu_scatter_nd_update", "npu_dynamic_quant",
     "npu_grouped_matmul", "npu_moe_init_routing", "npu_moe_finalize_routing", "npu_moe_compute_expert_tokens",
     "npu_prompt_flash_attention", "npu_incre_flash_attention", "npu_fused_infer_attention_score", "npu_quantize",
+    "npu_scatter_nd_update_",
 ]
 
 
@@ -634,3 +635,12 @@ def npu_quantize(input: torch.Tensor, scales: torch.Tensor, zero_points: Optiona
     if zero_points is not None:
         x = x + channel(zero_points)
     return torch.round(x).clamp(low, high).to(out_dtype)
+
+
+@_fused
+def npu_scatter_nd_update_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+    """npu_scatter_nd_update in place: input itself updated and returned."""
+    depth = indices.shape[-1]
+    for index, row in zip(indices.reshape(-1, depth).tolist(), updates.reshape(-1, *input.shape[depth:])):
+        input[tuple(index)] = row
+    return input
