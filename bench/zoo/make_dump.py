@@ -2,7 +2,7 @@
 with no API list (every wrapped API is recorded, views, casts and dropout included), to look for
 false errors on clean steps (issue 27: verdicts a CI gate can trust on held-out families).
 
-    MODEL=gpt2|bert|t5|vit|gemma|mamba|qwenmoe|torchnn DTYPE=fp32|bf16|fp16|amp python make_dump.py OUT
+    MODEL=gpt2|bert|t5|vit|gemma|mamba|qwenmoe|torchnn DTYPE=fp32|bf16|fp16|amp [TASK=statistics] python make_dump.py OUT
 
 gpt2: HF GPT-2's code path: Conv1D projections by addmm, split/view/permute heads, scores divided
     by sqrt(d), causal mask by torch.where against finfo.min, dropout 0.1 (embeddings, attention
@@ -438,14 +438,15 @@ if NAME != "amp":
     model = model.to(DTYPE)
 model.zero_grad()
 model.train()
+TASK = os.environ.get("TASK", "tensor")  # or statistics: re-run in cpu mode on random inputs
 config = {
-    "task": "tensor",
+    "task": TASK,
     "dump_path": OUT,
     "rank": [],
     "step": [],
     "level": "L1",
     "async_dump": False,
-    "tensor": {"scope": [], "list": [], "data_mode": ["all"]},
+    TASK: {"scope": [], "list": [], "data_mode": ["all"]},
     "risk_level": "ALL",
 }
 os.makedirs(OUT, exist_ok=True)

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Write bench/zoo/dumps/<model>_<dtype> with msprobe 26.2.0 in its own venv (see make_dump.py):
-#   PYTHON=VENV/bin/python sh bench/zoo/make_dumps.sh [model ...]
+#   PYTHON=VENV/bin/python [DTYPES="fp32 bf16"] [TASK=statistics] sh bench/zoo/make_dumps.sh [model ...]
 # VENV: python -m venv VENV && VENV/bin/pip install torch==2.13.0 mindstudio-probe==26.2.0 "numpy<2" "pandas<3" "ml_dtypes<0.6"
 set -e
 PYTHON=${PYTHON:-python}
@@ -14,8 +14,10 @@ for model in $MODELS; do
     MODEL=$model DTYPE=$dtype "$PYTHON" "$HERE/make_dump.py" out/dump 2>&1 | grep -v '\[INFO\]' || true
     proc=$(echo out/dump/step0/proc*)
     [ -f "$proc/dump.json" ] || { echo "make_dumps.sh: no dump for $model $dtype"; continue; }
-    rm -rf "$HERE/dumps/${model}_$dtype" && mkdir -p "$HERE/dumps/${model}_$dtype"
-    cp -r "$proc/dump.json" "$proc/stack.json" "$proc/dump_tensor_data" "$HERE/dumps/${model}_$dtype/"
+    name=${model}_$dtype${TASK:+_$TASK}
+    rm -rf "$HERE/dumps/$name" && mkdir -p "$HERE/dumps/$name"
+    cp -r "$proc/dump.json" "$proc/stack.json" "$HERE/dumps/$name/"
+    [ -d "$proc/dump_tensor_data" ] && cp -r "$proc/dump_tensor_data" "$HERE/dumps/$name/"
   done
 done
 rm -rf "$WORK"

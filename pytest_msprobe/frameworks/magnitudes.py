@@ -107,6 +107,11 @@ PARAMETERS: dict[str, tuple[tuple[str, Any], ...]] = {
         ("is_causal", False), ("scale", None), ("enable_gqa", False),
     ),
 }  # fmt: skip
+# torch.nn.MultiheadAttention's function, in its signature's order.
+PARAMETERS["multi_head_attention_forward"] = tuple(
+    (name, None if p.default is inspect.Parameter.empty else p.default)
+    for name, p in inspect.signature(torch.nn.functional.multi_head_attention_forward).parameters.items()
+)
 # torch_npu's fused attention, in its own signature's order: brought to scaled_dot_product_attention's
 # terms (npu_reference.fusion_attention_in_bnsd) and modelled as it is.
 PARAMETERS["npu_fusion_attention"] = tuple(
@@ -375,7 +380,8 @@ def _attention(p: dict[str, Any], g: torch.Tensor | None, recomputed: bool = Tru
     probs, scale = _probabilities(p)
     if flushed:
         return _flushed(probs, scale, q, k, v, g, mask)
-    aq, ak, av = q.abs(), k.abs(), v.abs()
+    # Q, K and V's magnitudes: |Q|, |K|, |V|, or their own terms' where they were computed in the call
+    aq, ak, av = p.get("magnitudes") or (q.abs(), k.abs(), v.abs())
     terms = aq @ ak.transpose(-2, -1) * scale  # the magnitude of each score's terms
     if g is None:
         moved = probs * terms  # P times the magnitude of each score's terms
@@ -401,6 +407,86 @@ def _attention(p: dict[str, Any], g: torch.Tensor | None, recomputed: bool = Tru
     found = [ds @ ak * scale, ds.transpose(-2, -1) @ aq * scale, weight.transpose(-2, -1) @ ag]
     # One per floating input, in argument order: a floating mask's gradient has no model here.
     return found + ([None] if mask is not None and mask.is_floating_point() else [])
+
+
+def _multi_head_attention(p: dict[str, Any], g: torch.Tensor | None) -> list:
+    """F.multi_head_attention_forward (torch.nn.MultiheadAttention) as the three calls it makes: the
+    in-projections (linear), scaled_dot_product_attention with the projections' magnitudes as Q, K
+    and V's (what their fp32 rounding moves the scores and the output by), the out-projection.
+    Forward: the output's magnitude (the attention weights, where asked, have none). Backward: one
+    per floating input in argument order (query, key, value, the projections' weights and biases).
+    Without dropout, bias_k/bias_v, add_zero_attn or static keys (others raise: no magnitude)."""
+    if (
+        (p["dropout_p"] and p["training"])
+        or p["add_zero_attn"]
+        or any(p[name] is not None for name in ("bias_k", "bias_v", "static_k", "static_v"))
+    ):
+        raise ValueError("multi_head_attention_forward with dropout, bias_k/bias_v, add_zero_attn or static keys")
+    query, key, value, heads = p["query"], p["key"], p["value"], int(p["num_heads"])
+    if query.dim() != 3:
+        raise ValueError("multi_head_attention_forward of an unbatched query")
+    (length, batch, embed), keys = query.shape, key.shape[0]
+    if p["use_separate_proj_weight"]:
+        weights = [p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]]
+    else:
+        weights = list(p["in_proj_weight"].chunk(3))
+    biases = list(p["in_proj_bias"].chunk(3)) if p["in_proj_bias"] is not None else [None] * 3
+
+    def heads_first(x: torch.Tensor, rows: int) -> torch.Tensor:  # (rows, N, E) -> (N, H, rows, E / H)
+        return x.reshape(rows, batch, heads, -1).permute(1, 2, 0, 3)
+
+    def project(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, magnitude: bool) -> torch.Tensor:
+        if magnitude:
+            x, w, b = x.abs(), w.abs(), None if b is None else b.abs()
+        return x @ w.transpose(0, 1) + (0 if b is None else b)
+
+    inputs = (query, key, value)
+    rows = (length, keys, keys)
+    exact = [heads_first(project(x, w, b, False), n) for x, w, b, n in zip(inputs, weights, biases, rows)]
+    magnitudes = tuple(heads_first(project(x, w, b, True), n) for x, w, b, n in zip(inputs, weights, biases, rows))
+    mask = None if p["attn_mask"] is None else _additive(p["attn_mask"], query.dtype)
+    if p["key_padding_mask"] is not None:
+        padding = _additive(p["key_padding_mask"].reshape(batch, 1, 1, keys), query.dtype)
+        mask = padding if mask is None else mask + padding
+    sdpa = {
+        "query": exact[0], "key": exact[1], "value": exact[2], "attn_mask": mask, "dropout_p": 0.0,
+        "is_causal": bool(p["is_causal"]) and mask is None, "scale": None, "enable_gqa": False,
+        "magnitudes": magnitudes,
+    }  # fmt: skip
+    out_w, out_b = p["out_proj_weight"], p["out_proj_bias"]
+
+    def merged(x: torch.Tensor, n: int) -> torch.Tensor:  # (N, H, n, E / H) -> (n, N, E)
+        return x.permute(2, 0, 1, 3).reshape(n, batch, embed)
+
+    if g is None:
+        attended = merged(_attention(sdpa, None)[0], length)
+        return [project(attended, out_w, out_b, True)]
+    ag = g.abs()
+    attended = merged(_attention(sdpa, None)[0], length)  # the out-projection's input's magnitude
+    d_attended = heads_first(ag @ out_w.abs(), length)
+    dq, dk, dv = _attention(sdpa, d_attended)[:3]
+    d_projections = [merged(d, n) for d, n in zip((dq, dk, dv), rows)]
+    d_inputs = [d @ w.abs() for d, w in zip(d_projections, weights)]
+    d_weights = [
+        d.reshape(-1, embed).transpose(0, 1) @ x.abs().reshape(-1, x.shape[-1]) for d, x in zip(d_projections, inputs)
+    ]
+    d_biases = [d.reshape(-1, embed).sum(0) for d in d_projections]
+    # One per floating input, in argument order; the masks' gradients have no model here.
+    found: list = d_inputs
+    found += [torch.cat(d_weights)] if p["in_proj_weight"] is not None else []
+    found += [torch.cat(d_biases)] if p["in_proj_bias"] is not None else []
+    found += [ag.reshape(-1, embed).transpose(0, 1) @ attended.reshape(-1, embed)]
+    found += [ag.reshape(-1, embed).sum(0)] if out_b is not None else []
+    for name in ("key_padding_mask", "attn_mask"):
+        found += [None] if p[name] is not None and p[name].is_floating_point() else []
+    return found + (d_weights if p["use_separate_proj_weight"] else [])
+
+
+def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """multi_head_attention_forward's mask as the scores' addend: a boolean one is -inf where True."""
+    if mask.dtype != torch.bool:
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(mask, float("-inf"))
 
 
 def _fusion_attention(
@@ -457,6 +543,7 @@ FORMULAS: dict[str, Callable[[dict[str, Any], torch.Tensor | None], list]] = {
     "cross_entropy": _cross_entropy,
     "scaled_dot_product_attention": _attention,
     "npu_fusion_attention": _fusion_attention,
+    "multi_head_attention_forward": _multi_head_attention,
 }
 
 
@@ -477,7 +564,9 @@ _UNARY_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal,
 }  # fmt: skip
 ATTENTION = frozenset({"scaled_dot_product_attention", "npu_fusion_attention"})
-STRUCTURAL = frozenset({*SAVED_OUTPUT, "softmax", "log_softmax", *ATTENTION})
+# Composites of several kernels, each rounding its output to the call's dtype.
+COMPOSITES = frozenset({"multi_head_attention_forward"})
+STRUCTURAL = frozenset({*SAVED_OUTPUT, "softmax", "log_softmax", *ATTENTION, *COMPOSITES})
 # GEMMs that add a bias (beta times an input) to their product: a correct kernel may round the product
 # to the output dtype first (PyTorch's linear on a non-contiguous N-D input is a matmul, then an add).
 # Their parameters in positional order, the bias's name, and the product in float64 of the operands.
@@ -528,6 +617,11 @@ def structural(api: str, args: Sequence[Any], kwargs: dict[str, Any], grad_outpu
     g = next((t for t in grad_outputs or () if isinstance(t, torch.Tensor)), None)
     if not tensors or name not in STRUCTURAL or (grad_outputs is not None and g is None):
         raise ValueError(f"no structural term for {api}")
+    if name in COMPOSITES:
+        # Its intermediates (MultiheadAttention's projections and attention output) rounded to the
+        # call's dtype, a unit roundoff each, move the output as their terms' magnitudes say.
+        u = _unit(tensors[0].dtype)
+        return [None if m is None else m * u for m in formula(api, args, kwargs, grad_outputs)]
     if name in ATTENTION:
         p = _bind(name, args, kwargs)
         u = _unit(tensors[0].dtype)
