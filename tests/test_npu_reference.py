@@ -1208,7 +1208,7 @@ def test_fused_infer_attention_score_decode_branch_is_incre_flash_attention():
     "value_shared_prefix", "actual_shared_prefix_len", "query_rope", "key_rope", "input_layout", "sparse_mode"])
 def test_fused_infer_attention_score_refuses_by_name_what_it_does_not_model(argument):
     q = rand(1, 1, 4, 8, seed=96)
-    value = {"input_layout": "TND", "sparse_mode": 6, "actual_shared_prefix_len": [2]}.get(argument, torch.ones(1))
+    value = {"input_layout": "BSH_NBSD", "sparse_mode": 6, "actual_shared_prefix_len": [2]}.get(argument, torch.ones(1))
     with pytest.raises(ReferenceUnsupported, match=f"npu_fused_infer_attention_score: {argument}"):
         lookup("npu_fused_infer_attention_score")(q, q, q, **{"input_layout": "BNSD", argument: value})
 
@@ -1269,3 +1269,27 @@ def test_inference_attentions_as_one_padded_bnsd_attention_give_their_outputs():
         expected = lookup(api)(*args, **kwargs)
         expected = expected[0] if isinstance(expected, tuple) else expected
         assert_close(call.output(F.scaled_dot_product_attention(**call.as_sdpa())), expected.numpy())
+
+
+def test_fused_infer_attention_score_tnd_packs_sequences_of_their_own_lengths():
+    # TND: sequences of 3 and 4 queries on 5 and 6 keys packed along T (ends cumulative), one spare row;
+    # sparse_mode 3 (rightDownCausal) on each sequence; lse [T, N, 1].
+    q, k, v = rand(8, 4, 8, seed=110), rand(11, 2, 8, seed=111), rand(11, 2, 8, seed=112)
+    triangle = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
+    out, lse = lookup("npu_fused_infer_attention_score")(
+        q, k, v, atten_mask=triangle, sparse_mode=3, actual_seq_lengths=[3, 7], actual_seq_lengths_kv=[5, 11],
+        num_heads=4, num_key_value_heads=2, scale=0.3, input_layout="TND", softmax_lse_flag=True)
+    assert out.shape == (8, 4, 8) and lse.shape == (8, 4, 1)
+    for (q0, q1), (k0, k1) in (((0, 3), (0, 5)), ((3, 7), (5, 11))):
+        rows, cols = torch.arange(q1 - q0).unsqueeze(-1), torch.arange(k1 - k0)
+        keep = cols <= rows + (k1 - k0) - (q1 - q0)
+        qs, ks, vs = (t.transpose(0, 1).unsqueeze(0) for t in (q[q0:q1], k[k0:k1], v[k0:k1]))
+        expected = sdpa_bnsd(qs, ks, vs, 0.3, keep)[0].transpose(0, 1)
+        assert_close(out[q0:q1], expected.numpy())
+        scores = 0.3 * qs @ ks.repeat_interleave(2, 1).transpose(-1, -2)
+        expected_lse = torch.logsumexp(scores.masked_fill(~keep, float("-inf")), -1)[0].t().unsqueeze(-1)
+        assert_close(lse[q0:q1], expected_lse.numpy(), rtol=1e-6)
+    assert (out[7] == 0).all()  # past the last sequence
+    with pytest.raises(ReferenceUnsupported, match="block_table with TND"):
+        lookup("npu_fused_infer_attention_score")(q, k, v, input_layout="TND", actual_seq_lengths=[3, 7],
+                                                  actual_seq_lengths_kv=[5, 11], block_table=torch.zeros(2, 1))

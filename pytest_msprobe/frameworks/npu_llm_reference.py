@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
@@ -27,6 +27,7 @@ from .npu_reference import (
     _reference,
     _repeat_kv,
     _rotate,
+    _segments,
     _SparseMask,
     _to_bnsd,
 )
@@ -398,19 +399,24 @@ class InferenceAttention:
     sparse: tuple[int, int, int]
     scale: float
     layout: str
+    # TND: each batch's query rows (the query zero-padded to the longest), and the packed query's T
+    packed: tuple[list[int], int] | None = None
+
+    def rows(self, b: int) -> int:
+        return self.query.shape[2] if self.packed is None else self.packed[0][b]
 
     def masked(self, b: int) -> torch.Tensor | None:
-        """Batch b's positions masked out (True), [1|N, S1, S2_b], or None."""
+        """Batch b's positions masked out (True), [1|N, S1_b, S2_b], or None."""
         mode, pre_tokens, next_tokens = self.sparse
         sparse = _SparseMask(mode, self.masks[b], pre_tokens, next_tokens, None)
-        return sparse.build(self.query.shape[2], self.keys[b].shape[1])
+        return sparse.build(self.rows(b), self.keys[b].shape[1])
 
     def run(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(out in the call's layout, row max [B, N, S1], row sum of exp [B, N, S1]); a row that sees
-        no key gives zeros (the docs fill an empty key/value with zeros)."""
+        """(out in the call's layout, row max [B, N, S1], row sum of exp [B, N, S1]; TND: [T, N]); a
+        row that sees no key gives zeros (the docs fill an empty key/value with zeros)."""
         outs, maxes, sums = [], [], []
         for b, (k, v) in enumerate(zip(self.keys, self.values)):
-            qb = self.query[b : b + 1]
+            qb = self.query[b : b + 1, :, : self.rows(b)]
             kb, vb = (_repeat_kv(t.unsqueeze(0), qb.shape[1]) for t in (k, v))
             if kb.shape[2] == 0:
                 outs.append(qb.new_zeros(*qb.shape[:3], vb.shape[-1]))
@@ -421,12 +427,22 @@ class InferenceAttention:
             outs.append(out)
             maxes.append(row_max)
             sums.append(row_sum)
-        return _from_bnsd(torch.cat(outs), self.layout), torch.cat(maxes), torch.cat(sums)
+        if self.packed is None:
+            return _from_bnsd(torch.cat(outs), self.layout), torch.cat(maxes), torch.cat(sums)
+        # TND: each batch's rows [S1_b, N, ...] one after another, rows past the last batch zero
+        trailing = self.packed[1] - sum(self.packed[0])
+        heads, dim = self.query.shape[1], self.values[0].shape[-1]
+        outs.append(self.query.new_zeros(1, heads, trailing, dim))
+        maxes.append(self.query.new_full((1, heads, trailing), float("-inf")))
+        sums.append(self.query.new_zeros(1, heads, trailing))
+        return tuple(torch.cat([t[0].transpose(0, 1) for t in parts]) for parts in (outs, maxes, sums))  # type: ignore[return-value]
 
     def in_bnsd(self) -> AttentionInBnsd:
         """The same attention as one padded BNSD call (npu_fusion_attention's AttentionInBnsd, which
         the dtype standard models as scaled_dot_product_attention): keys and values zero-padded to the
         longest batch and repeated over the query heads, the padding masked."""
+        if self.packed is not None:
+            raise ReferenceUnsupported(f"{self.op}: TND as one padded BNSD attention")
         heads, s1 = self.query.shape[1:3]
         longest = max(k.shape[1] for k in self.keys)
         kv_heads = self.keys[0].shape[0]
@@ -643,13 +659,15 @@ def _fused_infer_attention_score(
     [B, S2], sparse_mode and the tokens unused), as the op page says.
 
     Layouts BSH, BSND, BNSD, BNSD_BSND; GQA; actual_seq_lengths_kv; PagedAttention through
-    block_table (as npu_incre_flash_attention's). softmax_lse is float32 [B, N, S1, 1], the log of
+    block_table (as npu_incre_flash_attention's); TND, the batches packed along T and their ends
+    cumulative in actual_seq_lengths and actual_seq_lengths_kv, the sparse mode applied to each
+    batch (its lse [T, N, 1]). softmax_lse is float32 [B, N, S1, 1], the log of
     each row's sum of exp of the scaled scores, with softmax_lse_flag; else the documented [1] zero.
     key_rope_antiquant_scale is reserved, the antiquant modes only read with the antiquant tensors,
     inner_precise picks the kernel's mode (rows that see no key are zeros here either way). Refused
     by name: pse_shift, the int8 (de)quantisation and antiquant tensors, left padding
-    (query/kv_padding_size), shared prefixes, MLA's query_rope/key_rope, and an actual_seq_lengths
-    shorter than the query's S.
+    (query/kv_padding_size), shared prefixes, MLA's query_rope/key_rope, the NBSD/NTD layouts, paged
+    KV with TND, and an actual_seq_lengths shorter than the query's S.
     """
     op = "npu_fused_infer_attention_score"
     _refuse(
@@ -662,6 +680,10 @@ def _fused_infer_attention_score(
         value_shared_prefix=value_shared_prefix, actual_shared_prefix_len=actual_shared_prefix_len,
         query_rope=query_rope, key_rope=key_rope,
     )  # fmt: skip
+    if input_layout == "TND":
+        packed = _packed_call(op, query, key, value, atten_mask, actual_seq_lengths, actual_seq_lengths_kv, block_table)
+        _check_sparse_mode(op, sparse_mode, atten_mask)
+        return replace(packed, sparse=(sparse_mode, pre_tokens, next_tokens), scale=scale)
     layout, out_layout = _layout_of(op, input_layout)
     kv_heads = num_key_value_heads or num_heads
     q = _to_bnsd(query, layout, num_heads)
@@ -688,6 +710,35 @@ def _fused_infer_attention_score(
         _check_sparse_mode(op, sparse_mode, atten_mask)
         sparse = (sparse_mode, pre_tokens, next_tokens)
     return InferenceAttention(op, q, keys, values, _mask_by_batch(atten_mask, batch), sparse, scale, out_layout)
+
+
+def _packed_call(
+    op: str,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    atten_mask: torch.Tensor | None,
+    actual_seq_lengths: Sequence[int] | None,
+    actual_seq_lengths_kv: Sequence[int] | None,
+    block_table: torch.Tensor | None,
+) -> InferenceAttention:
+    """A TND call ([T, N, D], the batches packed along T, their ends cumulative in
+    actual_seq_lengths and actual_seq_lengths_kv) as an InferenceAttention; sparse and scale to set."""
+    if block_table is not None:
+        raise ReferenceUnsupported(f"{op}: block_table with TND")
+    if actual_seq_lengths is None or actual_seq_lengths_kv is None:
+        raise ValueError(f"{op}: TND needs actual_seq_lengths and actual_seq_lengths_kv")
+    q_segments, kv_segments = _segments(actual_seq_lengths), _segments(actual_seq_lengths_kv)
+    if len(q_segments) != len(kv_segments):
+        raise ValueError(f"{op}: {len(q_segments)} query and {len(kv_segments)} key/value lengths")
+    rows = [end - start for start, end in q_segments]
+    longest = max(rows, default=0)
+    q = torch.stack([F.pad(query[start:end].transpose(0, 1), (0, 0, 0, longest - (end - start)))
+                     for start, end in q_segments])  # fmt: skip
+    keys = [key[start:end].transpose(0, 1) for start, end in kv_segments]
+    values = [value[start:end].transpose(0, 1) for start, end in kv_segments]
+    masks = _mask_by_batch(atten_mask, len(rows))
+    return InferenceAttention(op, q, keys, values, masks, (0, 0, 0), 1.0, "TND", (rows, query.shape[0]))
 
 
 def _out(call: InferenceAttention, arguments: dict[str, Any]) -> torch.Tensor:

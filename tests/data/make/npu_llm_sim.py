@@ -43,6 +43,9 @@ def calls(g: torch.Generator, dtype: torch.dtype, tag: int):
     causal = torch.triu(torch.ones(6, 6, dtype=torch.bool), diagonal=1).npu()
     right_down = torch.stack([torch.triu(torch.ones(4, 6, dtype=torch.bool), diagonal=1 + length - 4)
                               for length in (6, 5)]).unsqueeze(1).npu()  # [B, 1, 4, 6], causal to each key length
+    # sparse_mode 3 reads no mask values (the op wants the compressed 2048 x 2048 triangle; a smaller one
+    # keeps the dump small and is what the simulated device and the reference both ignore)
+    tnd_mask = torch.triu(torch.ones(8, 8, dtype=torch.bool), diagonal=1).npu()
     decode_mask = torch.zeros(2, 9, dtype=torch.bool)
     decode_mask[0, 3] = True
     n = f"{tag}"
@@ -101,14 +104,19 @@ def calls(g: torch.Generator, dtype: torch.dtype, tag: int):
           "scale_value": 0.25, "input_layout": "BSH"}),
         # The fused inference attention: a prompt (BNSD, causal by a given mask, with softmax_lse) and a
         # decode step (BSH, a [B, S] mask, key lengths, no lse: the [1] zero).
-        (f"NPU.npu_fused_infer_attention_score.{2 * tag}", torch_npu.npu_fused_infer_attention_score,
+        (f"NPU.npu_fused_infer_attention_score.{3 * tag}", torch_npu.npu_fused_infer_attention_score,
          [randn(1, 2, 6, 16), randn(1, 2, 6, 16), randn(1, 2, 6, 16)],
          {"atten_mask": causal, "num_heads": 2, "scale": 0.25, "next_tokens": 0, "input_layout": "BNSD",
           "softmax_lse_flag": True}),
-        (f"NPU.npu_fused_infer_attention_score.{2 * tag + 1}", torch_npu.npu_fused_infer_attention_score,
+        (f"NPU.npu_fused_infer_attention_score.{3 * tag + 1}", torch_npu.npu_fused_infer_attention_score,
          [randn(2, 1, 64), randn(2, 9, 32), randn(2, 9, 32)],
          {"atten_mask": decode_mask.npu(), "actual_seq_lengths_kv": [9, 7], "num_heads": 4,
           "num_key_value_heads": 2, "scale": 0.25, "input_layout": "BSH"}),
+        # TND: a prompt of 3 and one of 4 queries on 5 and 6 keys, packed, causal to each key length.
+        (f"NPU.npu_fused_infer_attention_score.{3 * tag + 2}", torch_npu.npu_fused_infer_attention_score,
+         [randn(7, 4, 16), randn(11, 2, 16), randn(11, 2, 16)],
+         {"atten_mask": tnd_mask, "sparse_mode": 3, "actual_seq_lengths": [3, 7], "actual_seq_lengths_kv": [5, 11],
+          "num_heads": 4, "num_key_value_heads": 2, "scale": 0.25, "input_layout": "TND", "softmax_lse_flag": True}),
     ]
 
 

@@ -586,10 +586,17 @@ def npu_fused_infer_attention_score(query, key, value, *, num_heads=1, scale=1.0
                                     **others):
     """(attention_out, softmax_lse): the prompt branch (query S > 1) as npu_prompt_flash_attention, the
     decode branch (S = 1) as npu_incre_flash_attention; lse [B, N, S1, 1] float32 with softmax_lse_flag,
-    else a [1] zero. Simulated: BSH, BSND, BNSD, BNSD_BSND; not the arguments in _FIAS_UNSIMULATED."""
+    else a [1] zero. Simulated: BSH, BSND, BNSD, BNSD_BSND, TND; not the arguments in _FIAS_UNSIMULATED."""
     given = sorted(name for name, v in others.items() if v is not None)
     if given or set(others) - set(_FIAS_UNSIMULATED):
         raise RuntimeError(f"npu sim: npu_fused_infer_attention_score with {given or sorted(others)} is not simulated")
+    if input_layout == "TND":  # packed sequences, as npu_fusion_attention's TND, in float32
+        out, row_max, row_sum = _packed(query.float(), key.float(), value.float(), num_heads, scale,
+                                        _Masking(sparse_mode, atten_mask, pre_tokens, next_tokens),
+                                        actual_seq_lengths, actual_seq_lengths_kv)
+        lse = (row_max + torch.log(row_sum)).unsqueeze(-1)
+        lse = lse if softmax_lse_flag else torch.zeros(1, dtype=torch.float32, device=query.device)
+        return out.to(query.dtype), lse
     layout, out_layout = ("BNSD", "BSND") if input_layout == "BNSD_BSND" else (input_layout, input_layout)
     kv_heads = num_key_value_heads or num_heads
     if layout == "BSH":
