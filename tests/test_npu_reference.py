@@ -108,6 +108,9 @@ DOCUMENTED_SIGNATURES = {
         "sparse_mode=0, inner_precise=0, block_size=0, antiquant_mode=0, softmax_lse_flag=False, "
         "key_antiquant_mode=0, value_antiquant_mode=0)"),
     "npu_quantize": "(input, scales, zero_points, dtype, axis=1, div_mode=True)",
+    "npu_quant_matmul": "(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=None, output_dtype=None, "
+                        "x1_dtype=None, x2_dtype=None, pertoken_scale_dtype=None, scale_dtype=None, "
+                        "group_sizes=None, y_scale=None)",
 }
 
 
@@ -1293,3 +1296,51 @@ def test_fused_infer_attention_score_tnd_packs_sequences_of_their_own_lengths():
     with pytest.raises(ReferenceUnsupported, match="block_table with TND"):
         lookup("npu_fused_infer_attention_score")(q, k, v, input_layout="TND", actual_seq_lengths=[3, 7],
                                                   actual_seq_lengths_kv=[5, 11], block_table=torch.zeros(2, 1))
+
+
+@FAST
+@given(st.integers(1, 5), st.integers(1, 40), st.integers(1, 6), st.sampled_from(["int8", "bf16", "fp16"]),
+       st.booleans(), st.integers(0, 2**16))
+def test_quant_matmul_against_integer_numpy(m, k, n, out, int_bias, seed):
+    generator = torch.Generator().manual_seed(seed)
+    x1 = torch.randint(-128, 128, (m, k), generator=generator, dtype=torch.int8)
+    x2 = torch.randint(-128, 128, (k, n), generator=generator, dtype=torch.int8)
+    scale = rand(n, seed=seed).abs() * 1e-3 + 1e-4
+    pertoken = rand(m, seed=seed + 1).abs() + 0.5 if out != "int8" else None
+    bias = (torch.randint(-1000, 1000, (n,), generator=generator, dtype=torch.int32) if int_bias
+            else rand(n, seed=seed + 2))
+    offset = rand(n, seed=seed + 3) if out == "int8" else None
+    acc = x1.numpy().astype(np.int64) @ x2.numpy().astype(np.int64)  # exact in integers
+    if int_bias:
+        expected = (acc + bias.numpy()) * scale.numpy()
+    else:
+        expected = acc * scale.numpy()
+    if pertoken is not None:
+        expected = expected * pertoken.numpy()[:, None]
+    if not int_bias:
+        expected = expected + bias.numpy()
+    output_dtype = {"int8": None, "bf16": torch.bfloat16, "fp16": torch.float16}[out]
+    got = lookup("npu_quant_matmul")(x1, x2, scale, offset=offset, pertoken_scale=pertoken, bias=bias,
+                                     output_dtype=output_dtype)
+    if out == "int8":
+        assert got.dtype == torch.int8
+        assert (got.numpy() == np.clip(np.rint(expected + offset.numpy()), -128, 127)).all()
+    else:
+        assert_close(got, expected)
+
+
+@pytest.mark.parametrize("argument, value", [
+    ("x1_dtype", torch.int8), ("x2_dtype", torch.int8), ("pertoken_scale_dtype", torch.float32),
+    ("scale_dtype", torch.float32), ("group_sizes", [1, 1, 128]), ("y_scale", torch.ones(1)),
+    ("output_dtype", torch.int32), ("scale", torch.ones(2, dtype=torch.int64)),
+    ("x1", torch.ones(2, 2, dtype=torch.int32)),
+])
+def test_quant_matmul_refuses_by_name_what_it_does_not_model(argument, value):
+    arguments = {"x1": torch.ones(2, 2, dtype=torch.int8), "x2": torch.ones(2, 2, dtype=torch.int8),
+                 "scale": torch.ones(2, dtype=torch.float64), argument: value}
+    x1, x2, scale = arguments.pop("x1"), arguments.pop("x2"), arguments.pop("scale")
+    with pytest.raises(ReferenceUnsupported, match=f"npu_quant_matmul: {argument}"):
+        lookup("npu_quant_matmul")(x1, x2, scale, **arguments)
+    with pytest.raises(ReferenceUnsupported, match="19-bit scale"):
+        lookup("npu_quant_matmul")(torch.ones(2, 2, dtype=torch.int8), torch.ones(2, 2, dtype=torch.int8),
+                                   torch.ones(2, dtype=torch.float64), output_dtype=torch.float16)

@@ -47,6 +47,7 @@ __all__ = [
     "npu_moe_finalize_routing",
     "npu_moe_init_routing",
     "npu_prompt_flash_attention",
+    "npu_quant_matmul",
     "npu_quantize",
     "npu_scatter_nd_update",
     "npu_scatter_nd_update_",
@@ -839,3 +840,61 @@ def npu_quantize(
     if zero_points is not None:
         x = x + _along(zero_points, dim, ndim).to(x.dtype)
     return torch.round(x).clamp(low, high).to(out_dtype)
+
+
+@_reference
+def npu_quant_matmul(
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    scale: torch.Tensor,
+    *,
+    offset: torch.Tensor | None = None,
+    pertoken_scale: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    output_dtype: torch.dtype | None = None,
+    x1_dtype: torch.dtype | None = None,
+    x2_dtype: torch.dtype | None = None,
+    pertoken_scale_dtype: torch.dtype | None = None,
+    scale_dtype: torch.dtype | None = None,
+    group_sizes: Sequence[int] | None = None,
+    y_scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """int8 x1 @ int8 x2 dequantised: (x1 @ x2 + bias_int32) * scale [* pertoken_scale] (+ a float bias),
+    rounded and saturated with offset for an int8 output (the default), as the op page's formulas.
+
+    Modelled: int8 x1 and x2, a float scale per tensor or per channel, pertoken_scale per row,
+    offset (int8 output), an int32 or float bias; outputs int8, bfloat16, and float16 with
+    pertoken_scale. Refused: int4 (int32-packed) and 8-bit float inputs and their dtype arguments,
+    group_sizes, y_scale, an int64 scale (npu_trans_quant_param's packed form), an int32 output, and
+    a float16 output without pertoken_scale (there the device first rounds a float32 scale to 19
+    significant bits, which the reference does not model).
+    """
+    op = "npu_quant_matmul"
+    _refuse(
+        op, x1_dtype=x1_dtype, x2_dtype=x2_dtype, pertoken_scale_dtype=pertoken_scale_dtype,
+        scale_dtype=scale_dtype, group_sizes=group_sizes, y_scale=y_scale,
+    )  # fmt: skip
+    if x1.dtype != torch.int8 or x2.dtype != torch.int8:
+        raise ReferenceUnsupported(f"{op}: x1 and x2 of {x1.dtype} and {x2.dtype} (int8 modelled)")
+    if not scale.is_floating_point():
+        raise ReferenceUnsupported(f"{op}: scale of {scale.dtype} (npu_trans_quant_param's packed form)")
+    out_dtype = output_dtype or torch.int8
+    if out_dtype not in (torch.int8, torch.bfloat16, torch.float16):
+        raise ReferenceUnsupported(f"{op}: output_dtype={out_dtype}")
+    if out_dtype == torch.float16 and pertoken_scale is None:
+        raise ReferenceUnsupported(f"{op}: output_dtype=torch.float16 without pertoken_scale (19-bit scale)")
+    if offset is not None and out_dtype != torch.int8:
+        raise ValueError(f"{op}: offset with output_dtype={out_dtype}")
+    acc = torch.matmul(x1.to(scale.dtype), x2.to(scale.dtype))  # exact: integer products and sums
+    if bias is not None and not bias.is_floating_point():
+        acc = acc + bias.to(acc.dtype)
+    y = acc * scale
+    if pertoken_scale is not None:
+        y = y * pertoken_scale.to(y.dtype).unsqueeze(-1)
+    if bias is not None and bias.is_floating_point():
+        y = y + bias.to(y.dtype)
+    if out_dtype != torch.int8:
+        return y
+    if offset is not None:
+        y = y + offset.to(y.dtype)
+    return torch.round(y).clamp(-128, 127).to(torch.int8)

@@ -31,6 +31,9 @@ def calls(g: torch.Generator, dtype: torch.dtype, tag: int):
     def randn(*shape, of=dtype):
         return torch.randn(*shape, generator=g).to(of).npu()
 
+    def int8(*shape):
+        return torch.randint(-128, 128, shape, generator=g, dtype=torch.int8).npu()
+
     def ints(values):
         return torch.tensor(values, dtype=torch.int32).npu()
 
@@ -60,6 +63,16 @@ def calls(g: torch.Generator, dtype: torch.dtype, tag: int):
         # A KV cache [blocks 4, 8 slots, 16] updated in place at two (block, slot) positions.
         (f"NPU.npu_scatter_nd_update_.{n}", torch_npu.npu_scatter_nd_update_,
          [randn(4, 8, 16), torch.tensor([[0, 3], [2, 7]]).npu(), randn(2, 16)], {}),
+        # int8 matmuls: to int8 with an int32 bias and an offset; to bf16 per token with an int32 bias, the
+        # op page's pertoken combination (a bfloat16 scale, a float32 pertoken_scale).
+        (f"NPU.npu_quant_matmul.{2 * tag}", torch_npu.npu_quant_matmul,
+         [int8(6, 32), int8(32, 8), (torch.rand(8, generator=g) * 1e-3 + 1e-4).npu()],
+         {"offset": torch.randn(8, generator=g).npu(), "bias": torch.randint(-500, 500, (8,), generator=g,
+                                                                            dtype=torch.int32).npu()}),
+        (f"NPU.npu_quant_matmul.{2 * tag + 1}", torch_npu.npu_quant_matmul,
+         [int8(6, 32), int8(32, 8), (torch.rand(8, generator=g) * 1e-3 + 1e-4).to(torch.bfloat16).npu()],
+         {"pertoken_scale": (torch.rand(6, generator=g) + 0.5).npu(), "output_dtype": torch.bfloat16,
+          "bias": torch.randint(-500, 500, (8,), generator=g, dtype=torch.int32).npu()}),
         (f"NPU.npu_dynamic_quant.{n}", torch_npu.npu_dynamic_quant, [randn(4, 32)], {"smooth_scales": randn(32)}),
         # Static quantisation per channel: along axis 1 by division, along the last axis by multiplication;
         # dtype torch.int8, as callers pass it: the plugin reads no quantised dtype (torch.qint8) from a dump.

@@ -33,6 +33,7 @@ from ._fused import (  # noqa: F401  (torch_npu.npu_*)
     npu_moe_gating_top_k_softmax,
     npu_moe_init_routing,
     npu_prompt_flash_attention,
+    npu_quant_matmul,
     npu_quantize,
     npu_rms_norm,
     npu_rotary_mul,

@@ -24,7 +24,7 @@ __all__ = [
     "npu_add_rms_norm", "npu_gelu", "npu_apply_rotary_pos_emb", "npu_scatter_nd_update", "npu_dynamic_quant",
     "npu_grouped_matmul", "npu_moe_init_routing", "npu_moe_finalize_routing", "npu_moe_compute_expert_tokens",
     "npu_prompt_flash_attention", "npu_incre_flash_attention", "npu_fused_infer_attention_score", "npu_quantize",
-    "npu_scatter_nd_update_",
+    "npu_scatter_nd_update_", "npu_quant_matmul",
 ]
 
 
@@ -651,3 +651,28 @@ def npu_scatter_nd_update_(input: torch.Tensor, indices: torch.Tensor, updates: 
     for index, row in zip(indices.reshape(-1, depth).tolist(), updates.reshape(-1, *input.shape[depth:])):
         input[tuple(index)] = row
     return input
+
+
+@_fused
+def npu_quant_matmul(x1: torch.Tensor, x2: torch.Tensor, scale: torch.Tensor, *, offset=None, pertoken_scale=None,
+                     bias=None, output_dtype=None, x1_dtype=None, x2_dtype=None, pertoken_scale_dtype=None,
+                     scale_dtype=None, group_sizes=None, y_scale=None) -> torch.Tensor:
+    """int8 matmul accumulated exactly (float32 holds these integer sums), dequantised in float32:
+    (acc + int32 bias) * scale * pertoken_scale + float bias; int8 out: + offset, rounded, saturated.
+    Simulated: int8 inputs, float scales, int8/bf16/fp16 outputs."""
+    if any(v is not None for v in (x1_dtype, x2_dtype, pertoken_scale_dtype, scale_dtype, group_sizes, y_scale)):
+        raise RuntimeError("npu sim: npu_quant_matmul with these arguments is not simulated")
+    acc = x1.float() @ x2.float()
+    if bias is not None and bias.dtype == torch.int32:
+        acc = acc + bias.float()
+    y = acc * scale.float()
+    if pertoken_scale is not None:
+        y = y * pertoken_scale.float().reshape(-1, 1)
+    if bias is not None and bias.dtype != torch.int32:
+        y = y + bias.float()
+    out_dtype = output_dtype or torch.int8
+    if out_dtype != torch.int8:
+        return y.to(out_dtype)
+    if offset is not None:
+        y = y + offset.float()
+    return torch.round(y).clamp(-128, 127).to(torch.int8)
