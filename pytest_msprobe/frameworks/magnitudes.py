@@ -62,7 +62,7 @@ import torch
 
 from . import conv
 from .npu_reference import fusion_attention_in_bnsd
-from .torch_engine import Call, Side, Sides, absolute, flat_outputs, floating, forward
+from .torch_engine import Call, Side, Sides, absolute, flat_outputs, floating
 
 SUMS_AND_PRODUCTS = frozenset({
     "linear", "matmul", "__matmul__", "mm", "bmm", "baddbmm", "addmm", "conv1d", "conv2d", "conv3d", "einsum",
@@ -776,10 +776,9 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
     sides = replace(sides, terms=lambda index, numel: terms_of(api, inputs, grad_outputs, index, numel) or normaliser)
     low = call.autocast or max((t.dtype for t in inputs), key=_unit, default=torch.float64)
     if grad_outputs is None and _base(api.rsplit(".", 1)[-1]) in BIASED_GEMMS and low.itemsize < 4:
-        unfused = replace(call, bench_fn=rounded_before_bias(api, low))
         sides = replace(
             sides,
-            alternative=lambda side: forward(side, unfused),
+            alternative=replace(call, bench_fn=rounded_before_bias(api, low)),
             alternative_kernel=f"the product rounded to {_SHORT.get(low, low)} before the bias is added",
         )
     if kind == "sum" or (kind == "routes" and grad_outputs is None):

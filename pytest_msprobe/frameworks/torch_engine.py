@@ -507,8 +507,8 @@ class Sides:
     terms: Callable[[int, int], int | None] | None = None
     # What a correct kernel's roundings in a low dtype move each output by (magnitudes.structural).
     structural: Callable[[Side], list] | None = None
-    # Another correct kernel's outputs, computed as the bench is, and its description (compare.ExtraRuns).
-    alternative: Callable[[Side], list] | None = None
+    # Another correct kernel's call, run on the bench's side, and its description (compare.ExtraRuns).
+    alternative: Call | None = None
     alternative_kernel: str = ""
     # The bench as the pairs compare it, for the extra runs: where a gradient was judged at a
     # node of the graph, that node's value (by default the bench itself).
@@ -645,7 +645,7 @@ class ExtraBenchRuns:
     def alternative(self, index: int) -> np.ndarray | None:
         if self.sides.alternative is None:
             return None
-        return self.output(("alternative",), functools.partial(self.sides.alternative, self.side), index)
+        return self.output(("alternative",), functools.partial(forward, self.side, self.sides.alternative), index)
 
     def terms(self, index: int) -> int | None:
         bench = self.bench[index] if index < len(self.bench) else None
