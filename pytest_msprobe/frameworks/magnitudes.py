@@ -61,7 +61,7 @@ from typing import Any, Callable
 import torch
 
 from . import conv
-from .npu_reference import fusion_attention_in_bnsd
+from .npu_reference import AttentionInBnsd, fusion_attention_in_bnsd
 from .torch_engine import Call, Side, Sides, absolute, flat_outputs, floating
 
 SUMS_AND_PRODUCTS = frozenset({
@@ -489,6 +489,38 @@ def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(mask.shape, dtype=dtype).masked_fill(mask, float("-inf"))
 
 
+# torch_npu's inference attentions (prompt, incremental, fused): forward only, modelled as one padded
+# BNSD attention (npu_llm_reference.inference_attention_in_bnsd), the flash family's terms as
+# npu_fusion_attention's. Wired by with_magnitudes alone: repro.py's copy of this module has none.
+INFERENCE_ATTENTION = frozenset(
+    {"npu_prompt_flash_attention", "npu_incre_flash_attention", "npu_fused_infer_attention_score"}
+)
+
+
+def _inference_attention(api: str, args: Sequence[Any], kwargs: dict[str, Any]) -> AttentionInBnsd:
+    from .npu_llm_reference import inference_attention_in_bnsd
+
+    name = api.rsplit(".", 1)[-1]
+    return inference_attention_in_bnsd(name, *(_copy(a) for a in args), **{k: _copy(v) for k, v in kwargs.items()})
+
+
+def inference_magnitude(api: str, args: Sequence[Any], kwargs: dict[str, Any]) -> list:
+    """attention_out's magnitude as _attention models scaled_dot_product_attention's (the softmax
+    statistics of the fused one, softmax_lse, sum nothing: their own |b|)."""
+    call = _inference_attention(api, args, kwargs)
+    return [call.output(_attention(call.as_sdpa(), None)[0])]
+
+
+def inference_structural(api: str, args: Sequence[Any], kwargs: dict[str, Any]) -> list:
+    """The flash family's own roundings: P rounded to the call's dtype before P V, and the
+    probabilities below fp32's normal range (_flushed), as npu_fusion_attention's."""
+    call = _inference_attention(api, args, kwargs)
+    sdpa = call.as_sdpa()
+    probs, _ = _probabilities(sdpa)
+    low = next(a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point())
+    return [call.output(probs @ call.value.abs() * _unit(low) + _attention(sdpa, None, flushed=True)[0])]
+
+
 def _fusion_attention(
     p: dict[str, Any], g: torch.Tensor | None, recomputed: bool = True, flushed: bool = False
 ) -> list:
@@ -822,6 +854,12 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
             sides,
             magnitude=lambda side: sides.compared_run(replace(side, grad_transform=torch.Tensor.abs_)),
             spread=False,
+        )
+    if api.rsplit(".", 1)[-1] in INFERENCE_ATTENTION and grad_outputs is None:
+        return replace(
+            sides,
+            magnitude=lambda side: inference_magnitude(api, call.args, call.kwargs),
+            structural=lambda side: inference_structural(api, call.args, call.kwargs),
         )
     if _base(api.rsplit(".", 1)[-1]) in STRUCTURAL:
         sides = replace(sides, structural=lambda side: structural(api, call.args, call.kwargs, grad_outputs))

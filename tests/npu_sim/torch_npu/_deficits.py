@@ -13,6 +13,9 @@ MSPROBE_NPU_SIM_DEFICITS is a comma-separated list of `<op>=<kind>`; `<op>` is a
   mean_of_v        npu_prompt_flash_attention, npu_incre_flash_attention, npu_fused_infer_attention_score:
                    every query sees the keys as
                    equal (key zeroed), its output the mean of the values it sees
+  flash_p          (a control, no deficit) npu_prompt_flash_attention, npu_incre_flash_attention,
+                   npu_fused_infer_attention_score: a correct flash kernel, the probabilities P
+                   rounded to the query's dtype (bf16/fp16) before P V, accumulated in fp32
   int_offset:<n>   a quantisation (npu_quantize, npu_dynamic_quant): n added to its 8-bit integer outputs
   raise            the op raises a device error at once
   async_error      the op returns, and the device reports its error at the next synchronisation
@@ -41,9 +44,11 @@ _ONLY_FOR = {"bf16_accumulate": _MATMULS, "tanh": _GELUS, "no_residual": ("npu_a
              "skip_last_group": ("npu_grouped_matmul",),
              "mean_of_v": ("npu_prompt_flash_attention", "npu_incre_flash_attention",
                            "npu_fused_infer_attention_score"),
+             "flash_p": ("npu_prompt_flash_attention", "npu_incre_flash_attention",
+                         "npu_fused_infer_attention_score"),
              "int_offset": ("npu_quantize", "npu_dynamic_quant")}
 _WITH_VALUE = ("epsilon", "scale", "int_offset")
-KINDS = ("bf16_accumulate", "tanh", "epsilon", "scale", "no_residual", "skip_last_group", "mean_of_v",
+KINDS = ("bf16_accumulate", "tanh", "epsilon", "scale", "no_residual", "skip_last_group", "mean_of_v", "flash_p",
          "int_offset", "raise", "async_error", "crash")
 
 
@@ -122,6 +127,13 @@ def fused(name: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
         bound = inspect.signature(fn).bind(*args, **kwargs)
         bound.arguments["key"] = torch.zeros_like(bound.arguments["key"])
         args, kwargs = bound.args, bound.kwargs
+    if deficit.kind == "flash_p":
+        query = inspect.signature(fn).bind(*args, **kwargs).arguments["query"]
+        _state.probabilities_dtype = query.dtype  # _fused._attend rounds P to it
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _state.probabilities_dtype = None
     if deficit.kind == "no_residual":
         bound = inspect.signature(fn).bind(*args, **kwargs)
         bound.arguments["x2"] = torch.zeros_like(bound.arguments["x2"])

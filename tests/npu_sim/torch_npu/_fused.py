@@ -15,7 +15,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _deficits
+from . import _deficits, _state
 
 __all__ = [
     "npu_apply_adam", "npu_apply_adam_w", "npu_confusion_transpose", "npu_fast_gelu", "npu_fusion_attention",
@@ -305,7 +305,10 @@ def _attend(q, k, v, pse, scale, mask):
     weights = torch.exp(scores - finite_max.unsqueeze(-1))
     row_sum = weights.sum(dim=-1)
     safe_sum = torch.where(row_sum == 0, torch.ones_like(row_sum), row_sum)
-    return (weights / safe_sum.unsqueeze(-1)) @ v, row_max, row_sum.detach()
+    probabilities = weights / safe_sum.unsqueeze(-1)
+    if _state.probabilities_dtype is not None:  # flash_p: P in bf16/fp16 before P V, fp32 accumulation
+        probabilities = probabilities.to(_state.probabilities_dtype).to(probabilities.dtype)
+    return probabilities @ v, row_max, row_sum.detach()
 
 
 def _packed(query, key, value, heads, scale, masking, qlens, kvlens):

@@ -19,6 +19,7 @@ _current = 0
 _placed: Set[int] = set()
 _generators: Dict[int, torch.Generator] = {}
 _pending: List[str] = []  # device errors not reported yet (asynchronous execution)
+probabilities_dtype: Optional[torch.dtype] = None  # a flash kernel's P, rounded to it before P V (flash_p)
 
 
 def physical_ids() -> List[int]:
