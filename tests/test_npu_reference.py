@@ -1266,6 +1266,10 @@ def test_inference_attentions_as_one_padded_bnsd_attention_give_their_outputs():
         ("npu_fused_infer_attention_score", (q, k, v),
          {"num_heads": 4, "num_key_value_heads": 2, "scale": 0.3, "input_layout": "BNSD_BSND",
           "atten_mask": torch.zeros(5, 7, dtype=torch.bool), "next_tokens": 0}),
+        # TND: sequences of 3 and 4 queries on 5 and 6 keys packed along T, sparse_mode 3, one spare row
+        ("npu_fused_infer_attention_score", (rand(8, 4, 8, seed=104), rand(11, 2, 8, seed=105), rand(11, 2, 8, seed=106)),
+         {"num_heads": 4, "num_key_value_heads": 2, "scale": 0.3, "input_layout": "TND", "atten_mask": triangle,
+          "sparse_mode": 3, "actual_seq_lengths": [3, 7], "actual_seq_lengths_kv": [5, 11]}),
     ]
     for api, args, kwargs in cases:
         call = inference_attention_in_bnsd(api, *args, **kwargs)

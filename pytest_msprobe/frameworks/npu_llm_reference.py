@@ -441,9 +441,8 @@ class InferenceAttention:
     def in_bnsd(self) -> AttentionInBnsd:
         """The same attention as one padded BNSD call (npu_fusion_attention's AttentionInBnsd, which
         the dtype standard models as scaled_dot_product_attention): keys and values zero-padded to the
-        longest batch and repeated over the query heads, the padding masked."""
-        if self.packed is not None:
-            raise ReferenceUnsupported(f"{self.op}: TND as one padded BNSD attention")
+        longest batch and repeated over the query heads, the padding masked. TND: each batch's query
+        rows padded to the longest too (those rows attend every key: their outputs are dropped)."""
         heads, s1 = self.query.shape[1:3]
         longest = max(k.shape[1] for k in self.keys)
         kv_heads = self.keys[0].shape[0]
@@ -457,15 +456,18 @@ class InferenceAttention:
         for b, k in enumerate(self.keys):
             beyond = torch.arange(longest, device=k.device) >= k.shape[1]
             own = self.masked(b)
-            own = (
-                beyond.expand(heads, s1, longest) if own is None else F.pad(own, (0, longest - k.shape[1]), value=True)
-            )
-            masks.append(own.expand(heads, s1, longest))
+            rows = self.rows(b)
+            if own is None:
+                own = beyond.expand(heads, rows, longest)
+            else:
+                own = F.pad(own, (0, longest - k.shape[1]), value=True)
+            own = F.pad(own.expand(heads, rows, longest), (0, 0, 0, s1 - rows), value=False)
+            masks.append(own)
         masked = torch.stack(masks)
-        out_layout = self.layout
         return AttentionInBnsd(
-            self.query, key, value, None, masked if bool(masked.any()) else None, self.scale, out_layout, kv_heads
-        )
+            self.query, key, value, None, masked if bool(masked.any()) else None, self.scale, self.layout, kv_heads,
+            packed=None if self.packed is None else (tuple(self.packed[0]), self.packed[1]),
+        )  # fmt: skip
 
 
 def _check_sparse_mode(op: str, sparse_mode: int, atten_mask: torch.Tensor | None) -> None:

@@ -384,6 +384,8 @@ class AttentionInBnsd:
     scale: float
     layout: str
     kv_heads: int
+    # TND (inference attentions): each batch's query rows and the packed query's T; output() packs them
+    packed: tuple[tuple[int, ...], int] | None = None
 
     @property
     def mask(self) -> torch.Tensor | None:
@@ -407,8 +409,14 @@ class AttentionInBnsd:
         return _to_bnsd(x, self.layout, self.query.shape[1])
 
     def output(self, x: torch.Tensor) -> torch.Tensor:
-        """attention_out (or its magnitude) from BNSD to the call's layout."""
-        return _from_bnsd(x, self.layout)
+        """attention_out (or its magnitude) from BNSD to the call's layout (TND: each batch's rows, one
+        batch after another, rows past the last batch zero)."""
+        if self.packed is None:
+            return _from_bnsd(x, self.layout)
+        rows, total = self.packed
+        parts = [x[b, :, :n].transpose(0, 1) for b, n in enumerate(rows)]
+        parts.append(x.new_zeros(total - sum(rows), x.shape[1], x.shape[-1]))
+        return torch.cat(parts)
 
     def key_gradient(self, x: torch.Tensor) -> torch.Tensor:
         """A key's or value's gradient (or its magnitude) over the repeated heads: summed over each
