@@ -30,7 +30,7 @@ import pytest
 from filelock import FileLock
 
 from conftest import DUMPS, read_csv, run_msprobe
-from pytest_msprobe.frameworks.npu_reference import UNCOMPARED_OUTPUTS
+from pytest_msprobe.frameworks.npu_ops import UNCOMPARED_OUTPUTS
 
 MATERIAL = d.SEPARABLE  # separation above which a deficit must be an error
 # The material deficits that are no error, by (dump, output, kind): the verdict they get, and why.

@@ -14,7 +14,7 @@ from dumpwriter import DumpWriter
 
 from conftest import read_csv, run_msprobe
 from pytest_msprobe.frameworks import devices
-from pytest_msprobe.frameworks.npu_reference import lookup
+from pytest_msprobe.frameworks.npu_ops import lookup
 
 
 def test_auto_chooses_cuda_where_torch_sees_it_else_cpu():

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_msprobe.frameworks.npu_reference import REFERENCES, ReferenceUnsupported, lookup
+from pytest_msprobe.frameworks.npu_ops import REFERENCES, ReferenceUnsupported, lookup
 
 FAST = settings(max_examples=25, deadline=None)
 E = math.e
@@ -941,7 +941,7 @@ def test_grouped_matmul_one_x_split_by_group_list_against_one_einsum(sizes, padd
     assert single.shape == (x.shape[0], n)
     assert_close(single[: sum(sizes)], expected.numpy())
     assert (single[sum(sizes):] == 0).all()  # padding: zeros, and not compared
-    from pytest_msprobe.frameworks.npu_reference import PADDED_ROWS
+    from pytest_msprobe.frameworks.npu_ops import PADDED_ROWS
     written = PADDED_ROWS["npu_grouped_matmul"](([x], weights), {**kwargs, "split_item": 3})
     assert written == ({0: sum(sizes)} if padding else {})
     per_group = lookup("npu_grouped_matmul")([x], weights, split_item=0, **kwargs)

@@ -316,7 +316,7 @@ def test_the_fp32_probe_is_reproduced_on_the_new_standard(pytester, copy_dump, t
 
 def npu_rms_norm_dump(folder: Path) -> Path:
     """torch_npu's fused RMSNorm in bf16, recorded 3% off (its forward and its input's gradient)."""
-    from pytest_msprobe.frameworks.npu_reference import lookup
+    from pytest_msprobe.frameworks.npu_ops import lookup
 
     generator = torch.Generator().manual_seed(0)
     x, weight = (torch.randn(shape, generator=generator).to(torch.bfloat16) for shape in ((4, 32), (32,)))

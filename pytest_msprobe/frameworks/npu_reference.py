@@ -654,8 +654,3 @@ def _check_pse(pse: torch.Tensor | None, sq: int) -> None:
     # (only the last 1024 rows, for Sq > 1024) is a different tensor.
     if pse is not None and pse.shape[-2] not in (1, sq):
         raise ReferenceUnsupported("npu_fusion_attention: compressed (last-1024-rows) pse")
-
-
-# The LLM and MoE operators' references register themselves here (a module of their own for
-# this one's readability); imported last, as they use _reference.
-from . import npu_llm_reference as _llm_references  # noqa: E402, F401

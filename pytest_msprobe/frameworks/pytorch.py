@@ -119,13 +119,13 @@ def resolve(name: EntryName, recorded: bool, device: str) -> tuple[Callable | No
 
 def resolve_npu(api: str, recorded: bool, device: str) -> tuple[Callable | None, Callable]:
     """torch_npu's fused op on the NPU, its float64 CPU reference as the bench."""
-    from . import npu_reference
+    from . import npu_ops
 
     listed = apis.listed(apis.PYTORCH, "NPU", api)  # before anything else: only msprobe's APIs
-    reference = npu_reference.lookup(api)
+    reference = npu_ops.lookup(api)
     if reference is None:
         raise Unsupported(f"NPU op {api} has no CPU reference to benchmark it with")
-    bench = _skip_unmodelled(api, reference, npu_reference.ReferenceUnsupported)
+    bench = _skip_unmodelled(api, reference, npu_ops.ReferenceUnsupported)
     if recorded:
         return None, bench
     if not device.startswith("npu"):
@@ -286,7 +286,7 @@ def skip_uncompared(name: EntryName, pairs: list[OutputPair], call: Call | None 
     padded rows a correct kernel leaves unwritten (beyond a grouped matmul's group_list)."""
     if name.api_type != "NPU":
         return pairs
-    from .npu_reference import PADDED_ROWS, UNCOMPARED_OUTPUTS
+    from .npu_ops import PADDED_ROWS, UNCOMPARED_OUTPUTS
 
     why = UNCOMPARED_OUTPUTS.get(name.api, {})
     pairs = [OutputPair(p.index, skip=why[p.index]) if p.index in why else p for p in pairs]

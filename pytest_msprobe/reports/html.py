@@ -32,8 +32,7 @@ from ..untrusted import cut, printable
 from . import files, html_figures, manifest
 from .csv_files import DETAILS_COLUMNS, ReportError, details_path_for, read_result_rows
 from .journal import RUNNING, journal_path_for
-from .merge import split_message
-from .messages import call_site_text, entry_message, notes, output_text, probe_text
+from .messages import call_site_text, entry_message, notes, output_text, probe_text, split_message
 from .resume import complete_records, read_details_outputs
 from .summary import dump_labels
 

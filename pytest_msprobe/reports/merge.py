@@ -37,7 +37,7 @@ from .csv_files import (
     timestamp,
     untext,
 )
-from .messages import api_message
+from .messages import api_message, split_message
 from .resume import api_of_output
 
 _FLOOR = re.compile(r"within the (\S+) rounding budget \(--msprobe-standard dtype passes it\)")
@@ -109,18 +109,6 @@ def group(pairs: Sequence[Pair]) -> list[Merged]:
                 )
         merged.pairs.append(pair)
     return list(groups.values())
-
-
-def split_message(message: str, forward: str, backward: str) -> tuple[str, str]:
-    """The forward and backward parts of a result row's Message (messages.api_message, undone)."""
-    if forward and backward:
-        head, sep, tail = message.partition(" | backward: ")
-        if sep and head.startswith("forward: "):
-            return head[len("forward: ") :], tail
-        if message.startswith("backward: "):
-            return "", message[len("backward: ") :]
-        return message, ""
-    return (message, "") if forward else ("", message)
 
 
 def read_pair(pair: Pair, merged: Merged) -> None:

@@ -104,3 +104,15 @@ def api_message(forward: EntryResult | None, backward: EntryResult | None) -> st
 
 def join(parts: list[str]) -> str:
     return SEPARATOR.join(part for part in parts if part)
+
+
+def split_message(message: str, forward: str, backward: str) -> tuple[str, str]:
+    """The forward and backward parts of a result row's Message (messages.api_message, undone)."""
+    if forward and backward:
+        head, sep, tail = message.partition(" | backward: ")
+        if sep and head.startswith("forward: "):
+            return head[len("forward: ") :], tail
+        if message.startswith("backward: "):
+            return "", message[len("backward: ") :]
+        return message, ""
+    return (message, "") if forward else ("", message)
