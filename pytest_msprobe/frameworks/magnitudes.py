@@ -458,11 +458,10 @@ def _multi_head_attention(p: dict[str, Any], g: torch.Tensor | None) -> list:
     def merged(x: torch.Tensor, n: int) -> torch.Tensor:  # (N, H, n, E / H) -> (n, N, E)
         return x.permute(2, 0, 1, 3).reshape(n, batch, embed)
 
+    attended = merged(_attention(sdpa, None)[0], length)  # the out-projection's input's magnitude
     if g is None:
-        attended = merged(_attention(sdpa, None)[0], length)
         return [project(attended, out_w, out_b, True)]
     ag = g.abs()
-    attended = merged(_attention(sdpa, None)[0], length)  # the out-projection's input's magnitude
     d_attended = heads_first(ag @ out_w.abs(), length)
     dq, dk, dv = _attention(sdpa, d_attended)[:3]
     d_projections = [merged(d, n) for d, n in zip((dq, dk, dv), rows)]

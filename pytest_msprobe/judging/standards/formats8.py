@@ -85,12 +85,7 @@ class Float8(Format):
             step = np.ldexp(1.0, exponent)
             out = np.round(values / step) * step  # the quotient is exact; np.round rounds half to even
             beyond = np.abs(out) > self.largest  # inf included; NaN is not
-            if overflow == SATURATE:
-                out[beyond] = np.copysign(self.largest, values[beyond])
-            elif overflow == INF:
-                out[beyond] = np.copysign(np.inf, values[beyond])
-            else:
-                out[beyond] = np.nan
+            out[beyond] = _overflowed(values[beyond], self.largest, overflow)
         if not self.negative_zero:
             out[out == 0] = 0.0
         return out.reshape(given.shape)
@@ -164,12 +159,7 @@ class HiFloat8(Format):
             out = np.copysign(out, values)
             beyond = size > self.largest
             beyond &= np.abs(out) > self.largest
-            if overflow == SATURATE:
-                out[beyond] = np.copysign(self.largest, values[beyond])
-            elif overflow == INF:
-                out[beyond] = np.copysign(np.inf, values[beyond])
-            else:
-                out[beyond] = np.nan
+            out[beyond] = _overflowed(values[beyond], self.largest, overflow)
         out[out == 0] = 0.0
         return out.reshape(given.shape)
 
@@ -219,3 +209,12 @@ def is_eight_bit(fmt: Format) -> bool:
 def cast_rule(fmt: Format) -> str:
     """How a cast into an 8-bit format rounds ("to nearest (ties to even), beyond +-448 saturated")."""
     return fmt.cast_rule() if isinstance(fmt, (Float8, HiFloat8)) else "to nearest (ties to even)"
+
+
+def _overflowed(values: np.ndarray, largest: float, overflow: str) -> np.ndarray | float:
+    """What a cast gives the values beyond the largest finite one: +-largest (saturating), +-inf or NaN."""
+    if overflow == SATURATE:
+        return np.copysign(largest, values)
+    if overflow == INF:
+        return np.copysign(np.inf, values)
+    return np.nan
