@@ -109,6 +109,7 @@ class Checker:
             pair.tested_dtype,
             name=f"{name.full}.output.{pair.index}",
             extra=pair.extra,
+            computed_in=pair.computed_in,
         )
         metrics, verdict = compare(comparison, self.standard)
         return OutputResult(

@@ -75,6 +75,9 @@ class OutputPair:
     shape: list[int] | None = None
     skip: str = ""  # why this output cannot be compared
     note: str = ""  # what the pairing had to do (a gradient judged at another node of the graph)
+    # The narrower dtype a correct kernel computed it in, where not tested_dtype's: the gradient of
+    # a 0-dim input that type promotion left out of the result's dtype (frameworks/pytorch.py).
+    computed_in: str = ""
     extra: ExtraRuns = field(default_factory=ExtraRuns)  # more of the bench, for a standard that asks
 
 

@@ -27,6 +27,7 @@ from .torch_engine import (
     Sides,
     flat_outputs,
     flat_specs,
+    floating,
     forward,
     forward_body,
     gradient_pairs,
@@ -224,6 +225,7 @@ AUTOCAST_TO_LOW = frozenset((
     "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "convolution", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv", "linalg_vecdot",
     "linear", "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot", "scaled_dot_product_attention",
+    "__matmul__", "__rmatmul__",  # `a @ b` dispatches to matmul
 ))
 # fmt: on
 
@@ -360,7 +362,7 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
 
         def recorded_pairs(tested: list, bench: list) -> list[OutputPair]:
             found = attribution(tested, bench)
-            return gradient_pairs(found.matched, bench, "; ".join(found.strays), found.elsewhere)
+            return promoted(call, gradient_pairs(found.matched, bench, "; ".join(found.strays), found.elsewhere))
 
         return Sides(
             watched_bench,
@@ -382,9 +384,34 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
     def pair(tested: list, bench: list) -> list[OutputPair]:
         # Only the gradients msprobe recorded: an input it recorded none for took none in the step.
         expected = [i < len(grad_specs) and grad_specs[i] is not None for i in range(len(bench))]
-        return [p for p in pairs_of(tested, bench) if p.index < len(expected) and expected[p.index]]
+        return promoted(call, [p for p in pairs_of(tested, bench) if p.index < len(expected) and expected[p.index]])
 
     return Sides(bench, tested, pair, notes, False, grad_outputs, probe=probe)
+
+
+def promoted(call: Call, pairs: list[OutputPair]) -> list[OutputPair]:
+    """The gradients of 0-dim floating inputs wider than the call's one bf16/fp16 output, marked as
+    computed in that output's dtype: type promotion leaves a 0-dim tensor out of the result's dtype
+    (an fp32 `logit_scale.exp()` times a bf16 tensor is bf16), so the op and its backward run in the
+    output's dtype, and autograd casts the gradient up to the input's dtype only after its sum."""
+    if call.autocast is not None:
+        return pairs
+    outputs = {s.get("dtype") for s in call.output_specs if is_tensor_spec(s)}
+    try:
+        out = CODEC.dtype(outputs.pop()) if len(outputs) == 1 else None
+    except (KeyError, TypeError):
+        out = None
+    if out is None or out not in LOW_PRECISION:
+        return pairs
+    inputs = floating(call.args, call.kwargs)
+    for pair in pairs:
+        taken = inputs[pair.index] if pair.index < len(inputs) else None
+        if pair.skip or taken is None or taken.dim() != 0 or taken.dtype.itemsize <= out.itemsize:
+            continue
+        pair.computed_in = str(out)
+        said = f"computed in {out} (a 0-dim {taken.dtype} input of a {out} result, by type promotion)"
+        pair.note = f"{pair.note}; {said}" if pair.note else said
+    return pairs
 
 
 def returns_its_input(call: Call) -> bool:

@@ -73,6 +73,7 @@ class Comparison:
     tested_dtype: str  # "torch.bfloat16"
     name: str = ""  # "Torch.matmul.0.forward.output.0", for per-API tolerances
     extra: ExtraRuns = field(default_factory=ExtraRuns)
+    computed_in: str = ""  # the narrower dtype a correct kernel computed it in, if not tested_dtype
 
 
 @dataclass

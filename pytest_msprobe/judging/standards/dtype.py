@@ -83,7 +83,7 @@ class DtypeStandard:
         tolerance = self.tolerances.match(c.name)
         if tolerance is not None and tolerance.rule:
             return tolerance.judge(c, m)
-        fmt = format_of(c.tested_dtype)
+        fmt = format_of(c.computed_in or c.tested_dtype)
         if fmt is None:
             return _judge_basic(c, m)
         if is_eight_bit(fmt) and is_cast(c.name):
