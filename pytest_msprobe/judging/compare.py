@@ -174,6 +174,31 @@ def exact_mismatch(c: Comparison) -> list[str]:
     return [f"{wrong} of {t.size} elements differ (integer/bool outputs must be equal)"] if wrong else []
 
 
+# The least magnitude that rounds to inf in each format, to nearest: its largest finite number plus
+# half its last ULP (IEEE 754's overflow threshold).
+OVERFLOW = {
+    "float16": (2 - 2.0**-11) * 2.0**15,
+    "bfloat16": (2 - 2.0**-8) * 2.0**127,
+    "float32": (2 - 2.0**-24) * 2.0**127,
+}
+
+
+def overflowed(bench: np.ndarray, dtype: str) -> tuple[np.ndarray, int]:
+    """The bench as `dtype` holds it where that overflows: each element beyond the format's range
+    made inf of its sign, and how many were. A correct fp16 kernel's 7.9e4 is inf."""
+    limit = OVERFLOW.get(dtype.rsplit(".", 1)[-1])
+    if limit is None:
+        return bench, 0
+    values = np.asarray(bench, np.float64)
+    beyond = np.abs(values) >= limit  # False at NaN
+    count = int(np.count_nonzero(beyond))
+    if not count:
+        return bench, 0
+    values = values.copy()
+    values[beyond] = np.copysign(np.inf, values[beyond])
+    return values, count
+
+
 def compare(c: Comparison, standard: Standard) -> tuple[Metrics, Verdict]:
     """Metrics and verdict of one output; structural faults fail under any standard."""
     from .standards import Verdict
@@ -182,6 +207,16 @@ def compare(c: Comparison, standard: Standard) -> tuple[Metrics, Verdict]:
     if fault:
         return Metrics(None, float("nan"), float("nan")), Verdict(ERROR, [fault], severity=math.inf)
     m = metrics(c.tested, c.bench)
+    overflow = ""
+    if m.nonfinite[1] and _kind(c.tested) == "f":
+        # An inf on the tested side only: where the bench is beyond the tested dtype's range, inf is
+        # that value correctly rounded (fp16 gradients of a loss scale, exp of a large argument).
+        bench, count = overflowed(c.bench, c.tested_dtype)
+        if count:
+            c = replace(c, bench=bench)
+            m = metrics(c.tested, c.bench)
+            name = c.tested_dtype.rsplit(".", 1)[-1]
+            overflow = f"{count} bench element(s) beyond {name}'s range: inf in {name}, as a correct kernel rounds them"
     if _kind(c.tested) != "f":
         # A standard may judge some integer outputs otherwise (the dtype standard: a quantisation's).
         judge_integer = getattr(standard, "judge_integer", None)
@@ -196,8 +231,13 @@ def compare(c: Comparison, standard: Standard) -> tuple[Metrics, Verdict]:
         faults = [fault + first_nonfinite(c.tested, c.bench, fault.startswith("NaN")) for fault in faults]
         finite = f"Cosine {_figure(m.cosine)}, MaxAbsErr {_figure(m.max_abs_err)}"
         faults.append(f"over the elements finite on both sides: {finite}")
+        if overflow:
+            faults.append(overflow)
         return m.over_whole_arrays(), Verdict(ERROR, faults, severity=math.inf, nonfinite=True)
-    return m, standard.judge(c, m)
+    verdict = standard.judge(c, m)
+    if overflow:
+        verdict.reasons.append(overflow)
+    return m, verdict
 
 
 def first_nonfinite(tested: np.ndarray, bench: np.ndarray, nan: bool) -> str:

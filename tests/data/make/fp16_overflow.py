@@ -1,0 +1,31 @@
+"""tests/data/fp16_overflow: fp16 results beyond fp16's range (65504), which a correct kernel rounds
+to inf (issue 27): a product and an exp whose values pass 65520, and a loss-scaled gradient that does
+(400 x 300 = 1.2e5), as a dynamic loss scaler's first steps overflow. Dumped by msprobe 26.2.0 (L1,
+no API list) on the CPU.
+
+    python fp16_overflow.py OUT   (in msprobe's venv; see ../README.md)
+"""
+import json
+import os
+import sys
+
+import torch
+from msprobe.pytorch import PrecisionDebugger, seed_all
+
+OUT = sys.argv[1]
+seed_all(1234, mode=False)
+x = (torch.randn(16, 16) * 30).half().requires_grad_()
+os.makedirs(OUT, exist_ok=True)
+config = {"task": "tensor", "dump_path": OUT, "rank": [], "step": [], "level": "L1", "async_dump": False,
+          "tensor": {"scope": [], "list": [], "data_mode": ["all"]}, "risk_level": "ALL"}
+with open(os.path.join(OUT, "config.json"), "w") as f:
+    json.dump(config, f)
+debugger = PrecisionDebugger(config_path=os.path.join(OUT, "config.json"))
+debugger.start()
+product = x * 3000.0  # |x| > 21.84 gives more than 65520: inf
+grown = torch.exp(x / 3)  # x > 33.3 gives more than 65520: inf
+scaled = x * 300.0  # in range; its gradient, 400 x 300, is not
+(scaled.float().sum() * 400.0).backward()
+debugger.stop()
+debugger.step()
+print("inf: product", torch.isinf(product).sum().item(), "exp", torch.isinf(grown).sum().item(), "grad", torch.isinf(x.grad).sum().item())
