@@ -9,7 +9,7 @@ no metrics, no comparison, no files, no pytest. One line per entry: wall and CPU
 the tested side and the float64 side, and the entry's peak RSS above the RSS before it (VmHWM, reset
 through /proc/self/clear_refs); the sums, the sums by API, and the process's peak RSS.
 
-    python -m bench.llm_width.bare [DUMP] [--threads 1] [--out bench/llm_width/results_bare.md]
+    python -m bench.llm_width.bare [DUMP] [--threads 1] [--only REGEX] [--out bench/llm_width/results_bare.md]
 
 DUMP defaults to bench/llm_width/dumps/llama7b/dump.json (make_dump.py writes it). It is read with the
 plugin's own reader (pytest_msprobe.dumps.dump.read_dump), so run it with the interpreter that has the
@@ -32,6 +32,7 @@ import argparse
 import gc
 import math
 import platform
+import re
 import resource
 import time
 from collections.abc import Callable
@@ -312,6 +313,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=HERE / "results_bare.md")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--only", default="", help="a regular expression: only the entries it finds (re.search)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     generator = torch.Generator().manual_seed(args.seed)
@@ -319,6 +321,8 @@ def main(argv: list[str]) -> int:
     start = Clock()
     rows = []
     for name in dump.api_names():
+        if args.only and not re.search(args.only, name.full):
+            continue
         row = work(dump.entries, name, generator)
         rows.append(row)
         print(f"{row.name}: {row.total.wall:.2f}s wall {row.not_run}", file=sys.stderr, flush=True)
