@@ -7,6 +7,7 @@ the CPU with every floating tensor in float64. Both run on the torch engine.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 import torch
@@ -376,6 +377,8 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
             compared_bench=compared_bench_run,
         )
 
+    call = compared_gradients_only(call, grad_specs)
+
     def tested() -> list:
         grads = gradients(tested_side(options.device, call), call, grad_outputs)
         devices.synchronize(options.device)  # a device kernel's error is this entry's
@@ -387,6 +390,17 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
         return promoted(call, [p for p in pairs_of(tested, bench) if p.index < len(expected) and expected[p.index]])
 
     return Sides(bench, tested, pair, notes, False, grad_outputs, probe=probe)
+
+
+def compared_gradients_only(call: Call, grad_specs: list) -> Call:
+    """The call with only the inputs whose gradient is compared (recorded: `pair`) taking one, on
+    every side and in every extra run: a gradient never compared is not computed (an LLM's linear
+    entries record the input's gradient alone, and the LM head's weight gradient is 131 M elements:
+    bench/llm_width/results_where.md). Each input's gradient is its own kernel's, so the compared
+    ones are the same bit for bit. The call as it was where none would be left."""
+    flags = call.grad_flags + [True] * (len(floating(call.args, call.kwargs)) - len(call.grad_flags))
+    kept = [flag and i < len(grad_specs) and grad_specs[i] is not None for i, flag in enumerate(flags)]
+    return replace(call, grad_flags=kept) if any(kept) and kept != flags else call
 
 
 def promoted(call: Call, pairs: list[OutputPair]) -> list[OutputPair]:
