@@ -1,6 +1,7 @@
 """Results beyond the tested dtype's range are inf when correctly rounded (issue 27): an fp16 product,
 exp or loss-scaled gradient past 65520 is inf on a correct kernel, so a float64 bench beyond the range
-agrees with it. tests/data/fp16_overflow is a real msprobe 26.2.0 dump (make/fp16_overflow.py)."""
+agrees with it; and a gradient msprobe took inside the API is found there with its infs.
+tests/data/fp16_overflow is a real msprobe 26.2.0 dump (make/fp16_overflow.py)."""
 
 from __future__ import annotations
 
@@ -49,5 +50,13 @@ def test_fp16_overflow_in_a_real_dump(pytester, copy_dump, device):
         row = details[name]
         assert row["Status"] == "pass", (name, row["Message"])
         assert f"{count} bench element(s) beyond float16's range: inf in float16" in row["Message"]
+    # 65536 x cross_entropy: the product and its gradient are inf; the loss's gradient, inf, reaches
+    # log_softmax's output as -inf at each target and 0 elsewhere, where msprobe took it (inf, NaN and
+    # all: the float64 gradient there has them at the same places)
+    assert "1 bench element(s) beyond float16's range" in details["Tensor.__mul__.3.forward.output.0"]["Message"]
+    ce = details["Functional.cross_entropy.0.backward.output.0"]
+    assert ce["Status"] == "pass", ce["Message"]
+    if device == "recorded":
+        assert "msprobe recorded this gradient at NllLossBackward0 (its input 0) inside the API" in ce["Message"]
     assert {row["Status"] for row in details.values()} <= {"pass", "SKIP"}
     assert result.ret == 0

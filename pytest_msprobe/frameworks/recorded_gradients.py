@@ -163,11 +163,23 @@ def passed_on_as(value: torch.Tensor, passed_on: list) -> str:
 
 
 def distance(value: torch.Tensor, reference: torch.Tensor) -> float:
-    reference = reference.detach().to(torch.float64)
-    diff = torch.linalg.vector_norm(value.detach().to(torch.float64) - reference)
+    """The relative L2 distance; over the finite elements where both hold their inf and NaN at the
+    same places (an fp16 step's overflowed loss scale), else inf: NaN fits nothing better."""
+    value, reference = value.detach().to(torch.float64), reference.detach().to(torch.float64)
+    diff = torch.linalg.vector_norm(value - reference)
     scale = torch.linalg.vector_norm(reference)
+    if not (math.isfinite(diff) and math.isfinite(scale)):
+        finite = torch.isfinite(value)
+        same = torch.equal(finite, torch.isfinite(reference)) and torch.equal(
+            torch.isnan(value), torch.isnan(reference)
+        )
+        infinite = ~finite & ~torch.isnan(value)
+        if not same or not torch.equal(value[infinite], reference[infinite]):
+            return float("inf")
+        value, reference = value[finite], reference[finite]
+        diff, scale = torch.linalg.vector_norm(value - reference), torch.linalg.vector_norm(reference)
     distance = float(diff / scale) if scale > 0 else (0.0 if diff == 0 else float("inf"))
-    return distance if math.isfinite(distance) else float("inf")  # NaN in a gradient fits nothing better
+    return distance if math.isfinite(distance) else float("inf")
 
 
 def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
