@@ -148,6 +148,13 @@ TORCH_DTYPES: tuple[str, ...] = (
     "float8_e5m2",
     "float8_e4m3fnuz",
     "float8_e5m2fnuz",
+    # Quantized dtypes: torch.dtype arguments name them (npu_quantize's dtype=torch.qint8); a
+    # tensor of one is never rebuilt (inputs/rebuild.py's NO_TENSOR_HERE says why).
+    "qint8",
+    "quint8",
+    "qint32",
+    "quint4x2",
+    "quint2x4",
 )
 TORCH_DTYPE_ALIASES: Mapping[str, str] = {
     "double": "float64",
