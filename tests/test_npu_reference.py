@@ -1109,7 +1109,7 @@ def test_prompt_flash_attention_masks_by_sparse_mode_and_kv_lengths():
 
 
 @pytest.mark.parametrize("argument, value", [
-    ("pse_shift", torch.zeros(1)), ("deq_scale1", torch.ones(1)), ("quant_scale1", torch.ones(1)),
+    ("deq_scale1", torch.ones(1)), ("quant_scale1", torch.ones(1)),
     ("deq_scale2", torch.ones(1)), ("quant_scale2", torch.ones(1)), ("quant_offset2", torch.ones(1)),
     ("sparse_mode", 5), ("input_layout", "TND"), ("actual_seq_lengths", [3]),
 ])
@@ -1157,9 +1157,8 @@ def test_incre_flash_attention_reads_paged_kv_through_block_table(cache_layout):
     assert_close(paged, contiguous.numpy())
 
 
-@pytest.mark.parametrize("argument", ["pse_shift", "kv_padding_size", "dequant_scale1", "quant_scale1",
-                                      "dequant_scale2", "quant_scale2", "quant_offset2", "antiquant_scale",
-                                      "antiquant_offset"])
+@pytest.mark.parametrize("argument", ["kv_padding_size", "dequant_scale1", "quant_scale1", "dequant_scale2",
+                                      "quant_scale2", "quant_offset2"])
 def test_incre_flash_attention_refuses_by_name_what_it_does_not_model(argument):
     q = rand(1, 1, 1, 8, seed=83)
     with pytest.raises(ReferenceUnsupported, match=f"npu_incre_flash_attention: {argument}"):
@@ -1205,8 +1204,8 @@ def test_fused_infer_attention_score_decode_branch_is_incre_flash_attention():
 
 
 @pytest.mark.parametrize("argument", [
-    "pse_shift", "dequant_scale1", "quant_scale1", "dequant_scale2", "quant_scale2", "quant_offset2",
-    "antiquant_scale", "antiquant_offset", "query_padding_size", "kv_padding_size", "key_antiquant_scale",
+    "dequant_scale1", "quant_scale1", "dequant_scale2", "quant_scale2", "quant_offset2",
+    "query_padding_size", "kv_padding_size", "key_antiquant_scale",
     "key_antiquant_offset", "value_antiquant_scale", "value_antiquant_offset", "key_shared_prefix",
     "value_shared_prefix", "actual_shared_prefix_len", "query_rope", "key_rope", "input_layout", "sparse_mode"])
 def test_fused_infer_attention_score_refuses_by_name_what_it_does_not_model(argument):

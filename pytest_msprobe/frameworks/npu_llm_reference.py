@@ -386,6 +386,50 @@ def _mask_by_batch(atten_mask: torch.Tensor | None, batch: int) -> list[torch.Te
     return [mask[min(b, mask.shape[0] - 1)] for b in range(batch)]
 
 
+def _pse_by_batch(
+    op: str, pse_shift: torch.Tensor | None, rows: int, keys: list[torch.Tensor]
+) -> list[torch.Tensor] | None:
+    """pse_shift ([B|1, N, Q_S, KV_S], KV_S possibly padded past the keys: the padding is not read)
+    as each batch's [N, Q_S, S2_b]: its first S2_b columns, as the keys are its first S2_b."""
+    if pse_shift is None:
+        return None
+    if pse_shift.dim() != 4 or pse_shift.shape[2] < rows or any(pse_shift.shape[3] < k.shape[1] for k in keys):
+        raise ValueError(f"{op}: pse_shift of shape {list(pse_shift.shape)} for {rows} query rows and keys of "
+                         f"{[k.shape[1] for k in keys]}")  # fmt: skip
+    return [pse_shift[min(b, pse_shift.shape[0] - 1), :, :rows, : k.shape[1]] for b, k in enumerate(keys)]
+
+
+def _antiquant(
+    op: str,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: torch.Tensor | None,
+    offset: torch.Tensor | None,
+    mode: int,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """int8 key and value dequantised into the query's dtype: (kv + antiquant_offset) * antiquant_scale,
+    [0] of each for the key and [1] for the value. Per tensor (2,) or per channel ((2, H) BSH,
+    (2, N, D) BSND, (2, N, 1, D) BNSD: each broadcasts over the layout's key, the paged caches'
+    too); antiquant_mode 1 (per token, (2, B, S)) is refused by name."""
+    if scale is None:
+        if offset is not None:
+            raise ValueError(f"{op}: antiquant_offset without antiquant_scale")
+        return key, value
+    if mode != 0:
+        raise ReferenceUnsupported(f"{op}: antiquant_mode={mode} (per token)")
+    if key.dtype != torch.int8 or value.dtype != torch.int8 or scale.shape[0] != 2:
+        raise ReferenceUnsupported(f"{op}: antiquant_scale of shape {list(scale.shape)} with key and value of "
+                                   f"{key.dtype}, {value.dtype} (int8, and [2, ...] scales modelled)")  # fmt: skip
+    out = []
+    for i, kv in enumerate((key, value)):
+        x = kv.to(dtype)
+        if offset is not None:
+            x = x + offset[i].to(dtype)
+        out.append(x * scale[i].to(dtype))
+    return out[0], out[1]
+
+
 @dataclass(frozen=True)
 class InferenceAttention:
     """An inference attention call in BNSD, batch by batch: the query [B, N, S1, D], each batch's keys
@@ -402,6 +446,8 @@ class InferenceAttention:
     layout: str
     # TND: each batch's query rows (the query zero-padded to the longest), and the packed query's T
     packed: tuple[list[int], int] | None = None
+    # pse_shift: each batch's [N, S1_b, S2_b], added to the scaled scores (scale Q K^T + pse_shift)
+    pses: list[torch.Tensor] | None = None
 
     def rows(self, b: int) -> int:
         return self.query.shape[2] if self.packed is None else self.packed[0][b]
@@ -424,7 +470,9 @@ class InferenceAttention:
                 maxes.append(qb.new_full(qb.shape[:3], float("-inf")))
                 sums.append(qb.new_zeros(qb.shape[:3]))
                 continue
-            out, row_max, row_sum = _attention_bnsd(qb, kb, vb, None, self.masked(b), self.scale)
+            # _attention_bnsd's pse is npu_fusion_attention's, inside the scale: pse_shift / scale
+            pse = None if self.pses is None else (self.pses[b] / self.scale).unsqueeze(0).to(qb.dtype)
+            out, row_max, row_sum = _attention_bnsd(qb, kb, vb, pse, self.masked(b), self.scale)
             outs.append(out)
             maxes.append(row_max)
             sums.append(row_sum)
@@ -464,8 +512,11 @@ class InferenceAttention:
             own = F.pad(own.expand(heads, rows, longest), (0, 0, 0, s1 - rows), value=False)
             masks.append(own)
         masked = torch.stack(masks)
+        pse = None
+        if self.pses is not None:  # AttentionInBnsd's pse is inside the scale, as npu_fusion_attention's
+            pse = torch.stack([F.pad(p / self.scale, (0, longest - p.shape[-1])) for p in self.pses])
         return AttentionInBnsd(
-            self.query, key, value, None, masked if bool(masked.any()) else None, self.scale, self.layout, kv_heads,
+            self.query, key, value, pse, masked if bool(masked.any()) else None, self.scale, self.layout, kv_heads,
             packed=None if self.packed is None else (tuple(self.packed[0]), self.packed[1]),
         )  # fmt: skip
 
@@ -513,13 +564,14 @@ def _prompt_flash_attention(
     sparse modes 0-4 as npu_fusion_attention's (mode 0 without atten_mask ignores pre_tokens and
     next_tokens, as the docs say); keys beyond actual_seq_lengths_kv[b] take no part, and the
     causal modes align on that length. A query row that sees no key gives zeros. padding_mask is
-    reserved (unused by the op). Refused: pse_shift, the int8 quantisation arguments, and an
-    actual_seq_lengths shorter than the query's S (rows the docs leave undefined).
+    reserved (unused by the op). pse_shift ([B|1, N, S1, S2]) is added to the scaled scores.
+    Refused: the int8 quantisation arguments, and an actual_seq_lengths shorter than the query's S
+    (rows the docs leave undefined).
     """
     op = "npu_prompt_flash_attention"
     _refuse(
-        op, pse_shift=pse_shift, deq_scale1=deq_scale1, quant_scale1=quant_scale1, deq_scale2=deq_scale2,
-        quant_scale2=quant_scale2, quant_offset2=quant_offset2,
+        op, deq_scale1=deq_scale1, quant_scale1=quant_scale1, deq_scale2=deq_scale2, quant_scale2=quant_scale2,
+        quant_offset2=quant_offset2,
     )  # fmt: skip
     _check_sparse_mode(op, sparse_mode, atten_mask)
     layout, out_layout = _layout_of(op, input_layout)
@@ -534,8 +586,9 @@ def _prompt_flash_attention(
     values = [v[b, :, : kv_lens[b]] for b in range(batch)]
     masks = _mask_by_batch(atten_mask, batch)
     return InferenceAttention(
-        op, q, keys, values, masks, (sparse_mode, pre_tokens, next_tokens), scale_value, out_layout
-    )
+        op, q, keys, values, masks, (sparse_mode, pre_tokens, next_tokens), scale_value, out_layout,
+        pses=_pse_by_batch(op, pse_shift, s1, keys),
+    )  # fmt: skip
 
 
 def _paged(cache: torch.Tensor, table: torch.Tensor, length: int, kv_heads: int) -> torch.Tensor:
@@ -581,15 +634,19 @@ def _incre_flash_attention(
     Layouts BSH, BSND, BNSD; GQA by num_key_value_heads; PagedAttention: with block_table, key and
     value are caches of (blocks, block_size, H) or (blocks, Nkv, block_size, D) and batch b reads
     its first ceil(actual_seq_lengths[b] / block_size) blocks. padding_mask is reserved (unused),
-    inner_precise chooses the kernel's mode. Refused: pse_shift, kv_padding_size (left padding)
-    and the quantisation and antiquant arguments.
+    inner_precise chooses the kernel's mode. pse_shift ([B|1, N, 1, S2]) is added to the scaled
+    scores; int8 key and value with antiquant_scale (and antiquant_offset) are (kv + offset) * scale,
+    per tensor or per channel. Refused: kv_padding_size (left padding) and the int8 quantisation
+    arguments.
     """
     op = "npu_incre_flash_attention"
+    if inner_precise not in (0, 1):
+        raise ReferenceUnsupported(f"{op}: inner_precise={inner_precise}")
     _refuse(
-        op, pse_shift=pse_shift, kv_padding_size=kv_padding_size, dequant_scale1=dequant_scale1,
-        quant_scale1=quant_scale1, dequant_scale2=dequant_scale2, quant_scale2=quant_scale2,
-        quant_offset2=quant_offset2, antiquant_scale=antiquant_scale, antiquant_offset=antiquant_offset,
+        op, kv_padding_size=kv_padding_size, dequant_scale1=dequant_scale1, quant_scale1=quant_scale1,
+        dequant_scale2=dequant_scale2, quant_scale2=quant_scale2, quant_offset2=quant_offset2,
     )  # fmt: skip
+    key, value = _antiquant(op, key, value, antiquant_scale, antiquant_offset, 0, query.dtype)
     if input_layout not in ("BSH", "BSND", "BNSD"):
         raise ReferenceUnsupported(f"{op}: input_layout={input_layout!r}")
     kv_heads = num_key_value_heads or num_heads
@@ -610,8 +667,9 @@ def _incre_flash_attention(
     if atten_mask is not None and atten_mask.dim() in (2, 3):  # [B, S2] or [B, 1, S2]: one query row per batch
         atten_mask = atten_mask.reshape(atten_mask.shape[0], 1, 1, atten_mask.shape[-1])
     return InferenceAttention(
-        op, q, keys, values, _mask_by_batch(atten_mask, batch), (1, 0, 0), scale_value, input_layout
-    )
+        op, q, keys, values, _mask_by_batch(atten_mask, batch), (1, 0, 0), scale_value, input_layout,
+        pses=_pse_by_batch(op, pse_shift, 1, keys),
+    )  # fmt: skip
 
 
 def _fused_infer_attention_score(
@@ -667,23 +725,36 @@ def _fused_infer_attention_score(
     batch (its lse [T, N, 1]). softmax_lse is float32 [B, N, S1, 1], the log of
     each row's sum of exp of the scaled scores, with softmax_lse_flag; else the documented [1] zero.
     key_rope_antiquant_scale is reserved, the antiquant modes only read with the antiquant tensors,
-    inner_precise picks the kernel's mode (rows that see no key are zeros here either way). Refused
-    by name: pse_shift, the int8 (de)quantisation and antiquant tensors, left padding
-    (query/kv_padding_size), shared prefixes, MLA's query_rope/key_rope, the NBSD/NTD layouts, paged
-    KV with TND, and an actual_seq_lengths shorter than the query's S.
+    inner_precise picks the kernel's mode (rows that see no key are zeros here either way).
+    pse_shift ([B|1, N, S1, S2], S2 possibly padded) is added to the scaled scores; int8 key and
+    value with antiquant_scale (and antiquant_offset), per tensor or per channel, are
+    (kv + offset) * scale ([0] the key's, [1] the value's). Refused by name: per-token antiquant
+    (antiquant_mode 1 with S = 1), the int8 (de)quantisation tensors, the separate key/value antiquant
+    tensors, left padding (query/kv_padding_size), shared prefixes, MLA's query_rope/key_rope, the
+    NBSD/NTD layouts, pse_shift or paged KV with TND, and an actual_seq_lengths shorter than the
+    query's S.
     """
     op = "npu_fused_infer_attention_score"
     _refuse(
-        op, pse_shift=pse_shift, dequant_scale1=dequant_scale1, quant_scale1=quant_scale1,
+        op, dequant_scale1=dequant_scale1, quant_scale1=quant_scale1,
         dequant_scale2=dequant_scale2, quant_scale2=quant_scale2, quant_offset2=quant_offset2,
-        antiquant_scale=antiquant_scale, antiquant_offset=antiquant_offset, query_padding_size=query_padding_size,
+        query_padding_size=query_padding_size,
         kv_padding_size=kv_padding_size, key_antiquant_scale=key_antiquant_scale,
         key_antiquant_offset=key_antiquant_offset, value_antiquant_scale=value_antiquant_scale,
         value_antiquant_offset=value_antiquant_offset, key_shared_prefix=key_shared_prefix,
         value_shared_prefix=value_shared_prefix, actual_shared_prefix_len=actual_shared_prefix_len,
         query_rope=query_rope, key_rope=key_rope,
     )  # fmt: skip
+    if inner_precise not in (0, 1, 2, 3):  # bit 0 precision, bit 1 the row correction: both give these rows
+        raise ReferenceUnsupported(f"{op}: inner_precise={inner_precise}")
+    # antiquant_mode is read only in the incremental branch (query S = 1), as the page says
+    s1_axis = 2 if input_layout in ("BNSD", "BNSD_BSND") else 1
+    incremental = input_layout != "TND" and query.shape[s1_axis] == 1
+    mode = antiquant_mode if incremental else 0
+    key, value = _antiquant(op, key, value, antiquant_scale, antiquant_offset, mode, query.dtype)
     if input_layout == "TND":
+        if pse_shift is not None:
+            raise ReferenceUnsupported(f"{op}: pse_shift with TND")
         packed = _packed_call(op, query, key, value, atten_mask, actual_seq_lengths, actual_seq_lengths_kv, block_table)
         _check_sparse_mode(op, sparse_mode, atten_mask)
         return replace(packed, sparse=(sparse_mode, pre_tokens, next_tokens), scale=scale)
@@ -712,7 +783,10 @@ def _fused_infer_attention_score(
     else:
         _check_sparse_mode(op, sparse_mode, atten_mask)
         sparse = (sparse_mode, pre_tokens, next_tokens)
-    return InferenceAttention(op, q, keys, values, _mask_by_batch(atten_mask, batch), sparse, scale, out_layout)
+    masks = _mask_by_batch(atten_mask, batch)
+    return InferenceAttention(
+        op, q, keys, values, masks, sparse, scale, out_layout, pses=_pse_by_batch(op, pse_shift, s1, keys)
+    )
 
 
 def _packed_call(
