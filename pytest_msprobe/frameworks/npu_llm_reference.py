@@ -918,6 +918,31 @@ def npu_quantize(
     return torch.round(x).clamp(low, high).to(out_dtype)
 
 
+# npu_trans_quant_param's int64: the float32 scale's bits in bits 0-31, their low 13 zero (the scale
+# kept to its high 19 bits: sign, exponent, 10 mantissa bits), an offset in bits 37-45, a flag in 46.
+_SCALE_BITS = 0xFFFFFFFF
+_LOW_13 = 0x1FFF
+
+
+def _high_19_bits(scale: torch.Tensor) -> torch.Tensor:
+    """A float32 scale as npu_trans_quant_param's round_mode 0 keeps it: its low 13 bits cut
+    (toward zero), as npu_quant_matmul packs a float32 scale for an int8 or float16 output
+    without pertoken_scale (op-plugin's QuantMatmul: use_trans_quant_param)."""
+    bits = scale.to(torch.float32).view(torch.int32) & ~_LOW_13
+    return bits.view(torch.float32).to(scale.dtype)
+
+
+def _unpacked_scale(op: str, scale: torch.Tensor, offset: torch.Tensor | None) -> torch.Tensor:
+    """An int64 scale (npu_trans_quant_param's) as the float32 its low 32 bits hold. Bits above them
+    pack the offset npu_trans_quant_param was given: modelled through the offset argument, which
+    the call passes too; without it, refused."""
+    packed = scale.to(torch.int64)
+    if offset is None and bool((packed & ~_SCALE_BITS).ne(0).any()):
+        raise ReferenceUnsupported(f"{op}: scale of int64 packing an offset (bits 37-46) without the offset argument")
+    low = (packed & _SCALE_BITS).to(torch.int64)
+    return torch.where(low >= 2**31, low - 2**32, low).to(torch.int32).view(torch.float32).to(torch.float64)
+
+
 @_reference
 def npu_quant_matmul(
     x1: torch.Tensor,
@@ -938,12 +963,13 @@ def npu_quant_matmul(
     """int8 x1 @ int8 x2 dequantised: (x1 @ x2 + bias_int32) * scale [* pertoken_scale] (+ a float bias),
     rounded and saturated with offset for an int8 output (the default), as the op page's formulas.
 
-    Modelled: int8 x1 and x2, a float scale per tensor or per channel, pertoken_scale per row,
-    offset (int8 output), an int32 or float bias; outputs int8, bfloat16, and float16 with
-    pertoken_scale. Refused: int4 (int32-packed) and 8-bit float inputs and their dtype arguments,
-    group_sizes, y_scale, an int64 scale (npu_trans_quant_param's packed form), an int32 output, and
-    a float16 output without pertoken_scale (there the device first rounds a float32 scale to 19
-    significant bits, which the reference does not model).
+    Modelled: int8 x1 and x2, a float scale per tensor or per channel, or its int64 packing by
+    npu_trans_quant_param (the float32 in its low 32 bits); pertoken_scale per row, offset (int8
+    output), an int32 or float bias; outputs int8, bfloat16, float16. A float32 scale for an int8 or
+    float16 output without pertoken_scale is packed by the op itself (npu_trans_quant_param, round_mode
+    0: its high 19 bits kept, the rest cut), so it is cut here too. Refused: int4 (int32-packed) and
+    8-bit float inputs and their dtype arguments, group_sizes, y_scale, an int32 output, and an int64
+    scale packing an offset without the offset argument.
     """
     op = "npu_quant_matmul"
     _refuse(
@@ -952,13 +978,15 @@ def npu_quant_matmul(
     )  # fmt: skip
     if x1.dtype != torch.int8 or x2.dtype != torch.int8:
         raise ReferenceUnsupported(f"{op}: x1 and x2 of {x1.dtype} and {x2.dtype} (int8 modelled)")
-    if not scale.is_floating_point():
-        raise ReferenceUnsupported(f"{op}: scale of {scale.dtype} (npu_trans_quant_param's packed form)")
     out_dtype = output_dtype or torch.int8
     if out_dtype not in (torch.int8, torch.bfloat16, torch.float16):
         raise ReferenceUnsupported(f"{op}: output_dtype={out_dtype}")
-    if out_dtype == torch.float16 and pertoken_scale is None:
-        raise ReferenceUnsupported(f"{op}: output_dtype=torch.float16 without pertoken_scale (19-bit scale)")
+    if scale.dtype == torch.int64:
+        scale = _unpacked_scale(op, scale, offset)
+    elif not scale.is_floating_point():
+        raise ReferenceUnsupported(f"{op}: scale of {scale.dtype}")
+    elif pertoken_scale is None and out_dtype != torch.bfloat16:
+        scale = _high_19_bits(scale)
     if offset is not None and out_dtype != torch.int8:
         raise ValueError(f"{op}: offset with output_dtype={out_dtype}")
     acc = torch.matmul(x1.to(scale.dtype), x2.to(scale.dtype))  # exact: integer products and sums

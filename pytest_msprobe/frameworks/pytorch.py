@@ -237,8 +237,10 @@ def autocast_dtype(call: Call) -> torch.dtype | None:
     Every floating input wider: autocast, whatever the op. Some in the low dtype beside wider ones
     (an fp32 weight and bias beside a bf16 activation: `addmm` in a GPT-2 block) only for the ops
     autocast casts to its low dtype: layer_norm's and batch_norm's CPU kernels take a bf16 input with
-    an fp32 weight as they are, and an in-place op writes into its own dtype by type promotion."""
-    if call.name.api in CASTS or call.inplace:
+    an fp32 weight as they are, and an in-place op writes into its own dtype by type promotion.
+    torch_npu's own ops (`NPU.`) are in no autocast list: their fp32 side inputs (npu_quant_matmul's
+    scales, a norm's weight) beside a bf16/fp16 output are the op's signature, not autocast."""
+    if call.name.api in CASTS or call.inplace or call.name.api_type == "NPU":
         return None
     inputs = {t.dtype for t in tensors(call.args, call.kwargs) if t.is_floating_point()}
     outputs = {s.get("dtype") for s in call.output_specs if is_tensor_spec(s)}

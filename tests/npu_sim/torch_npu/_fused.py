@@ -662,9 +662,16 @@ def npu_quant_matmul(x1: torch.Tensor, x2: torch.Tensor, scale: torch.Tensor, *,
                      scale_dtype=None, group_sizes=None, y_scale=None) -> torch.Tensor:
     """int8 matmul accumulated exactly (float32 holds these integer sums), dequantised in float32:
     (acc + int32 bias) * scale * pertoken_scale + float bias; int8 out: + offset, rounded, saturated.
-    Simulated: int8 inputs, float scales, int8/bf16/fp16 outputs."""
+    Simulated: int8 inputs, float scales and npu_trans_quant_param's int64 ones, int8/bf16/fp16 outputs.
+    As op-plugin's QuantMatmul, a float32 scale without pertoken_scale for an int8 or fp16 output is
+    packed first (npu_trans_quant_param, round_mode 0): its high 19 bits kept."""
     if any(v is not None for v in (x1_dtype, x2_dtype, pertoken_scale_dtype, scale_dtype, group_sizes, y_scale)):
         raise RuntimeError("npu sim: npu_quant_matmul with these arguments is not simulated")
+    if scale.dtype == torch.int64:  # the float32 in the low 32 bits
+        low = scale & 0xFFFFFFFF
+        scale = torch.where(low >= 2 ** 31, low - 2 ** 32, low).to(torch.int32).view(torch.float32)
+    elif scale.dtype == torch.float32 and pertoken_scale is None and output_dtype in (None, torch.int8, torch.float16):
+        scale = (scale.view(torch.int32) & ~0x1FFF).view(torch.float32)
     acc = x1.float() @ x2.float()
     if bias is not None and bias.dtype == torch.int32:
         acc = acc + bias.float()
