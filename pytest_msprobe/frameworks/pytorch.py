@@ -283,7 +283,9 @@ def forward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
         devices.synchronize(options.probe_device)
         return outputs
 
-    return Sides(lambda side: forward(side, call), tested, pair, call.notes, options.recorded, probe=probe)
+    return Sides(
+        lambda side: forward(side, call), tested, pair, call.notes, options.recorded, probe=probe, probe_pair=pair
+    )
 
 
 def skip_uncompared(name: EntryName, pairs: list[OutputPair], call: Call | None = None) -> list[OutputPair]:

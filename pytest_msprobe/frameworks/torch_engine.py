@@ -488,6 +488,9 @@ class Sides:
     compared: Callable[[list, list], tuple[list, list]] = _as_compared
     # The tested side again with its fp16/bf16 inputs in fp32, its outputs in the bench's order.
     probe: Callable[[], list] | None = None
+    # (probe's outputs, bench) -> pairs: by index, less what the run leaves out of the comparison
+    # (an NPU op's padded rows beyond group_list: pytorch.skip_uncompared).
+    probe_pair: Callable[[list, list], list[OutputPair]] = pairs_of
     recipe: Recipe | None = None  # how a standalone script rebuilds the call
     # For the standard's extra runs: the magnitude of the terms of each output on a bench side (the
     # bench on |inputs| for sums and products, the API's formula), and whether the spread of the
@@ -586,7 +589,7 @@ def probe_of(
             bench, side, _ = run_bench(sides.bench, plain)
             extra = ExtraBenchRuns(plain, sides, side, bench)
         rounded = [round_like(value, like) for value, like in zip(rerun(), recorded)]
-        found = [pair for pair in pairs_of(rounded, bench) if pair.index in compared]
+        found = [pair for pair in sides.probe_pair(rounded, bench) if pair.index in compared]
         for pair in found:
             if not pair.skip:
                 pair.extra = extra.for_output(pair.index)

@@ -4,6 +4,8 @@ MSPROBE_NPU_SIM_DEFICITS is a comma-separated list of `<op>=<kind>`; `<op>` is a
 (`aten::mm`, every overload; `aten::add.Tensor`, one) or a fused op (`npu_rms_norm`). Kinds:
 
   bf16_accumulate  mm, bmm, addmm: each product summed into a bfloat16 accumulator
+  low_accumulate   mm, bmm, addmm of bf16/fp16 operands: each product summed into a bfloat16
+                   accumulator; fp32 operands computed right (a kernel whose fp32 path is sound)
   tanh             gelu, gelu_backward: the tanh approximation instead of erf
   epsilon:<x>      an op with an eps / epsilon argument (layer norm, the fused norms): x instead
   scale:<x>        every floating output multiplied by x
@@ -40,7 +42,7 @@ from . import _state
 VARIABLE = "MSPROBE_NPU_SIM_DEFICITS"
 _MATMULS = ("aten::mm", "aten::bmm", "aten::addmm")
 _GELUS = ("aten::gelu", "aten::gelu_backward")
-_ONLY_FOR = {"bf16_accumulate": _MATMULS, "tanh": _GELUS, "no_residual": ("npu_add_rms_norm",),
+_ONLY_FOR = {"bf16_accumulate": _MATMULS, "low_accumulate": _MATMULS, "tanh": _GELUS, "no_residual": ("npu_add_rms_norm",),
              "skip_last_group": ("npu_grouped_matmul",),
              "mean_of_v": ("npu_prompt_flash_attention", "npu_incre_flash_attention",
                            "npu_fused_infer_attention_score"),
@@ -48,7 +50,7 @@ _ONLY_FOR = {"bf16_accumulate": _MATMULS, "tanh": _GELUS, "no_residual": ("npu_a
                          "npu_fused_infer_attention_score"),
              "int_offset": ("npu_quantize", "npu_dynamic_quant")}
 _WITH_VALUE = ("epsilon", "scale", "int_offset")
-KINDS = ("bf16_accumulate", "tanh", "epsilon", "scale", "no_residual", "skip_last_group", "mean_of_v", "flash_p",
+KINDS = ("bf16_accumulate", "low_accumulate", "tanh", "epsilon", "scale", "no_residual", "skip_last_group", "mean_of_v", "flash_p",
          "int_offset", "raise", "async_error", "crash")
 
 
@@ -87,10 +89,13 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict, in_place: bool = T
     change its outputs in place; not where autograd records them)."""
     name = op._schema.name
     deficit = DEFICITS.get(f"{name}.{op._overloadname}") or DEFICITS.get(name)
+    operands = args[1:3] if name == "aten::addmm" else args[:2]
+    if deficit is not None and deficit.kind == "low_accumulate" and operands[0].dtype == torch.float32:
+        deficit = None  # the sound fp32 path
     if deficit is None:
         return _callable(op, args, kwargs)(*args, **kwargs)
     _state.log(f"deficit {name} {deficit.describe()}")
-    if deficit.kind == "bf16_accumulate":
+    if deficit.kind in ("bf16_accumulate", "low_accumulate"):
         return _bf16_accumulate(name, args, kwargs)
     if deficit.kind == "tanh":
         kwargs = {**kwargs, "approximate": "tanh"}  # keyword-only in both gelu ops
