@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from dumpwriter import DumpWriter
 
+from conftest import read_csv
 from pytest_msprobe.frameworks.npu_ops import ReferenceUnsupported, lookup
 
 
@@ -166,8 +168,6 @@ def _device(q, k, v, scale, bias):
 def _attention_dump(folder) -> None:
     """msprobe-format entries of the inference attentions with pse_shift and int8 antiquant, bf16: .0
     as a correct kernel computes them, .1 by a kernel that drops pse_shift / antiquant_offset."""
-    from dumpwriter import DumpWriter
-
     writer = DumpWriter(folder)
     bf16 = lambda *shape, seed: rand(*shape, seed=seed).to(torch.bfloat16)  # noqa: E731
     q, k, v, pse = (
@@ -208,8 +208,6 @@ def test_pse_shift_and_antiquant_entries_are_judged_and_a_kernel_dropping_them_i
         str(pytester.path / "attention"),
     )
     result.assert_outcomes(passed=2, failed=2)
-    from conftest import read_csv
-
     outcome = {row["API Name"]: row["Forward Test Success"] for row in read_csv(pytester.path / "out", "result")}
     assert outcome == {
         "NPU.npu_prompt_flash_attention.0": "pass",
