@@ -32,3 +32,26 @@ def test_group_norm_affine_gradients_are_per_channel_sums_of_their_group():
     for magnitude, exact in zip((dx, dw, db), (xs.grad, ws.grad, bs.grad)):
         assert bool((magnitude >= exact.abs() * (1 - 1e-12)).all())
     assert terms_of("Functional.group_norm", [x, w, b], [g], 1, 6) == 2 * 6 * 7 // 6
+
+
+def test_instance_norm_is_group_norm_with_a_group_per_channel():
+    """F.instance_norm normalises each sample's channel alone (segdet in bench/zoo, whose fp32 input
+    gradient had no model and was 2.36x its budget in cpu mode); its running statistics take no
+    gradient, so the gradients come in the order of the floating inputs that take one."""
+    torch.manual_seed(2)
+    x, g = torch.randn(2, 5, 4, 3), torch.randn(2, 5, 4, 3)
+    w, b = torch.randn(5), torch.randn(5)
+    per_channel = formula("Functional.instance_norm", [x], {"weight": w, "bias": b}, [g])
+    grouped = formula("Functional.group_norm", [x, 5, w, b], {}, [g])
+    assert len(per_channel) == 3
+    for mine, theirs in zip(per_channel, grouped):
+        assert torch.allclose(mine, theirs, rtol=1e-12, atol=0)
+    xs, ws, bs = (t.double().requires_grad_() for t in (x, w, b))
+    y = torch.nn.functional.instance_norm(xs, weight=ws, bias=bs)
+    assert bool((formula("Functional.instance_norm", [x], {"weight": w, "bias": b}, None)[0] >= y.abs() - 1e-12).all())
+    y.backward(g.double())
+    for magnitude, exact in zip(per_channel, (xs.grad, ws.grad, bs.grad)):
+        assert bool((magnitude >= exact.abs() * (1 - 1e-12)).all())
+    running = [torch.zeros(5), torch.ones(5)]  # tensors, but no gradient: None in their places
+    with_running = formula("Functional.instance_norm", [x, *running, w, b], {}, [g])
+    assert with_running[1] is None and with_running[2] is None and with_running[0].shape == x.shape

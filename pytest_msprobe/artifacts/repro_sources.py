@@ -8,8 +8,8 @@ executes each as a module of its own (templates/repro.py, `package_module`).
 - reductions.py, the metrics' pass and the block iteration the budget reads an output with;
 - standards/budget.py, whole: the per-element budget (numpy only);
 - frameworks/npu_reference.py, npu_fusion_attention's layouts and masks as scaled_dot_product_attention's;
-- frameworks/magnitudes.py, its formulas (softmax, layer_norm, group_norm, batch_norm, gelu, cross_entropy,
-  attention, multi_head_attention_forward),
+- frameworks/magnitudes.py, its formulas (softmax, layer_norm, group_norm, instance_norm, batch_norm, gelu,
+  cross_entropy, attention, multi_head_attention_forward),
   the structural term (`structural`), the list of sums and products and a contraction's float32
   lower bound; not `with_magnitudes`,
   which wires them to the engine;
@@ -85,6 +85,7 @@ PARTS = (
                 "_softmax",
                 "_layer_norm",
                 "_group_norm",
+                "_instance_norm",
                 "NORMS",
                 "_batch_norm",
                 "_multi_head_attention",

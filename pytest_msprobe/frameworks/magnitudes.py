@@ -97,6 +97,10 @@ PARAMETERS: dict[str, tuple[tuple[str, Any], ...]] = {
         ("input", None), ("running_mean", None), ("running_var", None), ("weight", None), ("bias", None),
         ("training", False), ("momentum", 0.1), ("eps", 1e-5),
     ),
+    "instance_norm": (
+        ("input", None), ("running_mean", None), ("running_var", None), ("weight", None), ("bias", None),
+        ("use_input_stats", True), ("momentum", 0.1), ("eps", 1e-5),
+    ),
     "gelu": (("input", None), ("approximate", "none")),
     "cross_entropy": (
         ("input", None), ("target", None), ("weight", None), ("size_average", None), ("ignore_index", -100),
@@ -266,6 +270,22 @@ def _group_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
     del product
     dx = centred.mul_(weighted).add_(gw).add_(gw.mean((2, 3), keepdim=True)).mul_(rstd)
     return [dx.reshape(x.shape)] + [found for found in (dw, db) if found is not None]
+
+
+def _instance_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
+    """group_norm's formula with a group per channel (each sample's channel normalised alone), the
+    weight's and bias's gradients summed over the samples; with running statistics instead of the
+    input's, batch_norm's affine map."""
+    if not p["use_input_stats"] and p["running_mean"] is not None and p["running_var"] is not None:
+        return _batch_norm({**p, "training": False}, g)
+    x = p["input"]
+    grouped = {"input": x, "num_groups": x.shape[1], "weight": p["weight"], "bias": p["bias"], "eps": p["eps"]}
+    found = _group_norm(grouped, g)
+    if g is None:
+        return found
+    named = dict(zip(("input", *(n for n in ("weight", "bias") if p[n] is not None)), found))
+    # One per floating input, in argument order: the running statistics take no gradient.
+    return [named.get(name) for name, _ in PARAMETERS["instance_norm"] if isinstance(p[name], torch.Tensor)]
 
 
 def _batch_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
@@ -570,6 +590,7 @@ FORMULAS: dict[str, Callable[[dict[str, Any], torch.Tensor | None], list]] = {
     "layer_norm": _layer_norm,
     "group_norm": _group_norm,
     "batch_norm": _batch_norm,
+    "instance_norm": _instance_norm,
     "gelu": _gelu,
     "cross_entropy": _cross_entropy,
     "scaled_dot_product_attention": _attention,
@@ -746,7 +767,8 @@ def normaliser_terms(api: str, args: Sequence[Any], kwargs: dict[str, Any], forw
     return math.prod(x.shape[d] for d in dims) if x.dim() else 1
 
 
-NORMS = frozenset({"batch_norm", "layer_norm", "group_norm"})  # their weight's and bias's gradients sum a batch
+# Their weight's and bias's gradients sum a batch.
+NORMS = frozenset({"batch_norm", "layer_norm", "group_norm", "instance_norm"})
 
 
 def terms_of(
