@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from dumpwriter import DumpWriter
 
-from conftest import read_csv
+from conftest import read_csv, run_msprobe
 from pytest_msprobe.frameworks.npu_ops import ReferenceUnsupported, lookup
 
 
@@ -195,18 +195,7 @@ def _attention_dump(folder) -> None:
 
 def test_pse_shift_and_antiquant_entries_are_judged_and_a_kernel_dropping_them_is_an_error(pytester):
     _attention_dump(pytester.path / "attention")
-    result = pytester.runpytest(
-        "-p",
-        "no:cacheprovider",
-        "--msprobe-device",
-        "recorded",
-        "--msprobe-standard",
-        "dtype",
-        "--msprobe-out",
-        "out",
-        "--msprobe-dump",
-        str(pytester.path / "attention"),
-    )
+    result = run_msprobe(pytester, pytester.path / "attention", "--msprobe-standard", "dtype", device="recorded")
     result.assert_outcomes(passed=2, failed=2)
     outcome = {row["API Name"]: row["Forward Test Success"] for row in read_csv(pytester.path / "out", "result")}
     assert outcome == {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import read_csv
+from conftest import read_csv, run_msprobe
 
 NPU_SIM = Path(__file__).resolve().parent / "npu_sim"
 LLM = "npu_llm_sim"
@@ -23,10 +23,9 @@ def test_the_fp32_probe_of_a_grouped_matmul_leaves_its_padded_rows_out(pytester,
     monkeypatch.setenv("MSPROBE_NPU_SIM_LOG", str(pytester.path / "npu_sim.log"))
     monkeypatch.setenv("MSPROBE_NPU_SIM_DEFICITS", "aten::mm=low_accumulate")
     monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--msprobe-device", "npu", "--msprobe-out", "out",
-        "--msprobe-standard", "dtype", "--msprobe-probe", "fp32", "--msprobe-dump", str(copy_dump(LLM)),
-        "-k", "npu_grouped_matmul.2",
+    result = run_msprobe(
+        pytester, copy_dump(LLM), "-p", "no:hypothesispytest", "--msprobe-standard", "dtype",
+        "--msprobe-probe", "fp32", "-k", "npu_grouped_matmul.2", device="npu", subprocess=True,
     )  # fmt: skip
     result.assert_outcomes(failed=1)
     assert "deficit aten::mm low_accumulate" in (pytester.path / "npu_sim.log").read_text()

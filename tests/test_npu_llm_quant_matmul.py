@@ -15,7 +15,7 @@ import pytest
 import torch
 from dumpwriter import DumpWriter
 
-from conftest import read_csv
+from conftest import read_csv, run_msprobe
 from pytest_msprobe.frameworks.npu_ops import lookup
 
 # npu_trans_quant_param's example (round_mode 1, with an offset): the low 32 bits are a float32 with
@@ -93,18 +93,7 @@ def test_int64_and_float32_scales_for_a_float16_output_are_judged_end_to_end(pyt
                   [x1, x2, torch.tensor(scales, dtype=torch.float32)],
                   {"pertoken_scale": pertoken, "output_dtype": torch.bfloat16})  # fmt: skip
     writer.write()
-    result = pytester.runpytest(
-        "-p",
-        "no:cacheprovider",
-        "--msprobe-device",
-        "recorded",
-        "--msprobe-standard",
-        "dtype",
-        "--msprobe-out",
-        "out",
-        "--msprobe-dump",
-        str(pytester.path / "quant"),
-    )
+    result = run_msprobe(pytester, pytester.path / "quant", "--msprobe-standard", "dtype", device="recorded")
     outcome = {row["API Name"]: row["Forward Test Success"] for row in read_csv(pytester.path / "out", "result")}
     assert outcome == {"NPU.npu_quant_matmul.0": "pass", "NPU.npu_quant_matmul.1": "error",
                        "NPU.npu_quant_matmul.2": "pass", "NPU.npu_quant_matmul.3": "pass"}  # fmt: skip

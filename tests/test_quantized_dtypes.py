@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from conftest import read_csv
+from conftest import read_csv, run_msprobe
 from pytest_msprobe.frameworks.torch_engine import TorchCodec
 
 LLM = "npu_llm_sim"
@@ -40,18 +40,7 @@ def _quantized(dump: Path) -> dict:
 def test_a_qint8_argument_is_judged_and_quantized_tensors_are_refused_by_field(pytester, copy_dump):
     dump = copy_dump(LLM)
     _quantized(dump)
-    result = pytester.runpytest(
-        "-p",
-        "no:cacheprovider",
-        "--msprobe-device",
-        "recorded",
-        "--msprobe-standard",
-        "dtype",
-        "--msprobe-out",
-        "out",
-        "--msprobe-dump",
-        str(dump),
-    )
+    result = run_msprobe(pytester, dump, "--msprobe-standard", "dtype", device="recorded")
     result.assert_outcomes(passed=1, skipped=2)
     results = {row["API Name"]: row for row in read_csv(pytester.path / "out", "result")}
     assert results["NPU.npu_quantize.1"]["Forward Test Success"] == "pass"

@@ -127,6 +127,9 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # PyTorch dtypes by the names msprobe writes (str(dtype)), and their aliases: looked up in
 # this table, never as an attribute of torch named by the dump.
+# PyTorch's quantized dtypes: torch.dtype arguments name them (npu_quantize's dtype=torch.qint8); a
+# tensor of one is never rebuilt (inputs/rebuild.py's NO_TENSOR_HERE says why).
+QUANTIZED_DTYPES: tuple[str, ...] = ("qint8", "quint8", "qint32", "quint4x2", "quint2x4")
 TORCH_DTYPES: tuple[str, ...] = (
     "float64",
     "float32",
@@ -148,13 +151,7 @@ TORCH_DTYPES: tuple[str, ...] = (
     "float8_e5m2",
     "float8_e4m3fnuz",
     "float8_e5m2fnuz",
-    # Quantized dtypes: torch.dtype arguments name them (npu_quantize's dtype=torch.qint8); a
-    # tensor of one is never rebuilt (inputs/rebuild.py's NO_TENSOR_HERE says why).
-    "qint8",
-    "quint8",
-    "qint32",
-    "quint4x2",
-    "quint2x4",
+    *QUANTIZED_DTYPES,
 )
 TORCH_DTYPE_ALIASES: Mapping[str, str] = {
     "double": "float64",

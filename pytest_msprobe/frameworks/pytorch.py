@@ -243,12 +243,8 @@ def autocast_dtype(call: Call) -> torch.dtype | None:
     if call.name.api in CASTS or call.inplace or call.name.api_type == "NPU":
         return None
     inputs = {t.dtype for t in tensors(call.args, call.kwargs) if t.is_floating_point()}
-    outputs = {s.get("dtype") for s in call.output_specs if is_tensor_spec(s)}
-    if len(outputs) != 1 or not inputs:
-        return None
-    try:
-        out = CODEC.dtype(outputs.pop())
-    except KeyError:
+    out = output_dtype(call)
+    if out is None or not inputs:
         return None
     wider = {d for d in inputs if d not in LOW_PRECISION and d.itemsize > out.itemsize}
     if out not in LOW_PRECISION or not wider:
@@ -407,19 +403,24 @@ def compared_gradients_only(call: Call, grad_specs: list) -> Call:
     return replace(call, grad_flags=kept) if any(kept) and kept != flags else call
 
 
+def output_dtype(call: Call) -> torch.dtype | None:
+    """The dtype of the call's tensor outputs where they have one, and it is readable."""
+    outputs = {s.get("dtype") for s in call.output_specs if is_tensor_spec(s)}
+    if len(outputs) != 1:
+        return None
+    try:
+        return CODEC.dtype(outputs.pop())
+    except (KeyError, TypeError):
+        return None
+
+
 def promoted(call: Call, pairs: list[OutputPair]) -> list[OutputPair]:
     """The gradients of 0-dim floating inputs wider than the call's one bf16/fp16 output, marked as
     computed in that output's dtype: type promotion leaves a 0-dim tensor out of the result's dtype
     (an fp32 `logit_scale.exp()` times a bf16 tensor is bf16), so the op and its backward run in the
     output's dtype, and autograd casts the gradient up to the input's dtype only after its sum."""
-    if call.autocast is not None:
-        return pairs
-    outputs = {s.get("dtype") for s in call.output_specs if is_tensor_spec(s)}
-    try:
-        out = CODEC.dtype(outputs.pop()) if len(outputs) == 1 else None
-    except (KeyError, TypeError):
-        out = None
-    if out is None or out not in LOW_PRECISION:
+    out = output_dtype(call)
+    if call.autocast is not None or out is None or out not in LOW_PRECISION:
         return pairs
     inputs = floating(call.args, call.kwargs)
     for pair in pairs:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from ..dumps.apis import QUANTIZED_DTYPES
 from ..dumps.dump import MAX_NESTING
 from ..options import DEFAULT_MAX_ELEMENTS, RANDOM, REAL
 from ..results import RANDOM_DATA
@@ -55,7 +56,7 @@ NO_TENSOR_HERE: dict[str, str] = {
     **{
         name: "is a PyTorch quantized dtype (integers with a scale and zero point that dump.json does not "
         "record): pytest-msprobe neither rebuilds nor judges quantized tensors"
-        for name in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4")
+        for name in QUANTIZED_DTYPES
     },
 }
 INT_RANGE: dict[str, tuple[int, int]] = {
@@ -277,14 +278,15 @@ class Rebuilder:
 
     def tensor(self, spec: dict, field_path: str) -> Any:
         dtype_name = str(spec.get("dtype"))
+        # A dtype the codec may know (torch.qint8, for torch.dtype arguments) with no tensor of it here.
         why = NO_TENSOR_HERE.get(dtype_name.rsplit(".", 1)[-1].lower())
         try:
-            if why:  # a dtype the codec may know (torch.qint8, for torch.dtype arguments), no tensor of it
-                raise KeyError(dtype_name)
-            dtype = self.codec.dtype(dtype_name)
+            dtype = None if why else self.codec.dtype(dtype_name)
         except (KeyError, TypeError):
+            dtype = None
+        if dtype is None:
             what = f"dtype {dtype_name!r} {why}" if why else f"unknown dtype {dtype_name!r}"
-            raise self.error(f"{field_path}.dtype", what) from None
+            raise self.error(f"{field_path}.dtype", what)
         shape = spec.get("shape")
         if not isinstance(shape, list) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape

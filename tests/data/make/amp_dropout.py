@@ -12,13 +12,12 @@ reproduce as recorded, at tiny widths (d 8, seq 4, batch 2), dumped by msprobe 2
 
     python amp_dropout.py OUT   (in msprobe's venv; see ../README.md)
 """
-import json
-import os
 import sys
 
 import torch
 import torch.nn.functional as F
-from msprobe.pytorch import PrecisionDebugger, seed_all
+from l1_debugger import l1_tensor_debugger
+from msprobe.pytorch import seed_all
 
 OUT = sys.argv[1]
 seed_all(1234, mode=False)
@@ -30,12 +29,7 @@ w2, b2 = (torch.randn(D, D) * 0.3).requires_grad_(), torch.randn(D).requires_gra
 mask = torch.zeros(B, 1, 1, T)
 mask[1, ..., -1] = torch.finfo(torch.float32).min  # the second sequence padded by one token
 
-os.makedirs(OUT, exist_ok=True)
-config = {"task": "tensor", "dump_path": OUT, "rank": [], "step": [], "level": "L1", "async_dump": False,
-          "tensor": {"scope": [], "list": [], "data_mode": ["all"]}, "risk_level": "ALL"}
-with open(os.path.join(OUT, "config.json"), "w") as f:
-    json.dump(config, f)
-debugger = PrecisionDebugger(config_path=os.path.join(OUT, "config.json"))
+debugger = l1_tensor_debugger(OUT)
 debugger.start()
 with torch.autocast("cpu", dtype=torch.bfloat16):
     h = torch.matmul(x, w1)  # bf16

@@ -7,24 +7,18 @@ CPU.
 
     python fp16_overflow.py OUT   (in msprobe's venv; see ../README.md)
 """
-import json
-import os
 import sys
 
 import torch
 import torch.nn.functional as F
-from msprobe.pytorch import PrecisionDebugger, seed_all
+from l1_debugger import l1_tensor_debugger
+from msprobe.pytorch import seed_all
 
 OUT = sys.argv[1]
 seed_all(1234, mode=False)
 x = (torch.randn(16, 16) * 30).half().requires_grad_()
 logits = torch.randn(6, 10).half().requires_grad_()
-os.makedirs(OUT, exist_ok=True)
-config = {"task": "tensor", "dump_path": OUT, "rank": [], "step": [], "level": "L1", "async_dump": False,
-          "tensor": {"scope": [], "list": [], "data_mode": ["all"]}, "risk_level": "ALL"}
-with open(os.path.join(OUT, "config.json"), "w") as f:
-    json.dump(config, f)
-debugger = PrecisionDebugger(config_path=os.path.join(OUT, "config.json"))
+debugger = l1_tensor_debugger(OUT)
 debugger.start()
 product = x * 3000.0  # |x| > 21.84 gives more than 65520: inf
 grown = torch.exp(x / 3)  # x > 33.3 gives more than 65520: inf

@@ -14,14 +14,13 @@ list) at tiny widths:
 
     python promotion.py OUT   (in msprobe's venv; see ../README.md)
 """
-import json
 import math
-import os
 import sys
 
 import torch
 import torch.nn.functional as F
-from msprobe.pytorch import PrecisionDebugger, seed_all
+from l1_debugger import l1_tensor_debugger
+from msprobe.pytorch import seed_all
 
 OUT = sys.argv[1]
 seed_all(1234, mode=False)
@@ -34,12 +33,7 @@ v = torch.randn(B, N, D, dtype=torch.bfloat16, requires_grad=True)
 x = torch.randn(B, N, D, dtype=torch.bfloat16, requires_grad=True)
 w, b = torch.ones(D, requires_grad=True), torch.zeros(D, requires_grad=True)
 
-os.makedirs(OUT, exist_ok=True)
-config = {"task": "tensor", "dump_path": OUT, "rank": [], "step": [], "level": "L1", "async_dump": False,
-          "tensor": {"scope": [], "list": [], "data_mode": ["all"]}, "risk_level": "ALL"}
-with open(os.path.join(OUT, "config.json"), "w") as f:
-    json.dump(config, f)
-debugger = PrecisionDebugger(config_path=os.path.join(OUT, "config.json"))
+debugger = l1_tensor_debugger(OUT)
 debugger.start()
 logits = logit_scale.exp() * features
 with torch.autocast("cpu", dtype=torch.bfloat16):

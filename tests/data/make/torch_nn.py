@@ -5,14 +5,14 @@ entry), a GRU and an LSTM, GroupNorm after a 1-D conv.
 
     DTYPE=fp32|bf16 python torch_nn.py OUT   (in msprobe's venv; see ../README.md)
 """
-import json
 import os
 import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from msprobe.pytorch import PrecisionDebugger, seed_all
+from l1_debugger import l1_tensor_debugger
+from msprobe.pytorch import seed_all
 
 OUT = sys.argv[1]
 DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}[os.environ.get("DTYPE", "fp32")]
@@ -25,12 +25,7 @@ conv, norm = nn.Conv1d(E, E, 3, padding=1).to(DTYPE), nn.GroupNorm(2, E).to(DTYP
 x = torch.randn(N, L, E, dtype=DTYPE, requires_grad=True)
 causal = torch.triu(torch.ones(L, L, dtype=torch.bool), 1)
 
-os.makedirs(OUT, exist_ok=True)
-config = {"task": "tensor", "dump_path": OUT, "rank": [], "step": [], "level": "L1", "async_dump": False,
-          "tensor": {"scope": [], "list": [], "data_mode": ["all"]}, "risk_level": "ALL"}
-with open(os.path.join(OUT, "config.json"), "w") as f:
-    json.dump(config, f)
-debugger = PrecisionDebugger(config_path=os.path.join(OUT, "config.json"))
+debugger = l1_tensor_debugger(OUT)
 debugger.start()
 a, _ = mha(x, x, x, attn_mask=causal, need_weights=False)
 h = x + a
