@@ -31,6 +31,11 @@
   gradient) or of the batch (the weight's), and a forward over a quarter of the input channels
   (`conv.sampled`): a lower bound again, of a quarter of the work; a pass it gives says "bounded"
   (budget.Reading.bounded).
+- A linear's gradients alike (`linear_grads.gradients`: |grad| |W| for the input's, |grad|^T |x|
+  for the weight's, sum |grad| for the bias's, autograd's own kernels on the same layouts), float32
+  for the lower bound, float64 for the whole: an LLM's linear backward entries compare the input's
+  gradient alone, and the forward GEMM and the weight's gradient were most of their extra runs'
+  time (bench/llm_width/results_where.md).
 - Anything else has no magnitude model: the standard measures its conditioning instead (the
   spread of the benchmark under perturbed inputs), but for the forward of a unary elementwise
   function (cos, exp, tanh, rsqrt, silu, ...: `UNARY`): a correct kernel of an exact input is a
@@ -60,7 +65,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import conv
+from . import conv, linear_grads
 from .npu_reference import AttentionInBnsd, fusion_attention_in_bnsd
 from .torch_engine import Call, Side, Sides, absolute, flat_outputs, floating
 
@@ -841,8 +846,16 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
         # at another node of the graph: that node's, not the kernel's).
         conv_backward = is_conv and grad_outputs is not None and sides.compared_bench is None
         grads = grad_outputs or []
+        # A linear's alike (linear_grads: autograd's own kernels, without the forward GEMM).
+        linear_backward = (
+            grad_outputs is not None and sides.compared_bench is None and linear_grads.takes(call, grad_outputs)
+        )
         if conv_backward:
             exact = replace(exact, magnitude_of=lambda side, index: conv.gradients(call, grads, absolute(side), index))
+        if linear_backward:
+            exact = replace(
+                exact, magnitude_of=lambda side, index: linear_grads.gradients(call, grads, absolute(side), index)
+            )
         terms = terms_bound(api, inputs, grad_outputs)
         # Only where 2 n u stays small and float32 GEMMs are not allowed a lower precision.
         if terms is None or 4 * (terms + 5) * U_FLOAT32 > 1 or torch.get_float32_matmul_precision() != "highest":
@@ -867,6 +880,13 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
                 ),
                 sampled_magnitude_of=lambda side, index: lower_bound(
                     conv.gradients(call, grads, in_float32(side), index, CONV_SAMPLE), bound
+                ),
+            )
+        if linear_backward:
+            return replace(
+                exact,
+                lower_magnitude_of=lambda side, index: lower_bound(
+                    linear_grads.gradients(call, grads, in_float32(side), index), bound
                 ),
             )
         return replace(exact, lower_magnitude=lambda side: lower_bound(sides.compared_run(in_float32(side)), bound))
