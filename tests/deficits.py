@@ -286,14 +286,36 @@ class Arith:
         a, b = self.operands(a, b)
         if self.mid == F64:
             return torch.matmul(a, b)
+        if self.kernel.order in ("sequential", "reverse") and self.kernel.accumulate != "low_blocked":
+            return _sequential_products(a, b, self.acc_dtype("reduction"), reverse=self.kernel.order == "reverse")
         return self.sum(a.unsqueeze(-1) * b.unsqueeze(-3), dim=-2)
 
 
 def _sequential(t: torch.Tensor, acc: torch.dtype) -> torch.Tensor:
     """Sum over dim 0 in order, each partial sum rounded to acc (a fused multiply-add for products)."""
-    total = torch.zeros_like(t[0]) if t.shape[0] else torch.zeros(t.shape[1:], dtype=F64)
+    total = torch.zeros(t.shape[1:], dtype=F64)
+    # In place, through one buffer of acc: the same roundings as rnd(total + term, acc), without
+    # two new tensors a term (a K = 1024 GEMM's corpora took most of a minute allocating them).
+    low = None if acc == F64 else torch.empty_like(total, dtype=acc)
     for term in t:
-        total = rnd(total + term, acc)
+        total.add_(term)
+        if low is not None:
+            low.copy_(total)
+            total.copy_(low)
+    return total
+
+
+def _sequential_products(a: torch.Tensor, b: torch.Tensor, acc: torch.dtype, reverse: bool) -> torch.Tensor:
+    """_sequential over the K products of a (..., M, K) @ b (..., K, N), each formed as it is added:
+    the same sums, without the (..., M, K, N) tensor of every product (exact in float64 either way)."""
+    total = torch.zeros(torch.broadcast_shapes((*a.shape[:-1], 1), (*b.shape[:-2], 1, b.shape[-1])), dtype=F64)
+    low = None if acc == F64 else torch.empty_like(total, dtype=acc)
+    steps = range(a.shape[-1] - 1, -1, -1) if reverse else range(a.shape[-1])
+    for k in steps:
+        total.addcmul_(a[..., :, k, None], b[..., k, None, :])
+        if low is not None:
+            low.copy_(total)
+            total.copy_(low)
     return total
 
 

@@ -41,9 +41,16 @@ window.addEventListener('load', function () {
   // The last output's figures are drawn once scrolled to (not before: the page draws them lazily).
   var figures = document.querySelectorAll('#details div.fig'), last = figures[figures.length - 1];
   out.setAttribute('data-before', last.getAttribute('data-drawn') || '');
+  // Waited for, not timed: on a loaded machine the observer's frame can come seconds later.
   last.scrollIntoView();
-  setTimeout(function () { out.setAttribute('data-after', last.getAttribute('data-drawn') || '');
-                           document.body.appendChild(out); }, 3000);
+  var waited = 0;
+  (function settle() {
+    var drawn = last.getAttribute('data-drawn') || '';
+    if (drawn === '1' || waited >= 15000) {
+      out.setAttribute('data-after', drawn); document.body.appendChild(out); return;
+    }
+    waited += 100; setTimeout(settle, 100);
+  })();
 });
 </script>"""
 
@@ -63,7 +70,7 @@ class Dom(HTMLParser):
 
 def chromium(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess:
     command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-               f"--user-data-dir={profile}", "--virtual-time-budget=20000", *OFFLINE, *args, page.as_uri()]
+               f"--user-data-dir={profile}", "--virtual-time-budget=30000", *OFFLINE, *args, page.as_uri()]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
 
 

@@ -78,6 +78,49 @@ def run_alone(folder: Path, fresh: Path, *args: str, env: dict | None = None) ->
     return report
 
 
+# Runs copied folders' repro.py one after another in one fresh interpreter (isolated_env, python -S):
+# each as `python -S repro.py --json ARGS` would, in its own folder, with its own __main__ namespace.
+# It fails if anything imported pytest-msprobe. A process per script costs torch's import each time.
+BATCH = """
+import contextlib, io, json, os, runpy, sys
+answers = []
+for folder, args in json.loads(sys.argv[1]):
+    os.chdir(folder)
+    sys.argv = ["repro.py", "--json", *args]
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said):
+            runpy.run_path("repro.py", run_name="__main__")
+        code = 0
+    except SystemExit as exit:
+        code = 0 if exit.code is None else exit.code if isinstance(exit.code, int) else 1  # as python would
+    answers.append({"code": code, "stdout": said.getvalue()})
+assert not any(name.split(".")[0] == "pytest_msprobe" for name in sys.modules), "pytest-msprobe was imported"
+print(json.dumps(answers))
+"""
+
+
+def run_batch(runs: list[tuple[Path, Path, tuple[str, ...]]], env: dict | None = None) -> list[dict]:
+    """run_alone for each (folder, fresh, args), the scripts in one fresh interpreter (BATCH)."""
+    planned = []
+    for folder, fresh, args in runs:
+        target = fresh / folder.name
+        shutil.copytree(folder, target)
+        assert sorted(p.name for p in target.iterdir()) == ["inputs.pt", "repro.py", "verdict.json"]
+        planned.append((str(target), list(args)))
+    environment = isolated_env()
+    for key, value in (env or {}).items():
+        environment[key] = value + os.pathsep + environment[key] if key == "PYTHONPATH" else value
+    done = isolated_run(["-c", BATCH, json.dumps(planned)], runs[0][1], environment)
+    assert done.returncode == 0, done.stderr
+    reports = []
+    for answer in json.loads(done.stdout.splitlines()[-1]):
+        report = json.loads(answer["stdout"].splitlines()[-1])
+        assert answer["code"] == (1 if report["status"] == "error" else 0)
+        reports.append(report)
+    return reports
+
+
 def test_the_isolated_interpreter_has_torch_and_numpy_but_not_pytest_msprobe(tmp_path):
     probe = "import torch, numpy\ntry:\n    import pytest_msprobe\nexcept ImportError:\n    print('absent')\n"
     done = isolated_run(["-c", probe], tmp_path)
@@ -170,10 +213,11 @@ def test_recorded_and_random_mode_repros(pytester, copy_dump, tmp_path):
     # linear's weight gradient: msprobe took it inside the API's graph, transposed; the run judged it
     # against the float64 gradient there, which inputs.pt keeps for the script.
     assert "recorded_bench" in torch.load(folders / "Functional.linear.1.backward" / "inputs.pt", weights_only=True)
-    for entry in ("Functional.linear.1.forward", "Torch.matmul.1.backward", "Functional.linear.1.backward"):
+    entries = ("Functional.linear.1.forward", "Torch.matmul.1.backward", "Functional.linear.1.backward")
+    reports = run_batch([(folders / entry, tmp_path / "recorded", ()) for entry in entries])
+    for entry, report in zip(entries, reports):
         assert set(torch.load(folders / entry / "inputs.pt", weights_only=True)) >= {"args", "recorded"}
-        report = run_alone(folders / entry, tmp_path / "recorded")  # its default: the recorded outputs
-        assert report["device"] == "recorded"
+        assert report["device"] == "recorded"  # its default: the recorded outputs
         assert_reproduces(report, details, entry)
     again = run_alone(folders / "Functional.linear.1.forward", tmp_path / "on-cpu", "--device", "cpu")
     assert again["device"] == "cpu" and again["status"] == "error"  # the call itself, re-run
@@ -267,8 +311,8 @@ def test_dtype_standard_repros_give_the_run_verdict_and_worst_element_ratio(pyte
         failing = {row["API Name"].rsplit(".output.", 1)[0] for row in details.values() if row["Status"] == "error"}
         planted = {entry for entry, _ in CORPUS.get(name, [])} or {d.rsplit(".output.", 1)[0] for d, _ in SCALED}
         assert planted <= failing <= {p.name for p in folders.iterdir()}
-        for folder in sorted(folders.iterdir()):
-            report = run_alone(folder, tmp_path / name)
+        ordered = sorted(folders.iterdir())
+        for folder, report in zip(ordered, run_batch([(folder, tmp_path / name, ()) for folder in ordered])):
             assert report["device"] == "recorded"
             assert_reproduces(report, details, folder.name)
             assert_same_verdict(report, folder)
@@ -306,10 +350,14 @@ def test_the_fp32_probe_is_reproduced_on_the_new_standard(pytester, copy_dump, t
     for dump, entry in ((accumulated, "Torch.matmul.0.forward"), (autocast, "Functional.linear.1.forward")):
         args = ("--msprobe-device", "recorded", "--msprobe-standard", "dtype", "--msprobe-probe", "fp32")
         _, details, folders = repro_run(pytester, dump, *args, out=dump.parent.name)
-        report = run_alone(folders / entry, tmp_path / "run" / dump.parent.name)
+        report, probed = run_batch(
+            [
+                (folders / entry, tmp_path / "run" / dump.parent.name, ()),
+                (folders / entry, tmp_path / "probe" / dump.parent.name, ("--fp32",)),
+            ]
+        )
         assert_reproduces(report, details, entry)
         assert_same_verdict(report, folders / entry)
-        probed = run_alone(folders / entry, tmp_path / "probe" / dump.parent.name, "--fp32")
         assert probed["status"] == "pass" and probed["device"] == "recorded" and probed["fp32"]
         assert_same_verdict(probed, folders / entry, probe=True)
 
@@ -376,16 +424,20 @@ def test_repros_on_the_simulated_npu_rerun_the_device(pytester, copy_dump, monke
         (fused, ["NPU.npu_rms_norm.0.forward"]),
     ):
         _, details, folders = repro_run(pytester, dump, *args, out=dump.parent.name, subprocess=True)
-        for entry in entries:
+        probed = [e for e in entries if json.loads((folders / e / "verdict.json").read_text())["probe"] is not None]
+        reports = run_batch(
+            [(folders / entry, tmp_path / "run" / dump.parent.name, ()) for entry in entries]
+            + [(folders / entry, tmp_path / "probe" / dump.parent.name, ("--fp32",)) for entry in probed],
+            env=deficits,
+        )
+        for entry, report in zip(entries, reports):
             assert "torch_npu" in (folders / entry / "repro.py").read_text()
-            report = run_alone(folders / entry, tmp_path / "run" / dump.parent.name, env=deficits)
             assert report["device"] == "npu" and report["status"] == "error"
             assert_reproduces(report, details, entry)
             assert_same_verdict(report, folders / entry)
-            if json.loads((folders / entry / "verdict.json").read_text())["probe"] is not None:  # fp16/bf16 only
-                probed = run_alone(folders / entry, tmp_path / "probe" / dump.parent.name, "--fp32", env=deficits)
-                assert_same_verdict(probed, folders / entry, probe=True)
-                probes += 1
+        for entry, report in zip(probed, reports[len(entries) :]):  # fp16/bf16 only
+            assert_same_verdict(report, folders / entry, probe=True)
+            probes += 1
     assert probes == 2  # the simulated addmm and mm sum into bf16 in fp32 too: "fails in fp32 too"
 
 
@@ -571,4 +623,6 @@ def test_the_package_code_in_a_script_is_the_package_source():
     with pytest.raises(ValueError, match="no top-level Nothing"):
         repro_sources.source(repro_sources.Part("x", "pytest_msprobe.judging.standards.dtype", frozenset({"Nothing"})))
     with pytest.raises(ValueError, match="Tolerances"):
-        repro_sources.source(repro_sources.Part("x", "pytest_msprobe.judging.standards.dtype", frozenset({"DtypeStandard"})))
+        repro_sources.source(
+            repro_sources.Part("x", "pytest_msprobe.judging.standards.dtype", frozenset({"DtypeStandard"}))
+        )
