@@ -152,11 +152,19 @@ def expected(dump: str, planted: d.Planted, index: int) -> str:
 
 
 def judge_corpora(pytester, dump: str, corpora: list[d.Corpus]) -> tuple[list[str], set[tuple[str, str]]]:
-    """(what went wrong, the (kind, direction) seen as errors) over every copy of a dump."""
+    """(what went wrong, the (kind, direction) seen as errors) over every copy of a dump.
+
+    A copy runs the entries of the APIs planted in it, both directions (-k; a name that is the start
+    of another's brings that one too): every other entry holds the clean dump's files, whose verdicts
+    test_the_clean_dumps_have_no_error and test_the_clean_cnn_dumps_have_no_error give, and an entry's
+    verdict reads its API's files alone."""
     problems: list[str] = []
     errors: set[tuple[str, str]] = set()
     for number, corpus in enumerate(corpora):
-        seen = check(pytester, corpus.path / "dump.json", out=f"copy{number}")
+        apis = sorted({p.entry.rsplit(".", 1)[0] for p in corpus.planted})
+        seen = check(pytester, corpus.path / "dump.json", "-k", " or ".join(apis), out=f"copy{number}")
+        ran = {name.rsplit(".output.", 1)[0] for name in seen.details}
+        problems += [f"copy {number}: {p.entry} did not run" for p in corpus.planted if p.entry not in ran]
         deficit_entries = {p.entry for p in corpus.planted if d.KINDS[p.kind].deficit}
         problems += [
             f"copy {number}: {name} failed, no deficit planted there" for name in seen.failed - deficit_entries
