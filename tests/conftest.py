@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import os
 import shutil
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
@@ -36,6 +37,20 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_msprobe.frameworks import mindspore as ms_framework
 
         ms_framework.mindspore()
+
+
+# The pytest runs the tests start (pytester's, in process or not, their xdist workers, the docs'
+# commands) check dumps: none uses Hypothesis, whose plugin costs each process 0.45 CPU s to import.
+WITHOUT_HYPOTHESIS = "-p no:hypothesispytest"
+
+
+@pytest.fixture(autouse=True)
+def _child_runs_without_hypothesis(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester")  # it clears PYTEST_ADDOPTS: set it after
+    addopts = os.environ.get("PYTEST_ADDOPTS", "")
+    if WITHOUT_HYPOTHESIS not in addopts:
+        monkeypatch.setenv("PYTEST_ADDOPTS", f"{addopts} {WITHOUT_HYPOTHESIS}".strip())
 
 
 ROOT = Path(__file__).resolve().parent.parent
