@@ -444,20 +444,23 @@ def test_repros_on_the_simulated_npu_rerun_the_device(pytester, copy_dump, monke
 @pytest.mark.slow
 def test_mindspore_repros_print_the_run_metrics_and_verdict(pytester, copy_dump, tmp_path):
     """The runs in fresh processes, as a user's: this process's MindSpore has run the other tests'
-    entries, and after some (a kernel it lacks) its LayerNorm gradients come out otherwise."""
+    entries, and after some (a kernel it lacks) its LayerNorm gradients come out otherwise. The
+    scripts of one dump share a fresh interpreter (run_batch): each MindSpore entry's, in call order."""
     pytest.importorskip("mindspore")
     dump = copy_dump("ms_tensor_L1")
     _, details, folders = repro_run(
         pytester, dump, "--msprobe-device", "cpu", "--msprobe-max-abs-err", "1e-7", subprocess=True
     )
-    for entry in pick(details, [("forward", "torch.float32"), ("backward", "torch.float32")]).values():
+    entries = list(pick(details, [("forward", "torch.float32"), ("backward", "torch.float32")]).values())
+    for entry, report in zip(entries, run_batch([(folders / entry, tmp_path / "fp32", ()) for entry in entries])):
         assert "mindspore" in (folders / entry / "repro.py").read_text()
-        assert_reproduces(run_alone(folders / entry, tmp_path / "fp32"), details, entry)
+        assert_reproduces(report, details, entry)
     # bf16: MindSpore's CPU kernels for mul, forward and backward, on real values of ms_tensor_L1.
     bf16 = mindspore_mul_dump(pytester.path / "ms_bf16", torch.bfloat16)
     _, details, folders = repro_run(pytester, bf16, "--msprobe-device", "cpu", out="bf16", subprocess=True)
-    for entry in pick(details, [("forward", "torch.bfloat16"), ("backward", "torch.bfloat16")]).values():
-        assert_reproduces(run_alone(folders / entry, tmp_path / "bf16"), details, entry)
+    entries = list(pick(details, [("forward", "torch.bfloat16"), ("backward", "torch.bfloat16")]).values())
+    for entry, report in zip(entries, run_batch([(folders / entry, tmp_path / "bf16", ()) for entry in entries])):
+        assert_reproduces(report, details, entry)
 
 
 @pytest.mark.slow
