@@ -62,16 +62,27 @@ def isolated_run(args: list, cwd: Path, env: dict | None = None) -> subprocess.C
     )
 
 
-def run_alone(folder: Path, fresh: Path, *args: str, env: dict | None = None) -> dict:
-    """Copy one repro folder alone to `fresh` and run its repro.py there with --json (`env`: more
-    of the environment; a PYTHONPATH goes before the site-packages')."""
+def copied_alone(folder: Path, fresh: Path) -> Path:
+    """One repro folder copied alone to `fresh`: its three files and nothing else."""
     target = fresh / folder.name
     shutil.copytree(folder, target)
     assert sorted(p.name for p in target.iterdir()) == ["inputs.pt", "repro.py", "verdict.json"]
+    return target
+
+
+def isolated_env_with(env: dict | None) -> dict:
+    """isolated_env and `env` (more of the environment; a PYTHONPATH goes before the site-packages')."""
     environment = isolated_env()
     for key, value in (env or {}).items():
         environment[key] = value + os.pathsep + environment[key] if key == "PYTHONPATH" else value
-    done = isolated_run(["repro.py", "--json", *args], target, environment)
+    return environment
+
+
+def run_alone(folder: Path, fresh: Path, *args: str, env: dict | None = None) -> dict:
+    """Copy one repro folder alone to `fresh` and run its repro.py there with --json (`env`: more
+    of the environment; a PYTHONPATH goes before the site-packages')."""
+    target = copied_alone(folder, fresh)
+    done = isolated_run(["repro.py", "--json", *args], target, isolated_env_with(env))
     assert done.returncode in (0, 1), done.stderr
     report = json.loads(done.stdout.splitlines()[-1])
     assert done.returncode == (1 if report["status"] == "error" else 0)
@@ -102,16 +113,8 @@ print(json.dumps(answers))
 
 def run_batch(runs: list[tuple[Path, Path, tuple[str, ...]]], env: dict | None = None) -> list[dict]:
     """run_alone for each (folder, fresh, args), the scripts in one fresh interpreter (BATCH)."""
-    planned = []
-    for folder, fresh, args in runs:
-        target = fresh / folder.name
-        shutil.copytree(folder, target)
-        assert sorted(p.name for p in target.iterdir()) == ["inputs.pt", "repro.py", "verdict.json"]
-        planned.append((str(target), list(args)))
-    environment = isolated_env()
-    for key, value in (env or {}).items():
-        environment[key] = value + os.pathsep + environment[key] if key == "PYTHONPATH" else value
-    done = isolated_run(["-c", BATCH, json.dumps(planned)], runs[0][1], environment)
+    planned = [(str(copied_alone(folder, fresh)), list(args)) for folder, fresh, args in runs]
+    done = isolated_run(["-c", BATCH, json.dumps(planned)], runs[0][1], isolated_env_with(env))
     assert done.returncode == 0, done.stderr
     reports = []
     for answer in json.loads(done.stdout.splitlines()[-1]):
