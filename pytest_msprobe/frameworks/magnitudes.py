@@ -57,6 +57,7 @@ The models and their constants: bench/studies/kernel_bounds.md.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Sequence
@@ -842,20 +843,19 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
     if kind == "sum" or (kind == "routes" and grad_outputs is None):
         exact = replace(sides, magnitude=lambda side: sides.compared_run(absolute(side)), spread=False)
         is_conv = conv.takes(call)
-        # A conv's gradients one at a time, without the forward (recorded mode may judge a gradient
-        # at another node of the graph: that node's, not the kernel's).
-        conv_backward = is_conv and grad_outputs is not None and sides.compared_bench is None
         grads = grad_outputs or []
-        # A linear's alike (linear_grads: autograd's own kernels, without the forward GEMM).
-        linear_backward = (
-            grad_outputs is not None and sides.compared_bench is None and linear_grads.takes(call, grad_outputs)
-        )
-        if conv_backward:
-            exact = replace(exact, magnitude_of=lambda side, index: conv.gradients(call, grads, absolute(side), index))
-        if linear_backward:
-            exact = replace(
-                exact, magnitude_of=lambda side, index: linear_grads.gradients(call, grads, absolute(side), index)
-            )
+        # A conv's or a linear's gradients one at a time, without the forward (linear_grads: autograd's
+        # own kernels). Not where recorded mode judges a gradient at another node of the graph: that
+        # node's, not the kernel's.
+        by_gradient: Callable[[Side, int], list] | None = None
+        if grad_outputs is not None and sides.compared_bench is None:
+            if is_conv:
+                by_gradient = functools.partial(conv.gradients, call, grads)
+            elif linear_grads.takes(call, grad_outputs):
+                by_gradient = functools.partial(linear_grads.gradients, call, grads)
+        if by_gradient is not None:
+            gradients = by_gradient
+            exact = replace(exact, magnitude_of=lambda side, index: gradients(absolute(side), index))
         terms = terms_bound(api, inputs, grad_outputs)
         # Only where 2 n u stays small and float32 GEMMs are not allowed a lower precision.
         if terms is None or 4 * (terms + 5) * U_FLOAT32 > 1 or torch.get_float32_matmul_precision() != "highest":
@@ -872,21 +872,17 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
                     conv.sampled(call, in_float32(side), CONV_SAMPLE), bound
                 ),
             )
-        if conv_backward:
+        if by_gradient is not None:
+            gradients = by_gradient
+            exact = replace(
+                exact, lower_magnitude_of=lambda side, index: lower_bound(gradients(in_float32(side), index), bound)
+            )
+            if not is_conv:
+                return exact
             return replace(
                 exact,
-                lower_magnitude_of=lambda side, index: lower_bound(
-                    conv.gradients(call, grads, in_float32(side), index), bound
-                ),
                 sampled_magnitude_of=lambda side, index: lower_bound(
                     conv.gradients(call, grads, in_float32(side), index, CONV_SAMPLE), bound
-                ),
-            )
-        if linear_backward:
-            return replace(
-                exact,
-                lower_magnitude_of=lambda side, index: lower_bound(
-                    linear_grads.gradients(call, grads, in_float32(side), index), bound
                 ),
             )
         return replace(exact, lower_magnitude=lambda side: lower_bound(sides.compared_run(in_float32(side)), bound))
