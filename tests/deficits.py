@@ -293,11 +293,15 @@ class Arith:
 
 def _sequential(t: torch.Tensor, acc: torch.dtype) -> torch.Tensor:
     """Sum over dim 0 in order, each partial sum rounded to acc (a fused multiply-add for products)."""
-    total = torch.zeros(t.shape[1:], dtype=F64)
-    # In place, through one buffer of acc: the same roundings as rnd(total + term, acc), without
-    # two new tensors a term (a K = 1024 GEMM's corpora took most of a minute allocating them).
+    return _in_order(t, t.shape[1:], acc)
+
+
+def _in_order(terms: Iterable[torch.Tensor], shape: Sequence[int], acc: torch.dtype) -> torch.Tensor:
+    """The terms summed in order, each partial sum rounded to acc: in place, through one buffer of
+    acc, the same roundings as rnd(total + term, acc) without two new tensors a term."""
+    total = torch.zeros(tuple(shape), dtype=F64)
     low = None if acc == F64 else torch.empty_like(total, dtype=acc)
-    for term in t:
+    for term in terms:
         total.add_(term)
         if low is not None:
             low.copy_(total)
@@ -308,15 +312,9 @@ def _sequential(t: torch.Tensor, acc: torch.dtype) -> torch.Tensor:
 def _sequential_products(a: torch.Tensor, b: torch.Tensor, acc: torch.dtype, reverse: bool) -> torch.Tensor:
     """_sequential over the K products of a (..., M, K) @ b (..., K, N), each formed as it is added:
     the same sums, without the (..., M, K, N) tensor of every product (exact in float64 either way)."""
-    total = torch.zeros(torch.broadcast_shapes((*a.shape[:-1], 1), (*b.shape[:-2], 1, b.shape[-1])), dtype=F64)
-    low = None if acc == F64 else torch.empty_like(total, dtype=acc)
+    shape = torch.broadcast_shapes((*a.shape[:-1], 1), (*b.shape[:-2], 1, b.shape[-1]))
     steps = range(a.shape[-1] - 1, -1, -1) if reverse else range(a.shape[-1])
-    for k in steps:
-        total.addcmul_(a[..., :, k, None], b[..., k, None, :])
-        if low is not None:
-            low.copy_(total)
-            total.copy_(low)
-    return total
+    return _in_order((a[..., :, k, None] * b[..., k, None, :] for k in steps), shape, acc)
 
 
 def _blocks(t: torch.Tensor) -> torch.Tensor:
