@@ -383,10 +383,12 @@ def _probabilities(p: dict[str, Any]) -> tuple[torch.Tensor, float]:
     if p["dropout_p"] or p["enable_gqa"] or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
         raise ValueError("scaled_dot_product_attention with dropout or grouped heads")
     scale = abs(p["scale"]) if p["scale"] is not None else 1 / math.sqrt(q.shape[-1])
-    scores = q @ k.transpose(-2, -1) * scale
+    # In place on the (..., L, S) scores, the same values as out of place: at seq 1024 and 32 heads
+    # each such array is 268 MB of float64, and a fresh one costs its page faults.
+    scores = (q @ k.transpose(-2, -1)).mul_(scale)
     if p["is_causal"]:
         rows, columns = scores.shape[-2:]
-        scores = scores.masked_fill(~torch.ones(rows, columns, dtype=torch.bool).tril(), float("-inf"))
+        scores.masked_fill_(~torch.ones(rows, columns, dtype=torch.bool).tril(), float("-inf"))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
     return torch.softmax(scores, -1), scale
@@ -408,28 +410,31 @@ def _attention(p: dict[str, Any], g: torch.Tensor | None, recomputed: bool = Tru
         return _flushed(probs, scale, q, k, v, g, mask)
     # Q, K and V's magnitudes: |Q|, |K|, |V|, or their own terms' where they were computed in the call
     aq, ak, av = p.get("magnitudes") or (q.abs(), k.abs(), v.abs())
-    terms = aq @ ak.transpose(-2, -1) * scale  # the magnitude of each score's terms
+    terms = (aq @ ak.transpose(-2, -1)).mul_(scale)  # the magnitude of each score's terms
     if g is None:
-        moved = probs * terms  # P times the magnitude of each score's terms
+        moved = terms.mul_(probs)  # P times the magnitude of each score's terms
         return [probs @ av + moved @ av + moved.sum(-1, keepdim=True) * (probs @ v).abs()]
+    # The (..., L, S) arrays below are made in place where the value is the same (see _probabilities).
     weight = probs
+    shift = None
     if recomputed:
-        logits = torch.log(probs)  # s - lse, -inf where P is 0 (masked or underflowed)
-        shift = torch.where(probs > 0, logits.abs(), torch.zeros_like(probs))
+        # |s - lse|, 0 where P is 0 (masked or underflowed: the log is -inf there)
+        shift = torch.log(probs).abs_().masked_fill_(~(probs > 0), 0.0)
         # The scores are rounded twice, once by the forward that saved lse and once by the backward
         # that recomputes s: 2 terms. The saved lse sums a row's exponentials: its rounding, like a sum
         # of that many positive terms (the standard's length term), moves every P of the row alike.
         # (PyTorch's fp32 dV and dK at 0.96 and 0.9 of the budget with the scores' terms once, a
         # statistics dump's uniform q and k of LLaMA-7B width, scores of std 58: bench/llm_width.)
         keys = math.sqrt(probs.shape[-1])
-        weight = probs * (1 + 2 * terms + shift + keys)
+        weight = terms.mul_(2).add_(1).add_(shift).add_(keys).mul_(probs)  # P (1 + 2 terms + shift + keys)
     ag = g.abs()
     dp = ag @ av.transpose(-2, -1)
     # dS = P (dP - D) and dV = P^T dO, with P as the backward recomputes it: dV has no other term (6.6x
     # its budget without, seq 1024); dS's own terms outweigh it where the scores are narrow (0.46 of the
     # budget without, seq 1024), not where they are wide: a statistics dump's keys drawn uniform between
     # the recorded Min and Max put PyTorch's fp32 dQ and dK at 4x (LLaMA-7B width, seq 1024).
-    ds = weight * (dp + (probs * dp).sum(-1, keepdim=True))
+    products = torch.mul(probs, dp, out=shift) if shift is not None else probs * dp  # into shift's array
+    ds = dp.add_(products.sum(-1, keepdim=True)).mul_(weight)  # weight (dP + D)
     found = [ds @ ak * scale, ds.transpose(-2, -1) @ aq * scale, weight.transpose(-2, -1) @ ag]
     # One per floating input, in argument order: a floating mask's gradient has no model here.
     return found + ([None] if mask is not None and mask.is_floating_point() else [])
