@@ -42,7 +42,13 @@ def out_of_place(p: dict, g: torch.Tensor | None, recomputed: bool) -> list:
 @pytest.mark.parametrize("recomputed", [True, False])
 @pytest.mark.parametrize(
     ("batch", "mask", "causal"),
-    [((2, 3), None, False), ((2, 3), None, True), ((2, 3), "bool", False), ((), "float", False), ((1, 2), "float", False)],
+    [
+        ((2, 3), None, False),
+        ((2, 3), None, True),
+        ((2, 3), "bool", False),
+        ((), "float", False),
+        ((1, 2), "float", False),
+    ],
 )
 def test_the_in_place_formula_gives_the_out_of_place_values_to_the_bit(direction, recomputed, batch, mask, causal):
     generator = torch.Generator().manual_seed(7)
@@ -52,7 +58,9 @@ def test_the_in_place_formula_gives_the_out_of_place_values_to_the_bit(direction
 
     q, k, v = draw(*batch, 5, 8), draw(*batch, 6, 8), draw(*batch, 6, 3)
     attn_mask = {None: None, "bool": torch.rand(5, 6, generator=generator) > 0.3, "float": draw(5, 6)}[mask]
-    p = dict(query=q, key=k, value=v, attn_mask=attn_mask, dropout_p=0.0, is_causal=causal, scale=None, enable_gqa=False)
+    p = dict(
+        query=q, key=k, value=v, attn_mask=attn_mask, dropout_p=0.0, is_causal=causal, scale=None, enable_gqa=False
+    )
     g = None if direction == "forward" else draw(*batch, 5, 3)
 
     found = magnitudes._attention(dict(p), g, recomputed=recomputed)
