@@ -1,6 +1,7 @@
-"""scaled_dot_product_attention's magnitudes (frameworks/magnitudes.py `_attention`) work on their
-(..., L, S) arrays in place (issue 32: 268 MB of float64 each at LLaMA-7B width, seq 1024): the
-same values, to the bit, as the formula written out of place, as its docstring gives it."""
+"""The magnitude formulas that work on their largest arrays in place (frameworks/magnitudes.py;
+issue 32: scaled_dot_product_attention's (..., L, S) arrays are 268 MB of float64 each at LLaMA-7B
+width and seq 1024, cross_entropy's (N, C) 262 MB at a vocabulary of 32000): the same values, to the
+bit, as the formulas written out of place, as their docstrings give them."""
 
 from __future__ import annotations
 
@@ -70,3 +71,29 @@ def test_the_in_place_formula_gives_the_out_of_place_values_to_the_bit(direction
     for got, want in zip(found, expected):
         assert (got is None and want is None) or torch.equal(got, want)
     assert torch.equal(p["query"], q) and torch.equal(p["key"], k)  # the inputs are not written
+
+
+def cross_entropy_out_of_place(p: dict, g: torch.Tensor) -> torch.Tensor:
+    x, target = p["input"], p["target"]
+    kept = target != p["ignore_index"]
+    labels = torch.where(kept, target, torch.zeros_like(target)).long()
+    scale = 1.0 / max(1, int(kept.sum())) if p["reduction"] == "mean" else 1.0
+    onehot = torch.zeros_like(x).scatter_(1, labels[:, None], 1.0)
+    per_row = g.abs().reshape(-1, 1) if p["reduction"] == "none" else g.abs().reshape(1, 1)
+    return (torch.softmax(x, 1) + onehot) * per_row * kept[:, None] * scale
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropys_gradient_magnitude_is_the_out_of_place_one_to_the_bit(reduction):
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(9, 11, generator=generator, dtype=torch.float64) * 30  # confident rows: p near 1
+    target = torch.randint(0, 11, (9,), generator=generator)
+    target[2] = -100  # ignored
+    p = dict(input=x, target=target, weight=None, ignore_index=-100, reduction=reduction, label_smoothing=0.0)
+    p.update(size_average=None, reduce=None)
+    g = torch.randn(9 if reduction == "none" else (), generator=generator, dtype=torch.float64)
+
+    (found,) = magnitudes._cross_entropy(dict(p), g)
+
+    assert torch.equal(found, cross_entropy_out_of_place(p, g))
+    assert found[2].eq(0).all()  # the ignored row
