@@ -36,6 +36,7 @@ def test_a_json_file_without_data_names_the_file(pytester):
     result.stdout.fnmatch_lines(["*dump.json: not an msprobe dump: no 'data' object*"])
 
 
+@pytest.mark.slow
 def test_malformed_entries_skip_naming_entry_and_field(pytester, copy_dump):
     dump = copy_dump("pt_tensor_L1")
 

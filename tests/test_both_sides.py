@@ -21,6 +21,7 @@ def test_an_entry_judged_twice_fails_where_either_side_fails():
     assert judged_twice(skipped, rerun, "cpu").reason == "recorded: not judged: no recorded output"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spelling", ["recorded,cpu", "cpu,recorded"])
 def test_faults_in_the_recorded_outputs_fail_a_run_that_also_reruns_the_calls(pytester, copy_dump, spelling):
     dump = copy_dump("pt_tensor_L1")

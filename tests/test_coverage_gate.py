@@ -47,6 +47,7 @@ def test_a_tensor_dump_without_its_tensors_fails_with_one_line(pytester, copy_du
     assert len(read_csv(pytester.path / "out", "result")) == 37  # every API has its row
 
 
+@pytest.mark.slow
 def test_a_share_of_skips_past_the_allowance_fails(pytester, copy_dump):
     dump = copy_dump("pt_tensor_L1")
     skipped_one = dump.parent / "dump_tensor_data" / "Functional.relu.0.forward.input.0.pt"

@@ -206,6 +206,7 @@ ISSUE_KINDS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [*SMALL, *(pytest.param(name, marks=pytest.mark.slow) for name in (*GPT, *CNN))])
 def test_every_material_deficit_is_an_error_and_every_control_passes(pytester, corpora, name):
     """Every (entry, kind) that applies to the dump, forward and backward, one kind per entry in
@@ -254,6 +255,7 @@ def test_the_cnn_corpora_hold_every_deficit_of_the_issue_as_an_error(corpora):
     assert not wanted - required
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["recorded", "cpu"])
 def test_the_clean_dumps_have_no_error(pytester, copy_dump, device):
     dumps = [copy_dump(name) for name in (*SMALL, *GPT)]
@@ -267,6 +269,7 @@ def test_the_clean_dumps_have_no_error(pytester, copy_dump, device):
         assert "error" not in statuses, dump.parent.name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["recorded", "cpu"])
 def test_the_clean_cnn_dumps_have_no_error(pytester, copy_dump, device):
     dumps = [copy_dump(name) for name in CNN]
@@ -279,6 +282,7 @@ def test_the_clean_cnn_dumps_have_no_error(pytester, copy_dump, device):
         assert "error" not in statuses, dump.parent.name
 
 
+@pytest.mark.slow
 def test_the_pytorch_statistics_and_mix_dumps_have_no_error_in_cpu_mode(pytester, copy_dump):
     """Random inputs drawn to pt_stats_L1's statistics and pt_tensor_mix's tensors, PyTorch's CPU kernels
     as the device: correct kernels, so no error (scaled_dot_product_attention's gradient was 1.3x its budget
@@ -295,6 +299,7 @@ def test_the_pytorch_statistics_and_mix_dumps_have_no_error_in_cpu_mode(pytester
 # -- allowances: what a team declares it accepts (msprobe_tolerances) ---------------------------
 
 
+@pytest.mark.slow
 def test_hf32_operands_pass_where_declared_and_are_an_error_where_not(pytester, corpora):
     """HF32 operands planted in every fp32 linear, conv2d and matmul, forward and backward; the team
     declares them for linear only: its linears pass, saying so, its conv2d and matmul fail."""
@@ -324,6 +329,7 @@ def test_hf32_operands_pass_where_declared_and_are_an_error_where_not(pytester, 
 # -- basic's note: "within the bf16 rounding budget" only where the budget holds -----------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name", ["pt_tensor_L1_bf16", *(pytest.param(name, marks=pytest.mark.slow) for name in ("gpt_bf16", "gpt_fp16"))]
 )
@@ -386,6 +392,7 @@ def judge_cases(pytester, cases: list[d.Case], out: str) -> list[str]:
     return problems
 
 
+@pytest.mark.slow
 def test_llama_style_deficits_are_errors_and_correct_kernels_pass(pytester):
     """Flash attention with P in bf16/fp16 (tiles of 16 to 64 keys, forward and backward), PyTorch's CPU
     kernels (cos and sin at thousands of radians, tanh's and sigmoid's gradients from their saved fp32 output)

@@ -10,6 +10,7 @@ from dumpwriter import DumpWriter
 from conftest import read_csv, run_msprobe
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["cpu", "recorded"])
 def test_a_correct_bf16_model_fails_basic_on_rounding_and_passes_dtype(pytester, copy_dump, device):
     dump = copy_dump("pt_tensor_L1_bf16")
@@ -56,6 +57,7 @@ FAULTS = {
 }
 
 
+@pytest.mark.slow
 def test_faults_in_a_bf16_dump_are_caught_and_controls_pass(pytester, copy_dump):
     dump = copy_dump("pt_tensor_L1_bf16")
     tensors = dump.parent / "dump_tensor_data"
@@ -90,6 +92,7 @@ def test_an_fp16_dump_of_correct_kernels_passes_the_dtype_standard(pytester):
     assert tested == {"torch.float16"}
 
 
+@pytest.mark.slow
 def test_per_api_tolerances_from_the_ini_file(pytester, copy_dump):
     dump = copy_dump("pt_tensor_L1_bf16")
     pytester.makeini("[pytest]\nmsprobe_standard = dtype\nmsprobe_tolerances =\n"

@@ -25,6 +25,7 @@ def example(copy_dump):
     return copy_dump("pt_tensor_L1")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["cpu", "recorded"])
 def test_every_api_entry_is_an_item_with_a_verdict(pytester, example, device):
     result = run_msprobe(pytester, example, "--msprobe-device", device, "-v")
@@ -45,6 +46,7 @@ def test_every_api_entry_is_an_item_with_a_verdict(pytester, example, device):
                                  "msprobe: pt_tensor_L1/dump.json: pytorch tensor dump, 37 forward, 29 backward*"])
 
 
+@pytest.mark.slow
 def test_result_rows_follow_the_contract(pytester, example):
     run_msprobe(pytester, example, "--msprobe-device", "cpu")
     rows = {row["API Name"]: row for row in read_csv(pytester.path / "out", "result")}
@@ -61,6 +63,7 @@ def test_result_rows_follow_the_contract(pytester, example):
     assert float(row["MaxAbsErr"]) >= 1e-4 and row["Status"] == "error"
 
 
+@pytest.mark.slow
 def test_recorded_metrics_agree_with_an_independent_float64_computation(pytester, example):
     run_msprobe(pytester, example, "--msprobe-device", "recorded")
     details = {d["API Name"]: d for d in read_csv(pytester.path / "out", "details")}
@@ -124,6 +127,7 @@ def test_a_failure_names_each_output_rounding_floor_once(pytester, example):
                                  "  output.0 torch.bfloat16 [[]2, 32]: error, Cosine *", "    MaxAbsErr *"])
 
 
+@pytest.mark.slow
 def test_altered_recorded_outputs_fail_and_the_untouched_pass(pytester, copy_dump):
     clean = copy_dump("pt_tensor_L1", "clean")
     baseline = failed_ids(run_msprobe(pytester, clean, "--msprobe-device", "recorded", "-rf"))
@@ -153,6 +157,7 @@ def test_recorded_device_refuses_a_statistics_dump(pytester, copy_dump):
     result.stderr.fnmatch_lines(["*--msprobe-device recorded needs a tensor dump*pt_stats_L1*statistics dump*"])
 
 
+@pytest.mark.slow
 def test_thresholds_from_the_command_line_and_the_ini_file(pytester, example):
     loose = run_msprobe(pytester, example, "--msprobe-device", "cpu", "--msprobe-max-abs-err", "1e-2")
     assert loose.ret == 0
@@ -180,6 +185,7 @@ def test_a_folder_is_searched_for_dumps(pytester, copy_dump):
     assert ids[0].startswith("dump/step0/rank0/dump.json::Functional.conv2d.0.forward")
 
 
+@pytest.mark.slow
 def test_runs_are_deterministic(pytester, copy_dump):
     dump = copy_dump("pt_stats_L1")
     seen = []
@@ -201,6 +207,7 @@ def test_selection_does_not_change_an_entry_data(pytester, copy_dump):
     assert some and all(every[d["API Name"]] == d for d in some)
 
 
+@pytest.mark.slow
 def test_summary_lists_counts_failures_and_csv_paths(pytester, example):
     result = run_msprobe(pytester, example, "--msprobe-device", "cpu")
     result.stdout.fnmatch_lines([
@@ -215,6 +222,7 @@ def test_summary_lists_counts_failures_and_csv_paths(pytester, example):
     ])
 
 
+@pytest.mark.slow
 def test_real_mode_runs_are_deterministic(pytester, example):
     seen = []
     for i in range(3):
@@ -223,6 +231,7 @@ def test_real_mode_runs_are_deterministic(pytester, example):
     assert seen[0] == seen[1] == seen[2]
 
 
+@pytest.mark.slow
 def test_backward_items_do_not_depend_on_forward_items(pytester, example):
     run_msprobe(pytester, example, "--msprobe-device", "cpu", "--msprobe-out", "all")
     run_msprobe(pytester, example, "--msprobe-device", "cpu", "--msprobe-out", "bwd", "-k", "backward", "-p", "no:randomly")
@@ -234,6 +243,7 @@ def test_backward_items_do_not_depend_on_forward_items(pytester, example):
     assert all(row["Forward Test Success"] == "" and row["Backward Test Success"] for row in rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, device", [("pt_tensor_L1", "cpu"), ("pt_tensor_L1", "recorded"),
                                           ("pt_tensor_mix", "cpu"), ("pt_tensor_mix", "recorded")])
 def test_at_least_95_percent_of_entries_run_to_a_verdict(pytester, copy_dump, name, device):
@@ -244,6 +254,7 @@ def test_at_least_95_percent_of_entries_run_to_a_verdict(pytester, copy_dump, na
     assert outcomes.get("skipped", 0) <= 0.05 * total
 
 
+@pytest.mark.slow
 def test_recorded_gradients_agree_with_an_independent_float64_autograd(pytester, example):
     run_msprobe(pytester, example, "--msprobe-device", "recorded")
     details = {d["API Name"]: d for d in read_csv(pytester.path / "out", "details")}

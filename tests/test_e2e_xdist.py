@@ -198,6 +198,7 @@ def dump_path_of_two_ranks(pytester, copy_dump):
     return rank1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [[], pytest.param(["-n", "2"], marks=pytest.mark.slow)])
 def test_each_rank_of_a_dump_path_gets_its_own_rows(pytester, copy_dump, workers):
     rank1 = dump_path_of_two_ranks(pytester, copy_dump)

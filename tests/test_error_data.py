@@ -26,6 +26,7 @@ def not_pass(folder):
             if row[column] not in ("", "pass", "SKIP")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device,workers", [pytest.param("cpu", ["-n", "2"], marks=pytest.mark.slow), ("recorded", [])])
 def test_every_entry_that_is_not_pass_has_its_values_and_manifest(pytester, copy_dump, device, workers):
     dump = copy_dump("pt_tensor_L1")
@@ -61,6 +62,7 @@ def test_every_entry_that_is_not_pass_has_its_values_and_manifest(pytester, copy
     assert f"error data in {saved / 'Functional.linear.1.forward'}" in messages["Functional.linear.1"]
 
 
+@pytest.mark.slow
 def test_off_by_default_and_a_folder_from_the_option_or_the_ini(pytester, copy_dump):
     dump = copy_dump("pt_tensor_L1")
     run_msprobe(pytester, dump, "--msprobe-device", "recorded")
@@ -90,6 +92,7 @@ def test_the_readme_snippet_reproduces_the_numbers(pytester, copy_dump):
     assert printed["bench"] == [0.0] and printed["tested"] == [0.0]
 
 
+@pytest.mark.slow
 def test_a_folder_that_cannot_be_made_is_a_note_not_a_lost_verdict(pytester, copy_dump):
     dump = copy_dump("pt_tensor_L1")
     pytester.path.joinpath("taken").write_text("a file where the folder should go")

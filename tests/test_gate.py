@@ -55,6 +55,7 @@ def section(result):
     return result.outlines[start + 1 :]
 
 
+@pytest.mark.slow
 def test_warnings_pass_by_name_and_strict_fails_them(pytester, warned):
     dtype = ("--msprobe-standard", "dtype")
     loose = run_msprobe(pytester, warned, *dtype, out="loose", device="recorded")
@@ -87,6 +88,7 @@ def test_warnings_pass_by_name_and_strict_fails_them(pytester, warned):
     bad.stderr.fnmatch_lines(["*--msprobe-strict (ini msprobe_strict) must be true or false, not 'maybe'"])
 
 
+@pytest.mark.slow
 def test_a_strict_resume_fails_on_the_warnings_its_file_holds(pytester, warned):
     run_msprobe(pytester, warned, "--msprobe-standard", "dtype", device="recorded")
     result_csv = next((pytester.path / "out").glob("accuracy_checking_result_*.csv"))
@@ -97,6 +99,7 @@ def test_a_strict_resume_fails_on_the_warnings_its_file_holds(pytester, warned):
     assert sorted(listed(lines, "failures it held, worst first:")) == sorted(WARNED)
 
 
+@pytest.mark.slow
 def test_failures_come_by_severity_nonfinite_first(pytester, copy_dump):
     """Under basic: a NaN where the bench has none first, then how many times its thresholds each
     failure is off (here MaxAbsErr over 1e-4), whatever its Cosine."""
@@ -124,6 +127,7 @@ def test_failures_come_by_severity_nonfinite_first(pytester, copy_dump):
     assert not math.isnan(worst["Functional.relu.0.forward"]) and worst["Functional.relu.0.forward"] > 9
 
 
+@pytest.mark.slow
 def test_every_failure_line_names_its_rank_and_fallbacks_are_counted(pytester, copy_dump):
     copy_dump("pt_tensor_L1", "dump_path/step0/rank0")
     rank1 = copy_dump("pt_tensor_L1", "dump_path/step0/rank1")
@@ -139,6 +143,7 @@ def test_every_failure_line_names_its_rank_and_fallbacks_are_counted(pytester, c
                              "(Functional.relu.0.forward, Functional.relu.0.backward)")
 
 
+@pytest.mark.slow
 def test_a_bench_dtype_other_than_float64_always_says_why(pytester, copy_dump):
     for name in ("ms_tensor_L1", "ms_ops_L1"):
         run_msprobe(pytester, copy_dump(name), out=name, device="recorded")
@@ -149,6 +154,7 @@ def test_a_bench_dtype_other_than_float64_always_says_why(pytester, copy_dump):
     assert by_dtype["torch.float16"] == "bench in torch.float16: the dtype the call itself asks for (a cast)"
 
 
+@pytest.mark.slow
 def test_skip_reasons_keep_their_paths_and_values_show_their_side_of_the_bound(pytester, copy_dump):
     dump = copy_dump("pt_tensor_L1", "run7/step0/rank0")
     (dump.parent / "dump_tensor_data" / "Functional.relu.0.forward.input.0.pt").unlink()
@@ -164,6 +170,7 @@ def test_skip_reasons_keep_their_paths_and_values_show_their_side_of_the_bound(p
     result.stdout.fnmatch_lines(["Functional.linear.1.forward: 1 of 1 outputs breaks the basic standard"])
 
 
+@pytest.mark.slow
 def test_the_autocast_example_passes_dtype_in_cpu_mode_judged_in_bf16(pytester, copy_dump):
     """Both sides take the autocast inputs rounded to bf16, so the gradients come out in bf16, as recorded."""
     dump = copy_dump("pt_tensor_L1")
@@ -176,6 +183,7 @@ def test_the_autocast_example_passes_dtype_in_cpu_mode_judged_in_bf16(pytester, 
         assert (row["Tested Dtype"], row["Status"]) == (spec["dtype"], "pass") == ("torch.bfloat16", "pass")
 
 
+@pytest.mark.slow
 def test_a_csv_of_another_dump_is_refused_and_a_few_missing_apis_said(pytester, copy_dump):
     torch_dump, ms_dump = copy_dump("pt_tensor_L1"), copy_dump("ms_tensor_L1")
     run_msprobe(pytester, torch_dump, out="torch", device="recorded")

@@ -28,6 +28,7 @@ def altered(copy_dump):
     return dump
 
 
+@pytest.mark.slow
 def test_exit_status_is_zero_when_all_pass_and_one_on_an_error(pytester, copy_dump, altered):
     clean = copy_dump("pt_tensor_L1", "clean")
     loose = ("--msprobe-max-abs-err", "1e-2")  # the bf16 rounding of the clean dump passes
@@ -37,6 +38,7 @@ def test_exit_status_is_zero_when_all_pass_and_one_on_an_error(pytester, copy_du
     assert entries(broken, "FAILED") == set(ALTERATIONS)
 
 
+@pytest.mark.slow
 def test_junitxml_carries_every_output_metric(pytester, copy_dump):
     dump = copy_dump("pt_tensor_L1")
     run_msprobe(pytester, dump, "--junitxml", "junit.xml", out="out", device="recorded")
@@ -53,6 +55,7 @@ def test_junitxml_carries_every_output_metric(pytester, copy_dump):
     assert cases["Functional.linear.1.forward"].find("failure") is not None
 
 
+@pytest.mark.slow
 def test_baseline_failures_are_xfail_and_only_new_ones_fail(pytester, copy_dump, altered):
     clean = copy_dump("pt_tensor_L1", "clean")
     run_msprobe(pytester, clean, out="base", device="recorded")

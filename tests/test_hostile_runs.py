@@ -247,6 +247,7 @@ def test_a_worker_that_dies_after_its_verdict_leaves_counts_exit_status_and_rows
     )
 
 
+@pytest.mark.slow
 def test_a_resume_with_nothing_left_exits_as_its_file_says(pytester, copy_dump):
     """5 (no tests) was the exit status of a finished file, its errors or not: now 1 with errors, 0 without."""
     dump = copy_dump("pt_stats_L1")

@@ -270,6 +270,7 @@ def test_devices_apply_to_each_host(pytester, copy_dump):
     result.stderr.fnmatch_lines(["*3 xdist workers but 2 device ids (0,1): each worker needs its own device*"])
 
 
+@pytest.mark.slow
 def test_dumps_outside_the_rootdir_are_named_by_their_path(pytester, tmp_path_factory):
     """Every host names a dump as the controller does; outside the rootdir that is its path from
     the rootdir (pytest alone would name every such dump alike, `::<entry>`, and two ranks would

@@ -228,6 +228,7 @@ def failing_entries(folder: Path) -> set[str]:
     return found
 
 
+@pytest.mark.slow
 def test_a_run_with_faults_writes_the_page_with_every_failing_entry(pytester, faulty):
     dump, planted = faulty
     result = run_msprobe(pytester, dump, "--msprobe-html", "report/run.html", device="recorded")
@@ -256,6 +257,7 @@ def test_a_run_with_faults_writes_the_page_with_every_failing_entry(pytester, fa
     assert journal.read_bytes() == kept
 
 
+@pytest.mark.slow
 def test_the_ini_key_writes_the_page_and_a_run_without_it_keeps_no_samples(pytester, faulty):
     shutil.copytree(faulty[0].parent, pytester.path / "faulty")  # under the ini file's folder, the rootdir
     dump = pytester.path / "faulty" / "dump.json"
@@ -268,6 +270,7 @@ def test_the_ini_key_writes_the_page_and_a_run_without_it_keeps_no_samples(pytes
     assert '"samples": null' in journal and '"samples": {' not in journal
 
 
+@pytest.mark.slow
 def test_the_cli_reads_a_pair_without_its_journal_from_the_csvs_alone(pytester, copy_dump, capsys):
     run_msprobe(pytester, copy_dump("pt_tensor_L1"), device="cpu")
     result = next((pytester.path / "out").glob("accuracy_checking_result_*.csv"))
@@ -318,6 +321,7 @@ def test_under_xdist_the_samples_reach_the_controller(pytester, faulty):
     assert len([s for s in figures(page) if s["data"][0]["type"] == "scattergl"]) >= len(failing)
 
 
+@pytest.mark.slow
 def test_merged_shards_get_one_page(pytester, faulty, capsys):
     pytest.importorskip("pytest_split")
     from pytest_msprobe.reports import merge
@@ -336,6 +340,7 @@ def test_merged_shards_get_one_page(pytester, faulty, capsys):
     assert str(next((pytester.path / "merged").glob("accuracy_checking_result_*.csv"))) in page
 
 
+@pytest.mark.slow
 def test_a_pytest_html_row_of_a_failing_item_carries_its_message_and_details(pytester, faulty):
     pytest.importorskip("pytest_html")
     dump, _ = faulty
@@ -369,6 +374,7 @@ def test_without_plotly_the_option_is_a_usage_error_before_anything_runs(pyteste
     assert not (pytester.path / "r.html").exists()
 
 
+@pytest.mark.slow
 def test_a_resumed_run_writes_the_page_of_every_entry_of_its_pair(pytester, copy_dump):
     dump = copy_dump("pt_tensor_L1")
     run_msprobe(pytester, dump, "-x", device="cpu")  # stops at the first failure, 19 entries in

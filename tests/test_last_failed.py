@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pytest_msprobe.glue.last_failed import differences, verdict_settings
 from pytest_msprobe.options import Options
 
@@ -13,6 +15,7 @@ def test_only_the_settings_a_verdict_depends_on_count():
     assert differences(before, now) == ["device cpu -> recorded", "standard basic -> dtype"]
 
 
+@pytest.mark.slow
 def test_a_last_failed_run_under_other_settings_says_so(pytester, copy_dump):
     dump = copy_dump("pt_tensor_L1")
     common = ["--msprobe-dump", str(dump), "--msprobe-out", "out", "--msprobe-device", "recorded"]

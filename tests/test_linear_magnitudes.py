@@ -105,6 +105,7 @@ def rows(dump_path: Path, tested: Tested, standard: Standard) -> tuple[dict[str,
     return found, used
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("dump", "tested", "standard", "shortcut_used"),
     [

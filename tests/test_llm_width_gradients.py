@@ -46,6 +46,7 @@ def rows(dump_path: Path, standard: Standard) -> tuple[dict[str, str], int]:
     return found, restricted
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("dump", "standard"),
     [("llama_fp32", DtypeStandard()), ("llama_bf16", DtypeStandard()), ("pt_stats_L1", BasicStandard())],

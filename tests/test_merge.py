@@ -38,6 +38,7 @@ def merged_lines(capsys, *args: str) -> tuple[int, list, str]:
     return status, captured.out.splitlines(), captured.err
 
 
+@pytest.mark.slow
 def test_three_shards_merged_are_one_serial_runs_rows_and_summary(pytester, copy_dump, capsys):
     dump = copy_dump("pt_tensor_L1")
     durations = pytester.path / "durations.json"

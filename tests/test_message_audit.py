@@ -86,6 +86,7 @@ def test_an_all_zero_output_of_a_real_gradient_says_its_number_once(pytester, co
     assert "rounding budget" not in message and message.count("at [0, 3]") == 1
 
 
+@pytest.mark.slow
 def test_a_note_made_per_input_is_said_once(pytester, copy_dump):
     """A dump.json copied without its tensors, run on the CPU: each entry's inputs are random,
     and the entry says so once, not once per input."""
@@ -175,6 +176,7 @@ def test_a_nan_fault_names_its_side_and_place(pytester, copy_dump):
     )
 
 
+@pytest.mark.slow
 def test_the_floor_asks_the_dtype_standard_the_user_would_run(pytester, copy_dump):
     """`--msprobe-standard dtype passes it` held of the default budget only: with an ini rule
     of rtol=0, atol=0 for matmul, the dtype standard fails the bf16 matmul, and basic no longer
@@ -212,6 +214,7 @@ def test_a_dump_without_its_tensor_folder_says_what_the_run_does_instead(pyteste
         result.stdout.fnmatch_lines([head + instead + tail])
 
 
+@pytest.mark.slow
 def test_an_all_zero_output_at_the_floor_ranks_below_the_faults(pytester, copy_dump):
     """Its message says rounding alone; the summary listed it first, as the worst failure of the
     run (severity inf, beside NaN and shape faults). It now ranks at the edge of the rule: after

@@ -36,6 +36,7 @@ def tensor_dump(copy_dump):
 # -- the real tensor dump ----------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["cpu", "recorded"])
 def test_every_api_entry_is_an_item_with_a_verdict(pytester, tensor_dump, device):
     result = run_msprobe(pytester, tensor_dump, "--msprobe-device", device, "-v", "-rs")
@@ -57,6 +58,7 @@ def test_every_api_entry_is_an_item_with_a_verdict(pytester, tensor_dump, device
     assert no_backward == ["Tensor.__gt__.0"]  # the one API without a backward entry
 
 
+@pytest.mark.slow
 def test_result_and_details_rows_follow_the_contract(pytester, tensor_dump):
     run_msprobe(pytester, tensor_dump, "--msprobe-device", "cpu")
     rows = {row["API Name"]: row for row in read_csv(pytester.path / "out", "result")}
@@ -102,6 +104,7 @@ def assert_row_agrees(row, tested, exact):
     assert float(row["MaxRelativeErr"]) == pytest.approx(max_rel, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_recorded_metrics_agree_with_an_independent_float64_computation(pytester, tensor_dump):
     run_msprobe(pytester, tensor_dump, "--msprobe-device", "recorded")
     details = {d["API Name"]: d for d in read_csv(pytester.path / "out", "details")}
@@ -143,6 +146,7 @@ def test_primitive_gradients_agree_with_an_independent_float64_autograd(pytester
         assert row["Status"] == "pass"
 
 
+@pytest.mark.slow
 def test_tested_run_metrics_agree_with_mindspore_and_numpy(pytester, tensor_dump):
     """cpu: the tested output is MindSpore's own; the bench is float64."""
     run_msprobe(pytester, tensor_dump, "--msprobe-device", "cpu")
@@ -183,6 +187,7 @@ def failed_ids(result):
     return {line.split("::", 1)[1].split(" ")[0] for line in result.outlines if line.startswith("FAILED ")}
 
 
+@pytest.mark.slow
 def test_error_data_of_a_mindspore_dump_is_saved_and_no_verdict_is_lost(pytester, tensor_dump):
     """--msprobe-save-error-data once failed every MindSpore entry (its run took no `keep`)."""
     result = run_msprobe(pytester, tensor_dump, "--msprobe-device", "cpu", "--msprobe-save-error-data")
@@ -198,6 +203,7 @@ def test_error_data_of_a_mindspore_dump_is_saved_and_no_verdict_is_lost(pytester
                                                          rel=1e-12)
 
 
+@pytest.mark.slow
 def test_altered_recorded_outputs_fail_and_the_untouched_pass(pytester, copy_dump):
     baseline = failed_ids(run_msprobe(pytester, copy_dump("ms_tensor_L1", "clean"), "--msprobe-device", "recorded", "-rf"))
     altered = copy_dump("ms_tensor_L1", "altered")
@@ -210,6 +216,7 @@ def test_altered_recorded_outputs_fail_and_the_untouched_pass(pytester, copy_dum
     result.stdout.fnmatch_lines(["*Mint.matmul.1.forward*NaN*"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["cpu", "recorded"])
 def test_ops_and_tensor_methods_in_mindspore_conventions(pytester, copy_dump, device):
     """ms_ops_L1: ops.* and Tensor methods with axis/keep_dims, tuples written as lists, fp16."""
@@ -229,6 +236,7 @@ def test_ops_and_tensor_methods_in_mindspore_conventions(pytester, copy_dump, de
     assert skipped == ([] if device == "cpu" else ["Functional.concat.0"])  # msprobe wrote `output: []`
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["cpu", "recorded"])
 def test_primitives_and_cells_of_an_older_api_model(pytester, copy_dump, device):
     """ms_cnn_mix: Cell entries are no items; primitives whose attributes the dump lacks say so."""
@@ -253,6 +261,7 @@ def test_primitives_and_cells_of_an_older_api_model(pytester, copy_dump, device)
 # -- statistics dumps: random inputs ---------------------------------------------------
 
 
+@pytest.mark.slow
 def test_statistics_dump_runs_in_random_mode_deterministically(pytester, copy_dump):
     dump = copy_dump("ms_stats_L1")
     first = run_msprobe(pytester, dump, "--msprobe-device", "cpu", "--msprobe-out", "one")
@@ -400,6 +409,7 @@ class TensorDump:
         return path
 
 
+@pytest.mark.slow
 def test_ops_without_a_cpu_kernel_are_judged_from_a_recorded_dump(pytester):
     """A dump taken on Ascend is checked here: only the bench runs, and it is PyTorch's."""
     generator = torch.Generator().manual_seed(0)

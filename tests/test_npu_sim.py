@@ -251,6 +251,7 @@ def test_mindspore_dumps_on_the_npu_go_to_mindspore_not_to_torch_npu(pytester, c
     assert npu.bound() == {}  # torch_npu bound nothing
 
 
+@pytest.mark.slow
 def test_the_outputs_the_simulated_npu_recorded_pass_the_references(pytester, copy_dump):
     """The dump's fused-op outputs came from tests/npu_sim, the bench from npu_reference: two
     implementations of the ops' documentation that agree."""
@@ -272,6 +273,7 @@ def by_name(folder: Path, kind: str) -> Dict[str, Dict[str, str]]:
     return {api: row for (_, api), row in rows(folder, kind).items()}
 
 
+@pytest.mark.slow
 def test_the_llm_operators_the_simulated_npu_recorded_pass_their_references_under_dtype(pytester, copy_dump):
     """npu_llm_sim's outputs came from tests/npu_sim, the bench from npu_llm_reference: every entry
     passes under the dtype standard, none SKIPped for want of a reference; the grouped matmul's rows

@@ -155,6 +155,7 @@ def bf16_accumulating_linear(real):
     return linear
 
 
+@pytest.mark.slow
 def test_a_real_autocast_linear_whose_kernel_sums_in_bf16_passes_in_fp32(pytester, copy_dump, device_kernels):
     """examples/pt_tensor_L1's autocast linear (fp32 inputs, a bf16 output): both sides take its inputs
     rounded to bf16, as autocast does, so on PyTorch's CPU kernel it passes the dtype standard. On a
@@ -178,6 +179,7 @@ def test_a_real_autocast_linear_whose_kernel_sums_in_bf16_passes_in_fp32(pyteste
     assert "fails in fp32 too, within the bf16 rounding budget: rounding to bf16 alone" in forward
 
 
+@pytest.mark.slow
 def test_a_gradient_judged_at_a_node_of_the_graph_is_not_probed(pytester, copy_dump):
     """examples/pt_tensor_L1's autocast linear: msprobe took its weight gradient inside the graph
     (transposed), where the run judges it; a run of the call in fp32 gives the inputs' gradients."""

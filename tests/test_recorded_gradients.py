@@ -25,6 +25,7 @@ def recorded(pytester, copy_dump, name, *args, standard="dtype"):
     return dump, result, rows, details
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpt_fp32", "gpt_bf16", "gpt_fp16"])
 def test_a_clean_dump_has_no_error_and_each_odd_gradient_says_where_it_was_judged(pytester, copy_dump, name):
     _, result, rows, details = recorded(pytester, copy_dump, name)

@@ -124,6 +124,7 @@ def run_batch(runs: list[tuple[Path, Path, tuple[str, ...]]], env: dict | None =
     return reports
 
 
+@pytest.mark.slow
 def test_the_isolated_interpreter_has_torch_and_numpy_but_not_pytest_msprobe(tmp_path):
     probe = "import torch, numpy\ntry:\n    import pytest_msprobe\nexcept ImportError:\n    print('absent')\n"
     done = isolated_run(["-c", probe], tmp_path)
@@ -478,6 +479,7 @@ def test_a_mindspore_entry_recorded_3_percent_off_gives_the_run_dtype_verdict(py
     assert_same_verdict(report, folders / "Mint.mul.0.forward")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [[], pytest.param(["-n", "2"], marks=pytest.mark.slow)])
 def test_a_folder_for_every_failing_entry_and_the_ini_key(pytester, copy_dump, workers):
     """Under pytest-xdist the workers write the folders."""
@@ -522,6 +524,7 @@ def test_nothing_is_saved_for_a_skip_whose_check_ran(pytester):
 # -- the template ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_template_runs_its_own_example_and_a_written_script_compiles(tmp_path):
     template = repro.TEMPLATE.read_text()
     assert template.count(repro.BEGIN) == 1 and template.count(repro.END) == 1
@@ -559,6 +562,7 @@ STANDARDS = {
 }
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     tested=floats((3, 4)),

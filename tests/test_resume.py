@@ -71,6 +71,7 @@ def test_killed_then_resumed_run_has_every_row_once(pytester, full_run, monkeypa
     assert resumed.ret == pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.mark.slow
 def test_resume_of_a_finished_run_runs_nothing_by_option_or_ini(pytester, full_run):
     dump, full_result, _ = full_run
     result_csv = next((pytester.path / "full").glob("accuracy_checking_result_*.csv"))
@@ -90,6 +91,7 @@ def test_resume_of_a_finished_run_runs_nothing_by_option_or_ini(pytester, full_r
     assert run_msprobe(pytester, dump, device="recorded").parseoutcomes() == {"deselected": 66}
 
 
+@pytest.mark.slow
 def test_torn_tail_is_cut_and_its_api_runs_again(pytester, full_run):
     """Killed between the details flush and the result flush, mid-row: prepare cuts both tails."""
     dump, full_result, full_details = full_run
@@ -170,6 +172,7 @@ def test_a_worker_restarted_mid_resume_deselects_what_the_others_did(pytester, f
     assert {row for row in written if row[0] != crashed} == {row for row in full_result if row[0] != crashed}
 
 
+@pytest.mark.slow
 def test_a_run_stopped_by_x_leaves_unfinished_apis_out_and_resume_completes_them(pytester, full_run):
     """-x stops after the first failure with many forwards done and no backward: those APIs are not finished."""
     dump, full_result, full_details = full_run
@@ -185,6 +188,7 @@ def test_a_run_stopped_by_x_leaves_unfinished_apis_out_and_resume_completes_them
     assert rows(pytester.path / "out", "details") == full_details
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [[], pytest.param(["-n", "2"], marks=pytest.mark.slow)], ids=["serial", "xdist"])
 def test_a_partial_run_resumes_to_the_rows_of_a_whole_one(pytester, full_run, workers):
     """-k forward writes rows with no backward; resumed, only the 29 backward entries run and each

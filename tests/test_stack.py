@@ -115,6 +115,7 @@ def test_a_long_source_line_is_cut():
 # -- what a user reads -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_failing_entries_say_where_the_model_called_them(pytester, copy_dump):
     dump = copy_dump("pt_tensor_L1")
     result = run_msprobe(pytester, dump, "--msprobe-device", "cpu")
@@ -142,6 +143,7 @@ def test_failing_entries_say_where_the_model_called_them(pytester, copy_dump):
     assert section[first + 1] == f"    {at('Torch.matmul.1.forward')}"
 
 
+@pytest.mark.slow
 def test_without_stack_json_only_the_lines_are_missing(pytester, copy_dump):
     with_stack = copy_dump("pt_tensor_L1", "with")
     without = copy_dump("pt_tensor_L1", "without")
@@ -169,6 +171,7 @@ def strip_sites(rows):
     return stripped
 
 
+@pytest.mark.slow
 def test_mindspore_failures_name_the_model_line(pytester, copy_dump):
     pytest.importorskip("mindspore")
     dump = copy_dump("ms_tensor_L1")

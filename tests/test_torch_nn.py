@@ -14,6 +14,7 @@ from conftest import read_csv, run_msprobe
 from pytest_msprobe.frameworks.magnitudes import formula
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["recorded", "cpu"])
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_multihead_attention_and_group_norm_pass_the_dtype_standard(pytester, copy_dump, dtype, device):
