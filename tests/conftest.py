@@ -25,6 +25,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("msprobe") and (config.getoption("msprobe_dump") or config.getini("msprobe_dump")):
         return
     if config.getoption("dist", "no") != "no" and not hasattr(config, "workerinput"):
+        # The controller hands the tests out one at a time as the workers free up, the slow ones first
+        # (pytest_collection_modifyitems): xdist's first batches would give one worker every slow test.
+        config.option.maxschedchunk = 1
         return  # the xdist controller runs no test (its workers do): 8 s of CPU before they start
     import pytest_msprobe.frameworks.torch_engine  # noqa: F401
     from pytest_msprobe.frameworks import output_bounds
@@ -37,6 +40,13 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_msprobe.frameworks import mindspore as ms_framework
 
         ms_framework.mindspore()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first (a stable sort: the file order otherwise), handed out one at a time under
+    xdist (pytest_configure). The suite is CPU-bound on two workers; a long test handed out last keeps
+    one worker busy while the other has nothing left."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 # The pytest runs the tests start (pytester's, in process or not, their xdist workers, the docs'
