@@ -25,7 +25,7 @@ def example(copy_dump):
     return copy_dump("pt_tensor_L1")
 
 
-@pytest.mark.slow
+# Not slow (1-2 CPU s): the quick set runs the README's main command on the example once.
 @pytest.mark.parametrize("device", ["cpu", "recorded"])
 def test_every_api_entry_is_an_item_with_a_verdict(pytester, example, device):
     result = run_msprobe(pytester, example, "--msprobe-device", device, "-v")
