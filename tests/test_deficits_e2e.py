@@ -207,7 +207,7 @@ ISSUE_KINDS = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [*SMALL, *(pytest.param(name, marks=pytest.mark.slow) for name in (*GPT, *CNN))])
+@pytest.mark.parametrize("name", [*SMALL, *GPT, *CNN])
 def test_every_material_deficit_is_an_error_and_every_control_passes(pytester, corpora, name):
     """Every (entry, kind) that applies to the dump, forward and backward, one kind per entry in
     each copy of it, one run per copy in recorded mode."""
@@ -330,9 +330,7 @@ def test_hf32_operands_pass_where_declared_and_are_an_error_where_not(pytester, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name", ["pt_tensor_L1_bf16", *(pytest.param(name, marks=pytest.mark.slow) for name in ("gpt_bf16", "gpt_fp16"))]
-)
+@pytest.mark.parametrize("name", ["pt_tensor_L1_bf16", "gpt_bf16", "gpt_fp16"])
 def test_basic_never_says_a_deficit_is_within_the_rounding_budget(pytester, corpora, name):
     """basic fails bf16/fp16 outputs that are rounding alone, and says so of them (the row and the
     summary's count), never of a material deficit: each copy of the corpus that holds one."""

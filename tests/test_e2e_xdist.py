@@ -199,7 +199,7 @@ def dump_path_of_two_ranks(pytester, copy_dump):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [[], pytest.param(["-n", "2"], marks=pytest.mark.slow)])
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
 def test_each_rank_of_a_dump_path_gets_its_own_rows(pytester, copy_dump, workers):
     rank1 = dump_path_of_two_ranks(pytester, copy_dump)
     # rank1's relu output, off by 1.0 in one element: rank0's relu is untouched.

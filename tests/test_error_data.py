@@ -27,7 +27,7 @@ def not_pass(folder):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("device,workers", [pytest.param("cpu", ["-n", "2"], marks=pytest.mark.slow), ("recorded", [])])
+@pytest.mark.parametrize("device,workers", [("cpu", ["-n", "2"]), ("recorded", [])])
 def test_every_entry_that_is_not_pass_has_its_values_and_manifest(pytester, copy_dump, device, workers):
     dump = copy_dump("pt_tensor_L1")
     run_msprobe(pytester, dump, "--msprobe-device", device, *workers, "--msprobe-save-error-data")

@@ -480,7 +480,7 @@ def test_a_mindspore_entry_recorded_3_percent_off_gives_the_run_dtype_verdict(py
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [[], pytest.param(["-n", "2"], marks=pytest.mark.slow)])
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
 def test_a_folder_for_every_failing_entry_and_the_ini_key(pytester, copy_dump, workers):
     """Under pytest-xdist the workers write the folders."""
     dump = copy_dump("pt_tensor_L1")

@@ -189,7 +189,7 @@ def test_a_run_stopped_by_x_leaves_unfinished_apis_out_and_resume_completes_them
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [[], pytest.param(["-n", "2"], marks=pytest.mark.slow)], ids=["serial", "xdist"])
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_a_partial_run_resumes_to_the_rows_of_a_whole_one(pytester, full_run, workers):
     """-k forward writes rows with no backward; resumed, only the 29 backward entries run and each
     such row is written again, whole, with the forward the journal kept: the rows of a whole run."""

@@ -879,7 +879,6 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
                 ),
             )
         if by_gradient is not None:
-            gradients = by_gradient
             exact = replace(
                 exact, lower_magnitude_of=lambda side, index: lower_bound(gradients(in_float32(side), index), bound)
             )
