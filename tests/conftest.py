@@ -11,6 +11,8 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import pytest
 
+from pytest_msprobe.distributed import allocator
+
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
@@ -28,7 +30,15 @@ def pytest_configure(config: pytest.Config) -> None:
         # The controller hands the tests out one at a time as the workers free up, the slow ones first
         # (pytest_collection_modifyitems): xdist's first batches would give one worker every slow test.
         config.option.maxschedchunk = 1
+        # The workers on the allocator the plugin gives its own (tcmalloc where it is installed and the
+        # user chose none): the in-process runs of whole dumps take 0.85x the CPU, half the system time
+        # (bench/timing/results_suite.md).
+        allocator.preload(allocator.choose(os.environ), os.environ)
+        config.add_cleanup(lambda: allocator.unload(os.environ))
         return  # the xdist controller runs no test (its workers do): 8 s of CPU before they start
+    # In effect in this worker; the processes its tests start get the user's environment, as a plugin
+    # worker's entries do.
+    allocator.unload(os.environ)
     import pytest_msprobe.frameworks.torch_engine  # noqa: F401
     from pytest_msprobe.frameworks import output_bounds
 
