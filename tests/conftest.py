@@ -36,8 +36,8 @@ def pytest_configure(config: pytest.Config) -> None:
         allocator.preload(allocator.choose(os.environ), os.environ)
         config.add_cleanup(lambda: allocator.unload(os.environ))
         return  # the xdist controller runs no test (its workers do): 8 s of CPU before they start
-    # In effect in this worker; the processes its tests start get the user's environment, as a plugin
-    # worker's entries do.
+    # In a worker the preload is in effect: the processes its tests start get the user's environment
+    # again, as a plugin worker's entries do (nothing to take out in a serial run).
     allocator.unload(os.environ)
     import pytest_msprobe.frameworks.torch_engine  # noqa: F401
     from pytest_msprobe.frameworks import output_bounds
