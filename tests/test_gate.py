@@ -226,20 +226,43 @@ def test_a_folder_names_the_json_files_it_passed_over(pytester):
     quiet.stdout.fnmatch_lines(["msprobe: --msprobe-dump public: passed over 1 JSON file that is no dump: notes.json"])
 
 
+RECORD_IMPORTS = """
+import sys
+
+NAMES = ("torch", "pytest_msprobe.frameworks.pytorch", "torch._dynamo")
+
+def imported():
+    return " ".join(str(name in sys.modules) for name in NAMES)
+
+def pytest_runtest_setup(item):
+    with open("first_entry", "a") as handle:
+        handle.write(imported() + "\\n")
+
+def pytest_sessionfinish(session):
+    open("at_the_end", "w").write(imported())
+"""
+
+
 @pytest.mark.slow
-def test_the_frameworks_are_imported_before_the_first_entry(pytester, copy_dump):
-    """So that the first entry's time (junit, --durations) is its own, not PyTorch's import."""
-    pytester.makeconftest(
-        "import sys\n"
-        "seen = []\n"
-        "def pytest_runtest_setup(item):\n"
-        "    if not seen:\n"
-        "        seen.append(1)\n"
-        "        open('imported', 'w').write(str('pytest_msprobe.frameworks.pytorch' in sys.modules))\n"
-    )
-    run_msprobe(pytester, copy_dump("pt_tensor_L1"), "-k", "relu", device="cpu", subprocess=True)
+@pytest.mark.parametrize(
+    "selection, first_entry",
+    [
+        ("relu", "True True False"),  # PyTorch, and no meta call: a relu's output is its input's shape
+        ("linear", "True True True"),  # and the meta device's first call, which imports torch._dynamo
+        ("nothing_matches", None),  # a worker left nothing (a resume of a finished run): no framework at all
+    ],
+)
+def test_the_frameworks_are_imported_before_the_first_entry(pytester, copy_dump, selection, first_entry):
+    """So that the first entry's time (junit, --durations, --msprobe-timeout) is its own, not
+    PyTorch's import; and only what the selected entries need, once -k and the others deselected."""
+    pytester.makeconftest(RECORD_IMPORTS)
+    run_msprobe(pytester, copy_dump("pt_tensor_L1"), "-k", selection, device="cpu", subprocess=True)
     # In a fresh process: this one imported torch long ago.
-    assert (pytester.path / "imported").read_text() == "True"
+    if first_entry is None:
+        assert not (pytester.path / "first_entry").exists()
+        assert (pytester.path / "at_the_end").read_text() == "False False False"
+    else:
+        assert (pytester.path / "first_entry").read_text().splitlines()[0] == first_entry
 
 
 @pytest.mark.slow

@@ -104,11 +104,18 @@ def recorded_shapes(specs: list) -> bool:
     return any(is_tensor_spec(spec) and _sizes(spec.get("shape")) is not None for spec in specs)
 
 
+def sized_on_meta(framework: str, api: str) -> bool:
+    """Whether the calls of `api` (`Functional.relu`) of a `framework` dump are sized on the meta
+    device: all but PyTorch's SHAPED_LIKE_INPUT, whose output is its input's shape, and its input
+    is within the bound."""
+    return not (framework == "pytorch" and api.rsplit(".", 1)[-1].removesuffix("_") in SHAPED_LIKE_INPUT)
+
+
 def call_outputs(call: Call, bound: int, framework: str = "pytorch") -> None:
     """Raise OutputTooLarge where the call would make more than `bound` elements."""
     entry = f"{call.name.prefix}.forward"
-    if framework == "pytorch" and call.name.api.rsplit(".", 1)[-1].removesuffix("_") in SHAPED_LIKE_INPUT:
-        return  # its output is its input's shape, and its input is within the bound: no meta run
+    if not sized_on_meta(framework, call.name.api):
+        return
     found = on_meta(call)
     if found is not None:
         over = _first_over(list(found), bound)

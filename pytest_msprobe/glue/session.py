@@ -29,7 +29,7 @@ from ..results import REPORT_ATTRIBUTE
 from ..untrusted import printable
 from . import remote, workers
 from .gate import CoverageGate
-from .items import RUN_KEY, DumpHooks
+from .items import RUN_KEY, DumpHooks, EntryItem
 from .last_failed import LastFailed
 from .reporter import CsvReporter
 from .selection import Selection
@@ -104,7 +104,8 @@ class MsprobeRun:
             raise pytest.UsageError(f"--msprobe-max-elements must be at least 1, not {options.max_elements}")
         self.device_notes = [*refused, *notes]
         self.passed_over = refused  # files given and not checked: said again at the end under -q
-        self.frameworks = {peek_framework(path) for path in self.dump_files}
+        self.framework_of = {path: peek_framework(path) for path in self.dump_files}
+        self.frameworks = set(self.framework_of.values())
         device = options.rerun_on or devices.RECORDED  # the tested side: a device, else what was recorded
         if workers.remote_hosts(config):
             self.device_kind = device  # the controller's devices are not its workers': each host chooses
@@ -199,8 +200,23 @@ class MsprobeRun:
                 device_id = workers.device_id(session.config, self.device_ids)
                 device = devices.bind(self.device_kind, device_id, self.frameworks)
             self.checker = replace(self.checker, run=replace(self.checker.run, device=device))
-        if not session.config.option.collectonly:
-            warm_up(self.frameworks, recorded)  # not in the first entry's time
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """After -k, the resume and the others deselected: what the entries left need, imported
+        before the first of them starts its time."""
+        if workers.distributing(session.config) or session.config.option.collectonly:
+            return
+        recorded = self.checker.run.tested is Tested.RECORDED
+        warm_up(self.selected_apis(session.items), recorded)
+
+    def selected_apis(self, items: list[pytest.Item]) -> list[tuple[str, str]]:
+        """(framework, API) of each entry item; an item whose name is no entry name runs nothing."""
+        selected = []
+        for item in items:
+            name = parse_entry_name(item.entry) if isinstance(item, EntryItem) else None
+            if name is not None:
+                selected.append((self.framework_of.get(item.path) or peek_framework(item.path), name.api))
+        return selected
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
