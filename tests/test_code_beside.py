@@ -47,12 +47,12 @@ class Project:
     def dump(self, key: str) -> Path:
         return self.dumps / key / self.layouts[key].dump
 
-    def run(self, cwd: Path, *args: str, subprocess: bool = True) -> pytest.RunResult:
-        """pytest from cwd, its CSVs in pytester.path/out."""
+    def run(self, cwd: Path, *args: str) -> pytest.RunResult:
+        """pytest from cwd, in process (pytester: the modules a run imports are dropped after it,
+        so the marks say what this run imported), its CSVs in pytester.path/out."""
         with pytest.MonkeyPatch.context() as patch:
             patch.chdir(cwd)
-            runner = self.pytester.runpytest_subprocess if subprocess else self.pytester.runpytest
-            return runner(
+            return self.pytester.runpytest(
                 "-p",
                 "no:cacheprovider",
                 "--msprobe-device",
@@ -132,7 +132,7 @@ def test_explicit_test_paths_run_beside_the_dumps_without_walking_them(pytester)
 def test_the_dumps_alone_without_test_paths(pytester):
     """`pytest --msprobe-dump x` from the project: the dump's entries only, not the project's tests."""
     project = Project(pytester)
-    result = project.run(project.root, "--msprobe-dump", str(project.dump("one_up")), subprocess=False)
+    result = project.run(project.root, "--msprobe-dump", str(project.dump("one_up")))
     result.assert_outcomes(passed=3)
     project.assert_nothing_imported()
     project.assert_rows(pytester.path / "out")
@@ -154,7 +154,7 @@ def test_run_from_the_dumps_folder(pytester, key, rootdir):
     elif rootdir == "confcutdir":
         args += ["--confcutdir", "."]  # as where no ini file is above: pytest imports none above the folder
     refused = layout.refused_alone if rootdir == "confcutdir" else layout.refused_from_its_folder
-    result = project.run(project.dump(key).parent, *args, subprocess=False)
+    result = project.run(project.dump(key).parent, *args)
     project.assert_nothing_imported()
     if refused:
         assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -173,7 +173,7 @@ def test_run_from_msprobes_dump_path_is_refused(pytester, workers):
     """From the root of msprobe's layout (dump_path/, above step0/rank0/), given the folder."""
     project = Project(pytester)
     root = project.dumps / "msprobe" / "dump_path"
-    result = project.run(root, "--msprobe-dump", ".", *workers, subprocess=False)
+    result = project.run(root, "--msprobe-dump", ".", *workers)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [f"ERROR: --msprobe-dump: pytest would import {root / 'conftest.py'} when it starts, *"]

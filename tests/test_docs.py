@@ -59,22 +59,30 @@ def test_every_command_runs_here_or_says_why_not(page, marker, why, command):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page, marker, why, command", RUN, ids=[f"{b[0]}:{b[3][:40]}" for b in RUN])
-def test_a_command_of_the_docs_does_what_they_say(tmp_path, page, marker, why, command):
-    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+def test_a_command_of_the_docs_does_what_they_say(pytester, page, marker, why, command):
+    """pytest runs in process (pytester), as every end-to-end test runs the plugin: a process of
+    its own costs 5 CPU s (PyTorch's import) and shows nothing more. A command that sets the
+    environment (PYTHONPATH=... pytest) runs in one."""
+    shutil.copytree(ROOT / "examples", pytester.path / "examples")
     line = command.splitlines()[0].split("#")[0].strip()
     words = [EXAMPLE if word in DUMP_WORDS else word for word in shlex.split(line)]
     env_words = [word for word in words if re.fullmatch(r"[A-Z_]+=.*", word)]  # PYTHONPATH=... pytest
     words = words[len(env_words) :]
-    if words[0] in ("pytest", "./run-pytest"):  # pytest of this environment
-        words = [sys.executable, "-m", "pytest", *words[1:]]
-    env = dict(os.environ)
-    for word in env_words:
-        name, value = word.split("=", 1)
-        env[name] = str(ROOT / value) if name == "PYTHONPATH" else value
-    done = subprocess.run(
-        [*words, "-p", "no:cacheprovider"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-    )
+    if words[0] in ("pytest", "./run-pytest") and not env_words:  # pytest of this environment
+        result = pytester.runpytest_inprocess(*words[1:], "-p", "no:cacheprovider")
+        code, output = int(result.ret), result.stdout.str() + result.stderr.str()
+    else:
+        if words[0] in ("pytest", "./run-pytest"):
+            words = [sys.executable, "-m", "pytest", *words[1:]]
+        env = dict(os.environ)
+        for word in env_words:
+            name, value = word.split("=", 1)
+            env[name] = str(ROOT / value) if name == "PYTHONPATH" else value
+        done = subprocess.run(
+            [*words, "-p", "no:cacheprovider"], cwd=pytester.path, env=env, capture_output=True, text=True, timeout=600
+        )
+        code, output = done.returncode, done.stdout + done.stderr
     expected = int(why.split()[1])
-    assert done.returncode == expected, done.stdout[-3000:] + done.stderr[-3000:]
-    assert list(tmp_path.rglob("accuracy_checking_result_*.csv")), "the run wrote no result CSV"
-    assert "INTERNALERROR" not in done.stdout + done.stderr
+    assert code == expected, output[-6000:]
+    assert list(pytester.path.rglob("accuracy_checking_result_*.csv")), "the run wrote no result CSV"
+    assert "INTERNALERROR" not in output
