@@ -63,30 +63,6 @@ def test_two_workers_write_the_rows_of_a_serial_run(pytester, copy_dump, default
     assert section[end + 1].startswith("=")  # the paths close the section
 
 
-RECORD_HUGE_PAGES = '''
-import os
-
-
-def pytest_sessionfinish(session):
-    if hasattr(session.config, "workerinput"):
-        with open(f"thp_{os.getpid()}", "w") as handle:
-            handle.write(os.environ.get("THP_MEM_ALLOC_ENABLE", "unset"))
-'''
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("user, seen", [(None, "1"), ("0", "0")])
-def test_workers_back_torch_with_huge_pages_unless_the_user_says(pytester, copy_dump, monkeypatch, user, seen):
-    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
-    if user is not None:
-        monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", user)
-    pytester.makeconftest(RECORD_HUGE_PAGES)  # imports no torch: the workers' plugin comes first
-    result = run_msprobe(pytester, copy_dump("pt_tensor_L1"), "-n", "2", "-k", "relu", out="xdist", device="cpu")
-    result.assert_outcomes(passed=2)
-    values = [path.read_text() for path in pytester.path.glob("thp_*")]
-    assert len(values) == 2 and set(values) == {seen}
-
-
 CRASHING_RELU = '''
 import os
 import signal
