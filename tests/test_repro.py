@@ -183,8 +183,9 @@ def test_pytorch_repros_print_the_run_metrics_and_verdict(pytester, copy_dump, t
     _, details, folders = repro_run(pytester, dump, "--msprobe-device", "cpu", "--msprobe-max-abs-err", "1e-7")
     failing = {name.rsplit(".output.", 1)[0] for name, row in details.items() if row["Status"] == "error"}
     assert {p.name for p in folders.iterdir()} == failing
-    for entry in pick(details, FOUR).values():
-        assert_reproduces(run_alone(folders / entry, tmp_path), details, entry)
+    entries = list(pick(details, FOUR).values())
+    for entry, report in zip(entries, run_batch([(folders / entry, tmp_path, ()) for entry in entries])):
+        assert_reproduces(report, details, entry)
     # What the folder holds, as plain data.
     entry = folders / "Functional.linear.1.backward"
     inputs = torch.load(entry / "inputs.pt", weights_only=True)
@@ -229,8 +230,9 @@ def test_recorded_and_random_mode_repros(pytester, copy_dump, tmp_path):
     _, details, folders = repro_run(
         pytester, random, "--msprobe-device", "cpu", "--msprobe-max-abs-err", "1e-7", out="random"
     )
-    for entry in pick(details, [("forward", "torch.float32"), ("backward", "torch.bfloat16")]).values():
-        assert_reproduces(run_alone(folders / entry, tmp_path / "random"), details, entry)
+    entries = list(pick(details, [("forward", "torch.float32"), ("backward", "torch.bfloat16")]).values())
+    for entry, report in zip(entries, run_batch([(folders / entry, tmp_path / "random", ()) for entry in entries])):
+        assert_reproduces(report, details, entry)
 
 
 RATIO_RTOL = 1e-9  # the repro's dtype-standard ratio against the run's
@@ -308,6 +310,7 @@ def test_dtype_standard_repros_give_the_run_verdict_and_worst_element_ratio(pyte
     metrics, verdict, and each output's status and worst-element ratio (1e-9): the standard's own
     code and its extra runs, bf16 and fp32, forward and backward, failing and passing outputs."""
     seen: dict[str, set] = {"dtype": set(), "direction": set(), "status": set(), "asked": set()}
+    planned: list[tuple[str, dict, Path]] = []
     for name, dump in deficient_dumps(pytester, copy_dump).items():
         _, details, folders = repro_run(
             pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype", out=name
@@ -315,16 +318,18 @@ def test_dtype_standard_repros_give_the_run_verdict_and_worst_element_ratio(pyte
         failing = {row["API Name"].rsplit(".output.", 1)[0] for row in details.values() if row["Status"] == "error"}
         planted = {entry for entry, _ in CORPUS.get(name, [])} or {d.rsplit(".output.", 1)[0] for d, _ in SCALED}
         assert planted <= failing <= {p.name for p in folders.iterdir()}
-        ordered = sorted(folders.iterdir())
-        for folder, report in zip(ordered, run_batch([(folder, tmp_path / name, ()) for folder in ordered])):
-            assert report["device"] == "recorded"
-            assert_reproduces(report, details, folder.name)
-            assert_same_verdict(report, folder)
-            for output in report["outputs"]:
-                seen["dtype"].add(output["tested_dtype"])
-                seen["status"].add(output["status"])
-                seen["asked"].update(output.get("asked", []))
-            seen["direction"].add(folder.name.rsplit(".", 1)[1])
+        planned += [(name, details, folder) for folder in sorted(folders.iterdir())]
+    # Every dump's scripts in one fresh interpreter: a process a dump costs torch's import each time.
+    reports = run_batch([(folder, tmp_path / name, ()) for name, _, folder in planned])
+    for (name, details, folder), report in zip(planned, reports):
+        assert report["device"] == "recorded"
+        assert_reproduces(report, details, folder.name)
+        assert_same_verdict(report, folder)
+        for output in report["outputs"]:
+            seen["dtype"].add(output["tested_dtype"])
+            seen["status"].add(output["status"])
+            seen["asked"].update(output.get("asked", []))
+        seen["direction"].add(folder.name.rsplit(".", 1)[1])
     assert seen["dtype"] >= {"torch.bfloat16", "torch.float32"}
     assert seen["direction"] == {"forward", "backward"}
     assert seen["status"] >= {"error", "pass"}
@@ -449,21 +454,24 @@ def test_repros_on_the_simulated_npu_rerun_the_device(pytester, copy_dump, monke
 def test_mindspore_repros_print_the_run_metrics_and_verdict(pytester, copy_dump, tmp_path):
     """The runs in fresh processes, as a user's: this process's MindSpore has run the other tests'
     entries, and after some (a kernel it lacks) its LayerNorm gradients come out otherwise. The
-    scripts of one dump share a fresh interpreter (run_batch): each MindSpore entry's, in call order."""
+    scripts share a fresh interpreter (run_batch): each MindSpore entry's, in call order, then
+    the bf16 mul's."""
     pytest.importorskip("mindspore")
     dump = copy_dump("ms_tensor_L1")
     _, details, folders = repro_run(
         pytester, dump, "--msprobe-device", "cpu", "--msprobe-max-abs-err", "1e-7", subprocess=True
     )
-    entries = list(pick(details, [("forward", "torch.float32"), ("backward", "torch.float32")]).values())
-    for entry, report in zip(entries, run_batch([(folders / entry, tmp_path / "fp32", ()) for entry in entries])):
-        assert "mindspore" in (folders / entry / "repro.py").read_text()
-        assert_reproduces(report, details, entry)
+    fp32 = [(entry, details, folders / entry)
+            for entry in pick(details, [("forward", "torch.float32"), ("backward", "torch.float32")]).values()]
+    assert all("mindspore" in (folder / "repro.py").read_text() for _, _, folder in fp32)
     # bf16: MindSpore's CPU kernels for mul, forward and backward, on real values of ms_tensor_L1.
     bf16 = mindspore_mul_dump(pytester.path / "ms_bf16", torch.bfloat16)
     _, details, folders = repro_run(pytester, bf16, "--msprobe-device", "cpu", out="bf16", subprocess=True)
-    entries = list(pick(details, [("forward", "torch.bfloat16"), ("backward", "torch.bfloat16")]).values())
-    for entry, report in zip(entries, run_batch([(folders / entry, tmp_path / "bf16", ()) for entry in entries])):
+    bf16_runs = [(entry, details, folders / entry)
+                 for entry in pick(details, [("forward", "torch.bfloat16"), ("backward", "torch.bfloat16")]).values()]
+    planned = [(run, tmp_path / dtype) for dtype, runs in (("fp32", fp32), ("bf16", bf16_runs)) for run in runs]
+    reports = run_batch([(folder, fresh, ()) for (_, _, folder), fresh in planned])
+    for ((entry, details, _), _), report in zip(planned, reports):
         assert_reproduces(report, details, entry)
 
 
