@@ -234,14 +234,16 @@ def test_an_all_zero_output_at_the_floor_ranks_below_the_faults(pytester, copy_d
 def test_the_repro_script_says_the_floor_the_run_says(pytester, copy_dump, tmp_path):
     """A repro script of an entry an ini rule matches asks the same dtype standard as the run:
     no floor for the matmul the rule fails, the floor for the linear it does not match."""
-    from test_repro import run_alone
+    from test_repro import run_batch
 
     dump = copy_dump("pt_tensor_L1")
     ini = ("-o", "msprobe_tolerances=Torch.matmul.*: rtol=0, atol=0")
     run_msprobe(pytester, dump, *ini, "--msprobe-repro", "repro", device="recorded")
     details = {row["API Name"]: row["Message"] for row in read_csv(pytester.path / "out", "details")}
     folders = pytester.path / "repro" / dump.parent.name
-    for entry, floor in (("Torch.matmul.1.forward", False), ("Functional.linear.1.forward", True)):
-        (output,) = run_alone(folders / entry, tmp_path)["outputs"]
+    floors = {"Torch.matmul.1.forward": False, "Functional.linear.1.forward": True}
+    reports = run_batch([(folders / entry, tmp_path, ()) for entry in floors])
+    for (entry, floor), report in zip(floors.items(), reports):
+        (output,) = report["outputs"]
         assert ("within the bf16 rounding budget" in output["why"]) is floor
         assert details[f"{entry}.output.0"].startswith(output["why"])

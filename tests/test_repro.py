@@ -392,9 +392,9 @@ def test_an_npu_op_repro_judges_with_the_run_bench_and_extra_runs(pytester, tmp_
     dump = npu_rms_norm_dump(pytester.path / "npu")
     _, details, folders = repro_run(pytester, dump, "--msprobe-device", "recorded", "--msprobe-standard", "dtype")
     assert {p.name for p in folders.iterdir()} == {"NPU.npu_rms_norm.0.forward", "NPU.npu_rms_norm.0.backward"}
-    for folder in folders.iterdir():
+    ordered = sorted(folders.iterdir())
+    for folder, report in zip(ordered, run_batch([(folder, tmp_path, ()) for folder in ordered])):
         assert "repro.py" in {p.name for p in folder.iterdir()} and "torch_npu" in (folder / "repro.py").read_text()
-        report = run_alone(folder, tmp_path)
         assert report["bench"] == [
             "the run's: pytest-msprobe's float64 reference of this NPU op (from inputs.pt, with its extra runs)"
         ]
@@ -417,7 +417,8 @@ def test_repros_on_the_simulated_npu_rerun_the_device(pytester, copy_dump, monke
     for key, value in deficits.items():
         monkeypatch.setenv(key, value, prepend=os.pathsep if key == "PYTHONPATH" else None)
     model, fused = copy_dump("pt_tensor_L1_bf16"), copy_dump("npu_fused_sim")
-    probes = 0
+    runs: list[tuple[dict, Path, Path, tuple[str, ...]]] = []
+    probes: list[tuple[dict, Path, Path, tuple[str, ...]]] = []
     args = (
         "--msprobe-device",
         "npu",
@@ -434,20 +435,18 @@ def test_repros_on_the_simulated_npu_rerun_the_device(pytester, copy_dump, monke
     ):
         _, details, folders = repro_run(pytester, dump, *args, out=dump.parent.name, subprocess=True)
         probed = [e for e in entries if json.loads((folders / e / "verdict.json").read_text())["probe"] is not None]
-        reports = run_batch(
-            [(folders / entry, tmp_path / "run" / dump.parent.name, ()) for entry in entries]
-            + [(folders / entry, tmp_path / "probe" / dump.parent.name, ("--fp32",)) for entry in probed],
-            env=deficits,
-        )
-        for entry, report in zip(entries, reports):
-            assert "torch_npu" in (folders / entry / "repro.py").read_text()
-            assert report["device"] == "npu" and report["status"] == "error"
-            assert_reproduces(report, details, entry)
-            assert_same_verdict(report, folders / entry)
-        for entry, report in zip(probed, reports[len(entries) :]):  # fp16/bf16 only
-            assert_same_verdict(report, folders / entry, probe=True)
-            probes += 1
-    assert probes == 2  # the simulated addmm and mm sum into bf16 in fp32 too: "fails in fp32 too"
+        runs += [(details, folders / entry, tmp_path / "run" / dump.parent.name, ()) for entry in entries]
+        probes += [(details, folders / entry, tmp_path / "probe" / dump.parent.name, ("--fp32",)) for entry in probed]
+    # Both dumps' scripts in one fresh interpreter: a process costs torch's import each time.
+    reports = run_batch([(folder, fresh, flags) for _, folder, fresh, flags in runs + probes], env=deficits)
+    for (details, folder, _, _), report in zip(runs, reports):
+        assert "torch_npu" in (folder / "repro.py").read_text()
+        assert report["device"] == "npu" and report["status"] == "error"
+        assert_reproduces(report, details, folder.name)
+        assert_same_verdict(report, folder)
+    for (_, folder, _, _), report in zip(probes, reports[len(runs) :]):  # fp16/bf16 only
+        assert_same_verdict(report, folder, probe=True)
+    assert len(probes) == 2  # the simulated addmm and mm sum into bf16 in fp32 too: "fails in fp32 too"
 
 
 @pytest.mark.slow
