@@ -321,7 +321,7 @@ def test_dtype_standard_repros_give_the_run_verdict_and_worst_element_ratio(pyte
         planned += [(name, details, folder) for folder in sorted(folders.iterdir())]
     # Every dump's scripts in one fresh interpreter: a process a dump costs torch's import each time.
     reports = run_batch([(folder, tmp_path / name, ()) for name, _, folder in planned])
-    for (name, details, folder), report in zip(planned, reports):
+    for (_, details, folder), report in zip(planned, reports):
         assert report["device"] == "recorded"
         assert_reproduces(report, details, folder.name)
         assert_same_verdict(report, folder)
