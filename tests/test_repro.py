@@ -460,18 +460,18 @@ def test_mindspore_repros_print_the_run_metrics_and_verdict(pytester, copy_dump,
     _, details, folders = repro_run(
         pytester, dump, "--msprobe-device", "cpu", "--msprobe-max-abs-err", "1e-7", subprocess=True
     )
-    fp32 = [(entry, details, folders / entry)
-            for entry in pick(details, [("forward", "torch.float32"), ("backward", "torch.float32")]).values()]
-    assert all("mindspore" in (folder / "repro.py").read_text() for _, _, folder in fp32)
+    # (the run's details, the entry's folder, where it runs alone), the scripts of both runs together
+    planned = [(details, folders / entry, tmp_path / "fp32")
+               for entry in pick(details, [("forward", "torch.float32"), ("backward", "torch.float32")]).values()]
+    assert all("mindspore" in (folder / "repro.py").read_text() for _, folder, _ in planned)
     # bf16: MindSpore's CPU kernels for mul, forward and backward, on real values of ms_tensor_L1.
     bf16 = mindspore_mul_dump(pytester.path / "ms_bf16", torch.bfloat16)
     _, details, folders = repro_run(pytester, bf16, "--msprobe-device", "cpu", out="bf16", subprocess=True)
-    bf16_runs = [(entry, details, folders / entry)
-                 for entry in pick(details, [("forward", "torch.bfloat16"), ("backward", "torch.bfloat16")]).values()]
-    planned = [(run, tmp_path / dtype) for dtype, runs in (("fp32", fp32), ("bf16", bf16_runs)) for run in runs]
-    reports = run_batch([(folder, fresh, ()) for (_, _, folder), fresh in planned])
-    for ((entry, details, _), _), report in zip(planned, reports):
-        assert_reproduces(report, details, entry)
+    planned += [(details, folders / entry, tmp_path / "bf16")
+                for entry in pick(details, [("forward", "torch.bfloat16"), ("backward", "torch.bfloat16")]).values()]
+    reports = run_batch([(folder, fresh, ()) for _, folder, fresh in planned])
+    for (details, folder, _), report in zip(planned, reports):
+        assert_reproduces(report, details, folder.name)
 
 
 @pytest.mark.slow

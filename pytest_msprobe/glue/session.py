@@ -215,7 +215,7 @@ class MsprobeRun:
         for item in items:
             name = parse_entry_name(item.entry) if isinstance(item, EntryItem) else None
             if name is not None:
-                selected.append((self.framework_of.get(item.path) or peek_framework(item.path), name.api))
+                selected.append((self.framework_of[item.path], name.api))  # its collector's dump file
         return selected
 
     @pytest.hookimpl(wrapper=True)
