@@ -245,24 +245,27 @@ def pytest_sessionfinish(session):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "selection, first_entry",
+    "dump, selection, first_entry",
     [
-        ("relu", "True True False"),  # PyTorch, and no meta call: a relu's output is its input's shape
-        ("linear", "True True True"),  # and the meta device's first call, which imports torch._dynamo
-        ("nothing_matches", None),  # a worker left nothing (a resume of a finished run): no framework at all
+        ("pt_tensor_L1", "relu", "True True False"),  # PyTorch, no meta call: a relu's output is its input's shape
+        ("pt_tensor_L1", "linear", "True True False"),  # nor for a linear: its arguments' shapes size it
+        ("llama_fp32", "expand", "True True True"),  # and the meta device's first call, which imports torch._dynamo
+        ("pt_tensor_L1", "nothing_matches", None),  # a worker left nothing (a resume of a finished run): nothing
     ],
 )
-def test_the_frameworks_are_imported_before_the_first_entry(pytester, copy_dump, selection, first_entry):
+def test_the_frameworks_are_imported_before_the_first_entry(pytester, copy_dump, dump, selection, first_entry):
     """So that the first entry's time (junit, --durations, --msprobe-timeout) is its own, not
     PyTorch's import; and only what the selected entries need, once -k and the others deselected."""
     pytester.makeconftest(RECORD_IMPORTS)
-    run_msprobe(pytester, copy_dump("pt_tensor_L1"), "-k", selection, device="cpu", subprocess=True)
+    run_msprobe(pytester, copy_dump(dump), "-k", selection, device="cpu", subprocess=True)
     # In a fresh process: this one imported torch long ago.
     if first_entry is None:
         assert not (pytester.path / "first_entry").exists()
         assert (pytester.path / "at_the_end").read_text() == "False False False"
     else:
         assert (pytester.path / "first_entry").read_text().splitlines()[0] == first_entry
+        # No entry imported what its process had not: the warm-up covered them all.
+        assert (pytester.path / "at_the_end").read_text() == first_entry
 
 
 @pytest.mark.slow

@@ -2,8 +2,8 @@
 
 An entry whose arguments ask an output past --msprobe-max-elements (`eye(20000)`, `arange(0,
 1.5e9)`, `repeat`, `expand`, `interpolate(size=...)`) is a SKIP naming the entry, the output, its
-shape and the bound, found on PyTorch's meta device (or by its recorded shapes, its data, its
-size arguments) before anything is allocated. A tensor file declaring more than the bound (a
+shape and the bound, found by its arguments' shapes or on PyTorch's meta device (or by its
+recorded shapes, its data, its size arguments) before anything is allocated. A tensor file declaring more than the bound (a
 small deflated .pt, a .npy header) is refused before it is loaded. An entry past
 --msprobe-timeout is an error row naming the limit, and the run goes on.
 """
@@ -81,6 +81,28 @@ ASKED = {
     "Torch.kron.0.forward": (entry([tensor([300, 300]), tensor([300, 300])]), "output[0] would be [90000, 90000]"),
     "Torch.outer.0.forward": (entry([tensor([60000]), tensor([60000])]), "output[0] would be [60000, 60000]"),
     "Torch.cartesian_prod.0.forward": (entry([tensor([1000])] * 3), "output[0] would be [1000000000, 3]"),
+    # Sized by their arguments' shapes (shape_rules.py): no meta run.
+    "Tensor.__add__.0.forward": (
+        entry([tensor([60000, 1]), tensor([1, 60000])]),
+        "output[0] would be [60000, 60000] is 3,600,000,000 elements (sized by its arguments' shapes)",
+    ),
+    "Functional.linear.0.forward": (
+        entry([tensor([60000, 1]), tensor([60000, 1]), tensor([60000])]),
+        "output[0] would be [60000, 60000]",
+    ),
+    "Torch.matmul.0.forward": (entry([tensor([3000, 1]), tensor([1, 3000])]), "output[0] would be [3000, 3000]"),
+    "Functional.scaled_dot_product_attention.0.forward": (
+        entry([tensor([1, 1, 3000, 1]), tensor([1, 1, 2, 1]), tensor([1, 1, 2, 3000])]),
+        "output[0] would be [1, 1, 3000, 3000]",
+    ),
+    "Functional.conv2d.0.forward": (
+        entry([tensor([1, 1, 100, 100]), tensor([1000, 1, 1, 1])]),
+        "output[0] would be [1, 1000, 100, 100]",
+    ),
+    "Functional.embedding.0.forward": (
+        entry([tensor([2000], "torch.int64", 0, 499), tensor([500, 1000])]),
+        "output[0] would be [2000, 1000]",
+    ),
     # No meta kernel: the data sizes them.
     "Torch.repeat_interleave.0.forward": (
         entry([tensor([4]), tensor([4], "torch.int64", 10**9, 10**9)]),
@@ -105,6 +127,7 @@ GOOD = {
     "Torch.eye.1.forward": entry(ints(100)),
     "Tensor.expand.1.forward": entry([tensor([1, 3]), *ints(4, 3)]),
     "Functional.relu.1.forward": entry([tensor([2, 3])], outputs=[tensor([2, 3])]),
+    "Tensor.__add__.1.forward": entry([tensor([2, 1]), tensor([1, 3])], outputs=[tensor([2, 3])]),
 }
 
 

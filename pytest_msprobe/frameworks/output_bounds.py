@@ -6,8 +6,9 @@ rebuilt (inputs.py); its outputs are asked for by its arguments (`eye(60000)`, `
 output, the float64 bench, their float64 copies for the metrics). So before a call runs:
 
 - the shapes the dump recorded for its outputs (`recorded_outputs`, no framework needed);
-- what the call would make, run on PyTorch's `meta` device (shapes, no data), the tensors and
-  any device it names moved there (`call_outputs`);
+- what the call would make: by its arguments' shapes for the common calls (shape_rules.py), else
+  run on PyTorch's `meta` device (shapes, no data), the tensors and any device it names moved
+  there (`call_outputs`); not at all for the calls no larger than their input (SHAPED_LIKE_INPUT);
 - where no meta kernel exists (data-dependent ops), a rule for the few such APIs whose output
   the data sizes (`DATA_SIZED`), else the integer size arguments themselves (`size_arguments`).
 
@@ -23,15 +24,15 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..inputs.rebuild import is_tensor_spec
-from . import Unsupported
+from . import Unsupported, shape_rules
 
 if TYPE_CHECKING:
     from .torch_engine import Call
 
 
-# PyTorch APIs whose outputs are shaped like their first input (or smaller: a norm's statistics),
-# whatever their arguments: the meta run, which costs a norm's Python decomposition (40 ms for
-# batch_norm), says nothing about them.
+# PyTorch APIs whose outputs together are no larger than their first input (its shape, a view of
+# it, a reduction or a split of it), whatever their arguments: an input is within the bound, so
+# they are not sized (a meta run costs a norm's Python decomposition, 40 ms for batch_norm).
 SHAPED_LIKE_INPUT = frozenset(
     {
         *("relu", "relu6", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "softplus", "mish"),
@@ -39,6 +40,12 @@ SHAPED_LIKE_INPUT = frozenset(
         *("batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm", "local_response_norm"),
         *("abs", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "erf", "reciprocal", "sign", "square"),
         *("contiguous", "clone", "detach", "float", "half", "bfloat16", "double", "int", "long", "bool"),
+        *("to", "type_as", "dropout", "cumsum", "cumprod", "tril", "triu", "__neg__", "__invert__"),
+        *("view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "t", "transpose", "swapaxes"),
+        *("permute", "movedim", "unsqueeze", "squeeze", "narrow", "select", "chunk", "split", "unbind"),
+        # reductions with one output (`max`, `sort` and `topk` have two: not here)
+        *("mean", "sum", "nansum", "nanmean", "prod", "amax", "amin", "argmax", "argmin", "std", "var"),
+        *("norm", "logsumexp", "all", "any", "count_nonzero"),
     }
 )
 
@@ -106,22 +113,31 @@ def recorded_shapes(specs: list) -> bool:
 
 def sized_on_meta(framework: str, api: str) -> bool:
     """Whether the calls of `api` (`Functional.relu`) of a `framework` dump are sized on the meta
-    device: all but PyTorch's SHAPED_LIKE_INPUT, whose output is its input's shape, and its input
-    is within the bound."""
-    return not (framework == "pytorch" and api.rsplit(".", 1)[-1].removesuffix("_") in SHAPED_LIKE_INPUT)
+    device: all but PyTorch's SHAPED_LIKE_INPUT, no larger than their input (within the bound),
+    and those shape_rules.py reads (unless a call's arguments are out of its rule's form)."""
+    return framework != "pytorch" or not (_no_larger_than_input(api) or shape_rules.rule_for(api))
+
+
+def _no_larger_than_input(api: str) -> bool:
+    name = api.rsplit(".", 1)[-1]
+    return (name if name.endswith("__") else name.removesuffix("_")) in SHAPED_LIKE_INPUT
 
 
 def call_outputs(call: Call, bound: int, framework: str = "pytorch") -> None:
     """Raise OutputTooLarge where the call would make more than `bound` elements."""
     entry = f"{call.name.prefix}.forward"
-    if not sized_on_meta(framework, call.name.api):
+    if framework == "pytorch" and _no_larger_than_input(call.name.api):
         return
-    found = on_meta(call)
+    found, sized = None, "sized by its arguments' shapes"
+    if framework == "pytorch":
+        found = shape_rules.output_shapes(call.name.api, call.args, call.kwargs)
+    if found is None:
+        found, sized = on_meta(call), "sized on PyTorch's meta device"
     if found is not None:
         over = _first_over(list(found), bound)
         if over is not None:
             index, shape, count, together = over
-            how = f"{together} (sized on PyTorch's meta device)"
+            how = f"{together} ({sized})"
             raise _over(entry, f"output[{index}] would be", shape, count, bound, how)
         return
     rule = DATA_SIZED.get(call.name.api.rsplit(".", 1)[-1]) if framework == "pytorch" else None

@@ -1,0 +1,265 @@
+"""The output shapes of a transformer's common calls, read from their arguments' shapes.
+
+The meta device sizes any call (output_bounds.py), but an elementwise op, a `cat`, linear with a
+bias, SDPA or cross_entropy runs a Python reference there, whose first call imports sympy and
+torch._dynamo: 2 s, about as long as importing torch, in every process that checks such a step.
+Their outputs follow from their tensor arguments' shapes by rules everyone knows (broadcasting,
+a GEMM's, attention's, a convolution's), so they are read here; a call a rule does not read as
+it expects (an `out=`, a list where a number goes, shapes that do not fit) answers None and is
+sized on the meta device as before. tests/test_shape_rules.py holds each rule to the meta
+device's answer.
+"""
+
+from __future__ import annotations
+
+from numbers import Number
+from typing import Any, Callable
+
+Shape = list[int]
+
+# Calls whose one output is their tensor and number arguments broadcast together: no argument of
+# theirs is a size or a dim (`max` and `min` are not here: `max(x, 1)` reduces dim 1).
+BROADCAST = frozenset(
+    {
+        *("add", "sub", "subtract", "rsub", "mul", "multiply", "div", "divide", "true_divide", "floor_divide"),
+        *("pow", "float_power", "remainder", "fmod", "atan2", "hypot", "copysign", "xlogy", "lerp"),
+        *("maximum", "minimum", "fmax", "fmin", "where", "masked_fill", "clamp", "clip", "addcmul", "addcdiv"),
+        *("eq", "ne", "lt", "le", "gt", "ge", "greater", "less", "equal_to", "not_equal"),
+        *("logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor"),
+        *("__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__", "__rmul__", "__imul__"),
+        *("__truediv__", "__rtruediv__", "__itruediv__", "__div__", "__rdiv__", "__idiv__", "__floordiv__"),
+        *("__rfloordiv__", "__ifloordiv__", "__pow__", "__rpow__", "__ipow__", "__mod__", "__rmod__", "__imod__"),
+        *("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"),
+        *("__and__", "__rand__", "__iand__", "__or__", "__ror__", "__ior__", "__xor__", "__rxor__", "__ixor__"),
+    }
+)
+
+
+def output_shapes(api: str, args: list, kwargs: dict) -> list[Shape | None] | None:
+    """The shapes of a PyTorch call's outputs (`Functional.linear`), or None where no rule reads it."""
+    if "out" in kwargs:
+        return None
+    rule = rule_for(api)
+    if rule is None:
+        return None
+    try:
+        shape = rule(args, kwargs)
+    except (IndexError, KeyError, TypeError, ValueError):  # arguments out of the rule's form
+        return None
+    return None if shape is None else [shape]
+
+
+def rule_for(api: str) -> Callable[[list, dict], Shape | None] | None:
+    """The rule for the calls of `api`, or None: the rules cover names, the arguments come later."""
+    name = api.rsplit(".", 1)[-1]
+    if (name.startswith("__i") and name in BROADCAST) or (name.endswith("_") and name[:-1] in BROADCAST):
+        return _in_place
+    return _broadcast if name in BROADCAST else RULES.get(name)
+
+
+def broadcast(*shapes: Shape) -> Shape | None:
+    """NumPy's (and PyTorch's) broadcasting of `shapes`, None where they do not broadcast."""
+    rank = max((len(s) for s in shapes), default=0)
+    result = [1] * rank
+    for shape in shapes:
+        for at, size in enumerate(shape, start=rank - len(shape)):
+            if size != 1 and result[at] not in (1, size):
+                return None
+            result[at] = size if size != 1 else result[at]
+    return result
+
+
+def _shape(value: Any) -> Shape | None:
+    """A tensor's shape, None for anything else."""
+    import torch
+
+    return list(value.shape) if isinstance(value, torch.Tensor) else None
+
+
+def _tensor_shape(value: Any) -> Shape:
+    shape = _shape(value)
+    if shape is None:
+        raise TypeError("not a tensor")
+    return shape
+
+
+def _broadcast(args: list, kwargs: dict) -> Shape | None:
+    import torch
+
+    values = [*args, *kwargs.values()]
+    if any(not isinstance(v, (torch.Tensor, Number, str, torch.dtype, type(None))) for v in values):
+        return None  # a list or a size is no operand: the meta device reads it
+    shapes = [s for s in map(_shape, values) if s is not None]
+    return broadcast(*shapes) if shapes and len(args) + len(kwargs) > 1 else None
+
+
+def _in_place(args: list, kwargs: dict) -> Shape | None:
+    """An in-place op writes its tensor: the others broadcast to its shape, or the call refuses them."""
+    shape = _broadcast(args, kwargs)
+    return shape if shape is not None and shape == _shape(args[0]) else None
+
+
+def _argument(args: list, kwargs: dict, at: int, name: str, default: Any = None) -> Any:
+    return args[at] if len(args) > at else kwargs.get(name, default)
+
+
+def _linear(args: list, kwargs: dict) -> Shape | None:
+    x = _tensor_shape(_argument(args, kwargs, 0, "input"))
+    weight = _tensor_shape(_argument(args, kwargs, 1, "weight"))
+    bias = _argument(args, kwargs, 2, "bias")
+    if not x or len(weight) not in (1, 2) or weight[-1] != x[-1]:
+        return None
+    out = x[:-1] + weight[:-1]
+    return out if bias is None or broadcast(_tensor_shape(bias), out) == out else None
+
+
+def _matmul(a: Shape, b: Shape) -> Shape | None:
+    """torch.matmul's output shape."""
+    if not a or not b or a[-1] != b[-2 if len(b) > 1 else -1]:
+        return None
+    if len(b) == 1:
+        return a[:-1]
+    if len(a) == 1:
+        return b[:-2] + b[-1:]
+    batch = broadcast(a[:-2], b[:-2])
+    return None if batch is None else [*batch, a[-2], b[-1]]
+
+
+def _matmul_call(args: list, kwargs: dict) -> Shape | None:
+    return _matmul(_tensor_shape(args[0]), _tensor_shape(_argument(args, kwargs, 1, "other")))
+
+
+def _rmatmul_call(args: list, kwargs: dict) -> Shape | None:
+    return _matmul(_tensor_shape(args[1]), _tensor_shape(args[0]))
+
+
+def _mm(args: list, kwargs: dict) -> Shape | None:
+    a, b = _tensor_shape(args[0]), _tensor_shape(_argument(args, kwargs, 1, "mat2"))
+    return _matmul(a, b) if len(a) == len(b) == 2 else None
+
+
+def _bmm(args: list, kwargs: dict) -> Shape | None:
+    a, b = _tensor_shape(args[0]), _tensor_shape(_argument(args, kwargs, 1, "mat2"))
+    return _matmul(a, b) if len(a) == len(b) == 3 and a[0] == b[0] else None
+
+
+def _sdpa(args: list, kwargs: dict) -> Shape | None:
+    q, k, v = (_tensor_shape(_argument(args, kwargs, i, n)) for i, n in enumerate(("query", "key", "value")))
+    mask = _argument(args, kwargs, 3, "attn_mask")
+    if min(len(q), len(k), len(v)) < 2 or q[-1] != k[-1] or k[-2] != v[-2] or len({len(q), len(k), len(v)}) > 1:
+        return None
+    if _argument(args, kwargs, 7, "enable_gqa", False) is True and len(q) > 2 and k[-3] and q[-3] % k[-3] == 0:
+        k, v = [*k[:-3], q[-3], *k[-2:]], [*v[:-3], q[-3], *v[-2:]]  # each KV head serves a group of queries
+    batch = broadcast(q[:-2], k[:-2], v[:-2])
+    if batch is None:
+        return None
+    scores = [*batch, q[-2], k[-2]]  # a mask that widens them is left to the meta device
+    return [*batch, q[-2], v[-1]] if mask is None or broadcast(_tensor_shape(mask), scores) == scores else None
+
+
+def _concatenated(args: list, kwargs: dict) -> Shape | None:
+    tensors = _argument(args, kwargs, 0, "tensors")
+    dim = _argument(args, kwargs, 1, "dim", 0)
+    if not isinstance(tensors, (list, tuple)) or not isinstance(dim, int):
+        return None
+    # cat passes over 1-D empty tensors, the legacy way of saying "nothing here"
+    shapes = [s for s in map(_tensor_shape, tensors) if s != [0]]
+    if not shapes:
+        return [0] if tensors else None
+    rank = len(shapes[0])
+    dim = dim + rank if dim < 0 else dim
+    rest = [[*s[:dim], *s[dim + 1 :]] for s in shapes]
+    if not 0 <= dim < rank or any(len(s) != rank or r != rest[0] for s, r in zip(shapes, rest)):
+        return None
+    return [*shapes[0][:dim], sum(s[dim] for s in shapes), *shapes[0][dim + 1 :]]
+
+
+def _stacked(args: list, kwargs: dict) -> Shape | None:
+    tensors = _argument(args, kwargs, 0, "tensors")
+    dim = _argument(args, kwargs, 1, "dim", 0)
+    if not isinstance(tensors, (list, tuple)) or not tensors or not isinstance(dim, int):
+        return None
+    shapes = [_tensor_shape(t) for t in tensors]
+    rank = len(shapes[0]) + 1
+    dim = dim + rank if dim < 0 else dim
+    if not 0 <= dim < rank or any(s != shapes[0] for s in shapes):
+        return None
+    return [*shapes[0][:dim], len(shapes), *shapes[0][dim:]]
+
+
+def _embedding(args: list, kwargs: dict) -> Shape | None:
+    weight = _tensor_shape(_argument(args, kwargs, 1, "weight"))
+    return [*_tensor_shape(_argument(args, kwargs, 0, "input")), weight[1]] if len(weight) == 2 else None
+
+
+def _class_loss(probabilities: bool) -> Callable[[list, dict], Shape | None]:
+    """cross_entropy's (class indices, or probabilities) and nll_loss's (indices) reduced loss: one
+    number (`reduction="none"` is left to the meta device)."""
+
+    def rule(args: list, kwargs: dict) -> Shape | None:
+        x = _tensor_shape(_argument(args, kwargs, 0, "input"))
+        target = _tensor_shape(_argument(args, kwargs, 1, "target"))
+        indices = [*x[:1], *x[2:]] if len(x) > 1 else []
+        if not x or (target != indices and not (probabilities and target == x)):
+            return None
+        legacy = (_argument(args, kwargs, at, name) for at, name in ((3, "size_average"), (5, "reduce")))
+        reduced = _argument(args, kwargs, 6, "reduction", "mean") in ("mean", "sum")
+        return [] if reduced and all(v is None for v in legacy) else None
+
+    return rule
+
+
+def _conv(spatial: int) -> Callable[[list, dict], Shape | None]:
+    def rule(args: list, kwargs: dict) -> Shape | None:
+        x = _tensor_shape(_argument(args, kwargs, 0, "input"))
+        weight = _tensor_shape(_argument(args, kwargs, 1, "weight"))
+        if len(x) not in (spatial + 1, spatial + 2) or len(weight) != spatial + 2:
+            return None
+        stride, padding, dilation = (
+            _argument(args, kwargs, at, name, 1 if name != "padding" else 0)
+            for at, name in ((3, "stride"), (4, "padding"), (5, "dilation"))
+        )
+        steps, gaps = _per_dim(stride, spatial), _per_dim(dilation, spatial)
+        pads = _per_dim(0 if padding == "valid" else padding, spatial) if padding != "same" else [0] * spatial
+        if steps is None or pads is None or gaps is None or min(steps) < 1 or min(gaps) < 1 or min(pads) < 0:
+            return None
+        sizes = x[-spatial:]
+        if padding == "same":  # stride 1 only, the output the input's size
+            out = sizes if max(steps) == 1 else None
+        else:
+            kernel = weight[2:]
+            out = [(n + 2 * p - g * (k - 1) - 1) // s + 1 for n, p, g, k, s in zip(sizes, pads, gaps, kernel, steps)]
+        if out is None or min(out) < 1:
+            return None  # a kernel larger than its padded input, or "same" with a stride: the call refuses it
+        return [*x[: -spatial - 1], weight[0], *out]
+
+    return rule
+
+
+def _per_dim(value: Any, spatial: int) -> list[int] | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value] * spatial
+    if isinstance(value, (list, tuple)) and len(value) in (1, spatial) and all(type(v) is int for v in value):
+        return list(value) * (spatial // len(value))
+    return None
+
+
+RULES: dict[str, Callable[[list, dict], Shape | None]] = {
+    "linear": _linear,
+    "matmul": _matmul_call,
+    "__matmul__": _matmul_call,
+    "__rmatmul__": _rmatmul_call,
+    "mm": _mm,
+    "bmm": _bmm,
+    "scaled_dot_product_attention": _sdpa,
+    "cat": _concatenated,
+    "concat": _concatenated,
+    "concatenate": _concatenated,
+    "stack": _stacked,
+    "embedding": _embedding,
+    "cross_entropy": _class_loss(probabilities=True),
+    "nll_loss": _class_loss(probabilities=False),
+    "conv1d": _conv(1),
+    "conv2d": _conv(2),
+    "conv3d": _conv(3),
+}
