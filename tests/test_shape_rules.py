@@ -22,7 +22,7 @@ from pytest_msprobe.frameworks.shape_rules import broadcast, output_shapes
 META = torch.device("meta")
 sizes = st.integers(0, 3)
 shapes = st.lists(sizes, min_size=0, max_size=4)
-small = settings(max_examples=150, deadline=None, derandomize=True)
+small = settings(max_examples=80, deadline=None, derandomize=True)
 
 
 def meta(shape: list[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
