@@ -1,11 +1,11 @@
 """Sizes bounded before any allocation, and time bounded (issue 26, items 4 and 5).
 
 An entry whose arguments ask an output past --msprobe-max-elements (`eye(20000)`, `arange(0,
-1.5e9)`, `repeat`, `expand`, `interpolate(size=...)`) is a SKIP naming the entry, the output, its
-shape and the bound, found by its arguments' shapes or on PyTorch's meta device (or by its
-recorded shapes, its data, its size arguments) before anything is allocated. A tensor file declaring more than the bound (a
-small deflated .pt, a .npy header) is refused before it is loaded. An entry past
---msprobe-timeout is an error row naming the limit, and the run goes on.
+1.5e9)`, `repeat`, `expand`, `interpolate(size=...)`, a broadcast) is a SKIP naming the entry, the
+output, its shape and the bound, found by its arguments' shapes or on PyTorch's meta device (or
+by its recorded shapes, its data, its size arguments) before anything is allocated. A tensor
+file declaring more than the bound (a small deflated .pt, a .npy header) is refused before it is
+loaded. An entry past --msprobe-timeout is an error row naming the limit, and the run goes on.
 """
 
 from __future__ import annotations

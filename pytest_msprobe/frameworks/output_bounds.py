@@ -8,7 +8,7 @@ output, the float64 bench, their float64 copies for the metrics). So before a ca
 - the shapes the dump recorded for its outputs (`recorded_outputs`, no framework needed);
 - what the call would make: by its arguments' shapes for the common calls (shape_rules.py), else
   run on PyTorch's `meta` device (shapes, no data), the tensors and any device it names moved
-  there (`call_outputs`); not at all for the calls no larger than their input (SHAPED_LIKE_INPUT);
+  there (`call_outputs`); not at all for the calls no larger than their input (NO_LARGER_THAN_INPUT);
 - where no meta kernel exists (data-dependent ops), a rule for the few such APIs whose output
   the data sizes (`DATA_SIZED`), else the integer size arguments themselves (`size_arguments`).
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 # PyTorch APIs whose outputs together are no larger than their first input (its shape, a view of
 # it, a reduction or a split of it), whatever their arguments: an input is within the bound, so
 # they are not sized (a meta run costs a norm's Python decomposition, 40 ms for batch_norm).
-SHAPED_LIKE_INPUT = frozenset(
+NO_LARGER_THAN_INPUT = frozenset(
     {
         *("relu", "relu6", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "softplus", "mish"),
         *("leaky_relu", "elu", "selu", "celu", "hardtanh", "hardswish", "hardsigmoid", "logsigmoid", "softsign"),
@@ -113,14 +113,14 @@ def recorded_shapes(specs: list) -> bool:
 
 def sized_on_meta(framework: str, api: str) -> bool:
     """Whether the calls of `api` (`Functional.relu`) of a `framework` dump are sized on the meta
-    device: all but PyTorch's SHAPED_LIKE_INPUT, no larger than their input (within the bound),
+    device: all but PyTorch's NO_LARGER_THAN_INPUT, no larger than their input (within the bound),
     and those shape_rules.py reads (unless a call's arguments are out of its rule's form)."""
     return framework != "pytorch" or not (_no_larger_than_input(api) or shape_rules.rule_for(api))
 
 
 def _no_larger_than_input(api: str) -> bool:
     name = api.rsplit(".", 1)[-1]
-    return (name if name.endswith("__") else name.removesuffix("_")) in SHAPED_LIKE_INPUT
+    return (name if name.endswith("__") else name.removesuffix("_")) in NO_LARGER_THAN_INPUT
 
 
 def call_outputs(call: Call, bound: int, framework: str = "pytorch") -> None:
