@@ -168,7 +168,7 @@ def script(dump: Dump, result: EntryResult, recipe: Recipe, checker: Checker) ->
 def entry_part(dump: Dump, result: EntryResult, recipe: Recipe, checker: Checker) -> str:
     import torch
 
-    from ..frameworks.torch_engine import LOW_THREADS, SPREAD_SEEDS
+    from ..frameworks.torch_engine import LOW_ONEDNN, LOW_THREADS, SPREAD_SEEDS
 
     compared = {o.index: o.tested_dtype for o in result.outputs if o.status != SKIP}
     device = checker.run.tested_on.partition(":")[0]
@@ -186,6 +186,7 @@ def entry_part(dump: Dump, result: EntryResult, recipe: Recipe, checker: Checker
         ("MAGNITUDE_API", recipe.magnitude_api, "whose magnitude model the dtype standard's extra runs use"),
         ("SPREAD_SEEDS", SPREAD_SEEDS, "the extra run `spread`: this many seeds of perturbed inputs"),
         ("LOW_THREADS", list(LOW_THREADS), "the extra run `low`: the CPU kernel at these thread counts"),
+        ("LOW_ONEDNN", list(LOW_ONEDNN), "and with oneDNN's kernels and ATen's own (torch.backends.mkldnn.enabled)"),
         ("STANDARD", standard_data(checker.standard, result), "the run's standard"),
     ]
     lines = [BEGIN + " --"]

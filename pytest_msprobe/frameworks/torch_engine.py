@@ -10,6 +10,7 @@ Imported only when an entry is checked.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -619,6 +620,10 @@ def perturbed(side: Side, relative: float, seed: int) -> Side:
 
 SPREAD_SEEDS = 3  # one seed needs 10x the constant to pass every correct output (kernel_bounds.md)
 LOW_THREADS = (1, 2, 4, 8)
+# Where the CPU has bf16/fp16 units (AMX, AVX512-BF16), PyTorch runs oneDNN's kernels in those dtypes;
+# elsewhere ATen's own, which round otherwise (a conv's weight gradient summed sample by sample in
+# bf16). A dump recorded on one CPU is judged on another: both. (torch.backends.mkldnn.enabled)
+LOW_ONEDNN = (True, False)
 
 
 class ExtraBenchRuns:
@@ -710,26 +715,29 @@ class ExtraBenchRuns:
         return widest
 
     def low(self, index: int) -> np.ndarray | None:
-        """The widest gap over the thread counts machines commonly run: PyTorch's low-precision CPU
-        kernels sum per-thread partials in that precision (layer_norm's weight gradient), so what
-        they round depends on the thread count of the machine that ran them."""
+        """The widest gap over the thread counts machines commonly run and the kernels their CPUs
+        get: PyTorch's low-precision CPU kernels sum per-thread partials in that precision
+        (layer_norm's weight gradient), so what they round depends on the thread count of the
+        machine that ran them, and on whether its CPU runs oneDNN's kernels (LOW_ONEDNN)."""
         bench = self.output(("bench",), lambda: self.bench, index)
         widest: np.ndarray | None = None
-        for threads in LOW_THREADS:
-            run = self.output(("low", threads), functools.partial(self.low_run, threads), index)
+        for threads, onednn in itertools.product(LOW_THREADS, LOW_ONEDNN):
+            run = self.output(("low", threads, onednn), functools.partial(self.low_run, threads, onednn), index)
             if run is None or bench is None or run.shape != bench.shape:
                 return None
             gap = np.abs(run - bench)
             widest = gap if widest is None else np.maximum(widest, gap)
         return widest
 
-    def low_run(self, threads: int) -> list:
-        before = torch.get_num_threads()
+    def low_run(self, threads: int, onednn: bool) -> list:
+        before = torch.get_num_threads(), torch.backends.mkldnn.enabled
         torch.set_num_threads(threads)
+        torch.backends.mkldnn.enabled = onednn  # type: ignore[assignment]  # a property of the module
         try:
             return self.sides.compared_run(low_side(self.call))
         finally:
-            torch.set_num_threads(before)
+            torch.set_num_threads(before[0])
+            torch.backends.mkldnn.enabled = before[1]
 
     def output(self, key: tuple, compute: Callable[[], list], index: int, magnitude: bool = False) -> np.ndarray | None:
         """Output `index` of a run (once an entry) in float64; a magnitude in float32 stays float32

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import itertools
 import json
 import linecache
 import sys
@@ -53,6 +54,7 @@ THREADS: int | None = 1  # intra-op threads of the run (None: the user's OMP_NUM
 MAGNITUDE_API = "matmul"  # the torch API whose magnitude model the dtype standard's extra runs use
 SPREAD_SEEDS = 3  # the extra run `spread`: this many seeds of perturbed inputs
 LOW_THREADS = [1, 2, 4, 8]  # the extra run `low`: the CPU kernel at these thread counts
+LOW_ONEDNN = [True, False]  # and with oneDNN's kernels and ATen's own (torch.backends.mkldnn.enabled)
 STANDARD: dict[str, Any] = {
     "name": "basic",
     "describe": "basic (Cosine > 0.99 and MaxAbsErr < 0.0001)",
@@ -436,21 +438,23 @@ class ExtraRuns:
     def low(self, index: int) -> np.ndarray | None:
         bench = self.output(("bench",), lambda: self.bench, index)
         widest: np.ndarray | None = None
-        for threads in LOW_THREADS:
-            run = self.output(("low", threads), functools.partial(self.low_run, threads), index)
+        for threads, onednn in itertools.product(LOW_THREADS, LOW_ONEDNN):
+            run = self.output(("low", threads, onednn), functools.partial(self.low_run, threads, onednn), index)
             if run is None or bench is None or run.shape != bench.shape:
                 return None
             gap = np.abs(run - bench)
             widest = gap if widest is None else np.maximum(widest, gap)
         return widest
 
-    def low_run(self, threads: int) -> list:
-        before = torch.get_num_threads()
+    def low_run(self, threads: int, onednn: bool) -> list:
+        before = torch.get_num_threads(), torch.backends.mkldnn.enabled
         torch.set_num_threads(threads)
+        torch.backends.mkldnn.enabled = onednn  # type: ignore[assignment]  # a property of the module
         try:
             return run_torch(Side("cpu", None, autocast_dtype(self.fp32), True), self.call)
         finally:
-            torch.set_num_threads(before)
+            torch.set_num_threads(before[0])
+            torch.backends.mkldnn.enabled = before[1]
 
     def output(self, key: tuple, compute: Callable[[], list], index: int) -> np.ndarray | None:
         if key not in self.runs:

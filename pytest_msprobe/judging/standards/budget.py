@@ -20,7 +20,9 @@
             computation's conditioning makes of intermediate rounding, for what is not a sum
             (not asked of a unary function's forward: its exact input is not perturbed)
     L_i     |the API on the CPU in the tested dtype - b_i|, bf16/fp16 only: what PyTorch's own
-            kernels round in that dtype (saved activations, scalars, partial sums)
+            kernels round in that dtype (saved activations, scalars, partial sums), the widest
+            over thread counts and over oneDNN's kernels and ATen's own (which a CPU runs depends
+            on its bf16 units: a dump is judged the same on any CPU)
 
 An output's ratio is its worst element's error over that element's budget: pass up to 1, a
 warning up to 1.04 (a narrow band: the study's smallest material deficit is 1.09 times its budget,
