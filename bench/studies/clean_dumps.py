@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import subprocess
 import sys
 import tempfile
@@ -62,7 +63,9 @@ def read_rows(out: Path, kind: str) -> list[dict[str, str]]:
     return rows
 
 
-def run(name: str, folder: Path, device: str, standard: str, timeout: float) -> Run:
+def run(name: str, folder: Path, device: str, standard: str, timeout: float, env: dict[str, str] | None = None) -> Run:
+    """One plugin run as a user runs it, in a subprocess; `env`: variables set for it (cpu_kernels.py's
+    ONEDNN_MAX_CPU_ISA)."""
     found = Run(name, device, standard)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
@@ -84,7 +87,9 @@ def run(name: str, folder: Path, device: str, standard: str, timeout: float) -> 
         ]
         start = time.perf_counter()
         try:
-            done = subprocess.run(command, cwd=tmp, capture_output=True, text=True, timeout=timeout)
+            done = subprocess.run(
+                command, cwd=tmp, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+            )
         except subprocess.TimeoutExpired:
             found.failure = f"over {timeout:.0f} s"
             return found
