@@ -11,7 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from conftest import read_csv, run_msprobe
-from pytest_msprobe.frameworks.magnitudes import formula
+from pytest_msprobe.frameworks.magnitudes import formula, structural
+from pytest_msprobe.judging.compare import ExtraRuns
+from pytest_msprobe.judging.standards.budget import FORMATS, Constants, read
 
 
 @pytest.mark.slow
@@ -50,3 +52,35 @@ def test_the_multihead_attention_magnitudes_bound_its_float64_output_and_gradien
     assert len(backward) == len(leaves)  # one per floating input: the boolean mask takes none
     for magnitude, leaf in zip(backward, leaves):
         assert magnitude.shape == leaf.shape and bool((magnitude >= leaf.grad.abs() * (1 - 1e-9)).all())
+
+
+def test_under_autocast_its_intermediates_are_rounded_in_the_autocast_dtype():
+    """nn.MultiheadAttention under CPU autocast takes fp32 inputs and computes in bf16: its projections
+    and attention output are rounded to bf16 as the same call's on bf16 inputs are, and batch_first
+    hands it a transposed query, on which PyTorch's linear rounds the product to bf16 before adding the
+    bias. Its structural term is the bf16 call's (it took fp32's unit roundoff: a zoo dump written on an
+    AMX machine was 1.11x its budget in recorded mode), and the autocast kernel is within its budget."""
+    torch.manual_seed(0)
+    length, batch, embed, heads = 16, 2, 48, 4
+    bf16 = lambda t: t.bfloat16().float()  # noqa: E731 - values autocast's casts leave as they are
+    x = bf16(torch.randn(batch, length, embed)).transpose(0, 1)  # batch_first's query, key and value
+    w, b = bf16(torch.randn(3 * embed, embed) / 7), bf16(torch.randn(3 * embed))
+    wo, bo = bf16(torch.randn(embed, embed) / 7), bf16(torch.randn(embed))
+    mask = torch.triu(torch.ones(length, length, dtype=torch.bool), 1)
+    kwargs = {"training": True, "need_weights": False, "attn_mask": mask}
+    args = [x, x, x, embed, heads, w, b, None, None, False, 0.0, wo, bo]
+    api = "Functional.multi_head_attention_forward"
+    (under,) = structural(api, args, kwargs, None, torch.bfloat16)
+    (low,) = structural(api, [a.bfloat16() if isinstance(a, torch.Tensor) else a for a in args], kwargs, None)
+    assert torch.equal(under, low)
+    (unaware,) = structural(api, args, kwargs, None)
+    assert torch.equal(under, unaware * 2.0**16)  # bf16's unit roundoff over fp32's
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        tested = F.multi_head_attention_forward(*args, **kwargs)[0]
+    wide = [a.double() if isinstance(a, torch.Tensor) else a for a in args]
+    bench = F.multi_head_attention_forward(*wide, **kwargs)[0]
+    (magnitude,) = formula(api, args, kwargs, None)
+    extra = ExtraRuns(magnitude=lambda: magnitude.numpy(), structural=lambda: under.numpy())
+    reading = read(tested.double().numpy(), bench.detach().numpy(), FORMATS["bfloat16"], extra)
+    assert reading.status(Constants().band) == "pass", reading

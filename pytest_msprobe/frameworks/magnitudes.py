@@ -671,24 +671,33 @@ def rounded_before_bias(api: str, dtype: torch.dtype) -> Callable[..., torch.Ten
     return compute
 
 
-def structural(api: str, args: Sequence[Any], kwargs: dict[str, Any], grad_outputs: list | None) -> list:
+def structural(
+    api: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    grad_outputs: list | None,
+    autocast: torch.dtype | None = None,
+) -> list:
     """What a correct kernel's own roundings in the call's dtype move each output (backward: each
     floating input's gradient) by, in float64: at most, but for softmax's dot (three standard
     deviations of its roundings) (the module docstring; None for an output without one). Raises for
-    an API without a model."""
+    an API without a model. `autocast`: the dtype the call ran under autocast in, which its attention
+    and its composites' intermediates (projections, attention) are computed and rounded in, whatever
+    the dtype of the inputs it was given."""
     name = _base(api.rsplit(".", 1)[-1])
     tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor) and t.is_floating_point()]
     g = next((t for t in grad_outputs or () if isinstance(t, torch.Tensor)), None)
     if not tensors or name not in STRUCTURAL or (grad_outputs is not None and g is None):
         raise ValueError(f"no structural term for {api}")
+    computed_in = autocast or tensors[0].dtype
     if name in COMPOSITES:
         # Its intermediates (MultiheadAttention's projections and attention output) rounded to the
         # call's dtype, a unit roundoff each, move the output as their terms' magnitudes say.
-        u = _unit(tensors[0].dtype)
+        u = _unit(computed_in)
         return [None if m is None else m * u for m in formula(api, args, kwargs, grad_outputs)]
     if name in ATTENTION:
         p = _bind(name, args, kwargs)
-        u = _unit(tensors[0].dtype)
+        u = _unit(computed_in)
         grad = None if g is None else g.detach().to(torch.float64)
         lost = FORMULAS[name](p, grad, recomputed=False, flushed=True)  # type: ignore[call-arg]
         if grad is None:
@@ -904,7 +913,9 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
             structural=lambda side: inference_structural(api, call.args, call.kwargs),
         )
     if _base(api.rsplit(".", 1)[-1]) in STRUCTURAL:
-        sides = replace(sides, structural=lambda side: structural(api, call.args, call.kwargs, grad_outputs))
+        sides = replace(
+            sides, structural=lambda side: structural(api, call.args, call.kwargs, grad_outputs, call.autocast)
+        )
     if kind == "unary" and grad_outputs is None:  # an exact input: no perturbation to spread
         sides = replace(sides, spread=False)
     if kind == "formula":

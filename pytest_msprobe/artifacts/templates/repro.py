@@ -369,7 +369,11 @@ class ExtraRuns:
             return None
         grads = flat_outputs(self.call["grads"]) if "grads" in self.call else None
         args, kwargs = self.call["args"], self.call["kwargs"]
-        return self.output(("structural",), lambda: magnitudes.structural(MAGNITUDE_API, args, kwargs, grads), index)
+        return self.output(
+            ("structural",),
+            lambda: magnitudes.structural(MAGNITUDE_API, args, kwargs, grads, autocast_dtype(self.fp32)),
+            index,
+        )
 
     def terms(self, index: int) -> int | None:
         """How many terms one element of the output sums at most, where the API says (magnitudes.terms_of,
