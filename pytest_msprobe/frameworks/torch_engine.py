@@ -730,14 +730,14 @@ class ExtraBenchRuns:
         return widest
 
     def low_run(self, threads: int, onednn: bool) -> list:
-        before = torch.get_num_threads(), torch.backends.mkldnn.enabled
+        threads_before, onednn_before = torch.get_num_threads(), torch.backends.mkldnn.enabled
         torch.set_num_threads(threads)
         torch.backends.mkldnn.enabled = onednn  # type: ignore[assignment]  # a property of the module
         try:
             return self.sides.compared_run(low_side(self.call))
         finally:
-            torch.set_num_threads(before[0])
-            torch.backends.mkldnn.enabled = before[1]
+            torch.set_num_threads(threads_before)
+            torch.backends.mkldnn.enabled = onednn_before
 
     def output(self, key: tuple, compute: Callable[[], list], index: int, magnitude: bool = False) -> np.ndarray | None:
         """Output `index` of a run (once an entry) in float64; a magnitude in float32 stays float32

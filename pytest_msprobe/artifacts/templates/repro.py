@@ -451,14 +451,14 @@ class ExtraRuns:
         return widest
 
     def low_run(self, threads: int, onednn: bool) -> list:
-        before = torch.get_num_threads(), torch.backends.mkldnn.enabled
+        threads_before, onednn_before = torch.get_num_threads(), torch.backends.mkldnn.enabled
         torch.set_num_threads(threads)
         torch.backends.mkldnn.enabled = onednn  # type: ignore[assignment]  # a property of the module
         try:
             return run_torch(Side("cpu", None, autocast_dtype(self.fp32), True), self.call)
         finally:
-            torch.set_num_threads(before[0])
-            torch.backends.mkldnn.enabled = before[1]
+            torch.set_num_threads(threads_before)
+            torch.backends.mkldnn.enabled = onednn_before
 
     def output(self, key: tuple, compute: Callable[[], list], index: int) -> np.ndarray | None:
         if key not in self.runs:
