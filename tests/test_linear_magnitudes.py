@@ -1,6 +1,7 @@
 """A linear backward entry's magnitudes, gradient by gradient without the forward (issue 32:
 frameworks/linear_grads.py): the same values, to the bit, as the float32 and float64 runs through
-autograd they replace, and the same rows on real dumps with the shortcut switched off."""
+autograd they replace (the benchmark's gradients too, all at once), and the same rows on real dumps
+with the shortcut switched off."""
 
 from __future__ import annotations
 
@@ -66,6 +67,11 @@ def test_each_gradient_is_autograd_s_to_the_bit(floating, dtype, autocast):
                 assert found[index].shape == expected.shape
                 assert torch.equal(found[index], expected), (shape, out, bias, flags, index)
                 compared += 1
+        # The benchmark's: every gradient the call took, at once.
+        together = linear_grads.bench_gradients(call, grads, side)
+        assert together is not None
+        assert [g is None for g in together] == [g is None for g in through_autograd]
+        assert all(g is None or torch.equal(g, e) for g, e in zip(together, through_autograd))
     assert compared > len(CASES)
 
 
@@ -113,9 +119,11 @@ def rows(dump_path: Path, tested: Tested, standard: Standard) -> tuple[dict[str,
         ("gpt_fp32", Tested.DEVICE, DtypeStandard(), True),
         # recorded: gradients judged at a node of the graph keep autograd's run
         ("gpt_fp32", Tested.RECORDED, DtypeStandard(), False),
-        ("llama_fp32", Tested.DEVICE, BasicStandard(), False),
+        # basic asks no magnitude, but the benchmark's gradients are computed so too
+        ("llama_fp32", Tested.DEVICE, BasicStandard(), True),
+        ("moe_bf16", Tested.DEVICE, DtypeStandard(), True),
     ],
-    ids=["llama_fp32-dtype", "gpt_fp32-dtype", "gpt_fp32-recorded-dtype", "llama_fp32-basic"],
+    ids=["llama_fp32-dtype", "gpt_fp32-dtype", "gpt_fp32-recorded-dtype", "llama_fp32-basic", "moe_bf16-dtype"],
 )
 def test_rows_are_the_same_without_the_shortcut(dump, tested, standard, shortcut_used, monkeypatch):
     path = DATA / dump / "dump.json"

@@ -52,9 +52,21 @@ def takes(call: Call, grad_outputs: list) -> bool:
     )
 
 
-def gradients(call: Call, grad_outputs: list, side: Side, only: int) -> list:
-    """Gradient `only` (0 the input's, 1 the weight's, 2 the bias's) of a call `takes` takes on
-    `side`, the others None: None too where that input took no gradient in the step."""
+def bench_gradients(call: Call, grad_outputs: list, side: Side) -> list | None:
+    """A linear backward entry's benchmark: every gradient it took in the step, from the GEMMs
+    autograd's node runs, without the forward GEMM that builds the graph first (a third of the
+    float64 work of an entry that compares the weight's gradient: a MoE expert's). None where
+    `takes` does not take the call or it took no gradient: autograd then runs."""
+    if not takes(call, grad_outputs):
+        return None
+    found = gradients(call, grad_outputs, side)
+    return found if any(grad is not None for grad in found) else None
+
+
+def gradients(call: Call, grad_outputs: list, side: Side, only: int | None = None) -> list:
+    """The gradients (0 the input's, 1 the weight's, 2 the bias's) of a call `takes` takes on
+    `side`, or with `only`, that one alone, the others None: None too where an input took no
+    gradient in the step."""
     p = parameters(call)
     g = next((t for t in grad_outputs if isinstance(t, torch.Tensor)), None)
     if p is None or g is None:
@@ -62,19 +74,20 @@ def gradients(call: Call, grad_outputs: list, side: Side, only: int) -> list:
     given = 3 if isinstance(p["bias"], torch.Tensor) else 2
     wanted = call.grad_flags[:given] + [True] * (given - len(call.grad_flags))
     found: list = [None] * given
-    if only >= given or not wanted[only]:
+    asked = [i for i in range(given) if wanted[i] and only in (None, i)]
+    if not asked:
         return found
     x = p["input"]
     grad = side.place_grad(g)
     rows = grad.unsqueeze(0) if grad.dim() == 1 else grad.reshape(-1, grad.shape[-1])
     # The input's gradient reads the weight alone, the weight's the input alone; the grad_output
     # in the output's dtype, as autograd hands it over.
-    if only == 0:
+    if 0 in asked:
         w = side.place(p["weight"])
         found[0] = rows.to(w.dtype).mm(w).reshape(x.shape)
-    elif only == 1:
+    if 1 in asked:
         placed = side.place(x)
         found[1] = rows.to(placed.dtype).t().mm(placed.reshape(-1, placed.shape[-1]))
-    else:
+    if 2 in asked:
         found[2] = grad.to(side.floating or grad.dtype).sum_to_size(p["bias"].shape)
     return found

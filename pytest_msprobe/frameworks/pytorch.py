@@ -15,7 +15,7 @@ import torch
 from ..dumps import apis
 from ..dumps.dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs.rebuild import REAL, Rebuilder, Undescribed, element_bound, is_tensor_spec, tree_map
-from . import OutputPair, Recipe, Run, RunOptions, Unsupported, conv, devices, output_bounds
+from . import OutputPair, Recipe, Run, RunOptions, Unsupported, conv, devices, linear_grads, output_bounds
 from .magnitudes import with_magnitudes
 from .recorded_gradients import Attribution, attribute
 from .torch_engine import (
@@ -315,8 +315,13 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
     notes = call.notes + rebuilder.notes
 
     def bench(side: Any) -> list:
-        # A conv's from its backward kernel alone (the tested side runs through autograd, as the step did).
-        return conv.bench_gradients(call, grad_outputs, side) or gradients(side, call, grad_outputs)
+        # A conv's and a linear's from their backward kernels alone (the tested side runs through
+        # autograd, as the step did).
+        return (
+            conv.bench_gradients(call, grad_outputs, side)
+            or linear_grads.bench_gradients(call, grad_outputs, side)
+            or gradients(side, call, grad_outputs)
+        )
 
     def probe() -> list:
         widened = in_fp32(call)
