@@ -8,7 +8,7 @@ once the phases it calls are taken out; the product code is not changed). The ph
 
 - inputs: Rebuilder.rebuild (the random inputs and grad_outputs of the recorded shapes)
 - tested: the tested side's forward / forward and backward (torch_engine.forward, .gradients), less copies
-- float64: the same on the benchmark's side
+- float64: the same on the benchmark's side (a conv's or a linear's backward kernels alone: bench_gradients)
 - copies: Side.place / place_grad (each input copied to its side's dtype) and to_array (outputs to float64
   numpy arrays)
 - metrics: compare.metrics (Cosine, MaxAbsErr, MaxRelativeErr in one pass)
@@ -84,7 +84,7 @@ def side_label(side: Any) -> str:
 
 def instrument(clocks: Clocks) -> None:
     """Wrap the plugin's functions of each phase (module globals and class attributes)."""
-    from pytest_msprobe.frameworks import pytorch, torch_engine
+    from pytest_msprobe.frameworks import conv, linear_grads, pytorch, torch_engine
     from pytest_msprobe.inputs import rebuild
     from pytest_msprobe.judging import compare
     from pytest_msprobe.judging.standards import basic, dtype
@@ -100,6 +100,16 @@ def instrument(clocks: Clocks) -> None:
                 return clocks.run(side_label(args[0]), _fn, *args, **kwargs)
 
             setattr(module, name, by_side)
+    # The benchmark's gradients from a conv's or a linear's backward kernels alone: (call, grad_outputs, side).
+    for module in (conv, linear_grads):
+        original = module.bench_gradients
+
+        def by_kernel(*args: Any, _fn: Callable[..., Any] = original, **kwargs: Any) -> Any:
+            if clocks.stack and clocks.stack[-1][0] == STICKY:
+                return _fn(*args, **kwargs)
+            return clocks.run(side_label(args[2]), _fn, *args, **kwargs)
+
+        module.bench_gradients = by_kernel  # type: ignore[attr-defined]
     rebuild.Rebuilder.rebuild = clocks.timed("inputs", rebuild.Rebuilder.rebuild)  # type: ignore[method-assign]
     torch_engine.Side.place = clocks.timed("copies", torch_engine.Side.place)  # type: ignore[method-assign]
     torch_engine.Side.place_grad = clocks.timed("copies", torch_engine.Side.place_grad)  # type: ignore[method-assign]

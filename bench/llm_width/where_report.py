@@ -4,6 +4,11 @@
 
 Prints markdown: the sums by phase of each run (CPU and wall), then one table per run of every entry's
 CPU seconds by phase (entries in dump order), then the entries where dtype costs most over basic.
+
+With two runs, also dtype over basic as read inside the dtype run: its standard's own work (budget runs
+and verdict, less basic's) over the rest of the same run. Both sides of that ratio ran in one process at
+one time, so it does not move with the machine's speed from one run to the next (a shared host's CPU
+seconds for the same work differ by up to 25% between runs minutes apart: results_plugin.md).
 """
 
 from __future__ import annotations
@@ -38,6 +43,20 @@ def sums(run: dict[str, Any]) -> dict[str, list[float]]:
     return found
 
 
+STANDARD_OWN = ("budget runs", "verdict")  # what the dtype standard adds; every other phase both runs do alike
+
+
+def within_run(a: dict[str, list[float]], b: dict[str, list[float]]) -> tuple[float, float]:
+    """(b's standard's own CPU s over a's, b's CPU over b's less that): b over a read inside run b."""
+    extra = sum(b[p][1] - a[p][1] for p in STANDARD_OWN)
+    whole = sum(v[1] for v in b.values())
+    return extra, whole / (whole - extra)
+
+
+def total_cpu(phases: dict[str, list[float]]) -> float:
+    return sum(v[1] for v in phases.values())
+
+
 def header(run: dict[str, Any]) -> str:
     return (
         f"`{run['command']}` ({run['when']}, load average {run['load1']:.2f} at the end): pytest exit "
@@ -70,6 +89,13 @@ def main(argv: list[str]) -> int:
     )
     if len(runs) == 2:
         a, b = runs
+        extra, ratio = within_run(totals[0], totals[1])
+        out += [
+            "",
+            f"{b['standard']} over {a['standard']} inside the {b['standard']} run: its budget runs and verdict "
+            f"{extra:.1f} s of CPU more than {a['standard']}'s, **{ratio:.3f}x** the rest of that run; between "
+            f"the runs' totals {total_cpu(totals[1]) / total_cpu(totals[0]):.3f}x.",
+        ]
         diffs = []
         for entry, phases in b["entries"].items():
             other = a["entries"].get(entry, {})
