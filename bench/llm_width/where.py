@@ -90,26 +90,22 @@ def instrument(clocks: Clocks) -> None:
     from pytest_msprobe.judging.standards import basic, dtype
     from pytest_msprobe.reports import csv_files, journal
 
-    for module in (pytorch, torch_engine):
-        for name in ("forward", "gradients"):
-            original = getattr(module, name)
+    def by_side(fn: Callable[..., Any], side_at: int) -> Callable[..., Any]:
+        """fn timed as the tested or the float64 phase, by its Side argument at `side_at`."""
 
-            def by_side(*args: Any, _fn: Callable[..., Any] = original, **kwargs: Any) -> Any:
-                if clocks.stack and clocks.stack[-1][0] == STICKY:
-                    return _fn(*args, **kwargs)
-                return clocks.run(side_label(args[0]), _fn, *args, **kwargs)
-
-            setattr(module, name, by_side)
-    # The benchmark's gradients from a conv's or a linear's backward kernels alone: (call, grad_outputs, side).
-    for module in (conv, linear_grads):
-        original = module.bench_gradients
-
-        def by_kernel(*args: Any, _fn: Callable[..., Any] = original, **kwargs: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             if clocks.stack and clocks.stack[-1][0] == STICKY:
-                return _fn(*args, **kwargs)
-            return clocks.run(side_label(args[2]), _fn, *args, **kwargs)
+                return fn(*args, **kwargs)
+            return clocks.run(side_label(args[side_at]), fn, *args, **kwargs)
 
-        module.bench_gradients = by_kernel  # type: ignore[attr-defined]
+        return wrapper
+
+    for module in (pytorch, torch_engine):
+        for name in ("forward", "gradients"):  # (side, call, ...)
+            setattr(module, name, by_side(getattr(module, name), 0))
+    # The benchmark's gradients from a conv's or a linear's backward kernels alone: (call, grad_outputs, side).
+    for kernels in (conv, linear_grads):
+        kernels.bench_gradients = by_side(kernels.bench_gradients, 2)  # type: ignore[attr-defined]
     rebuild.Rebuilder.rebuild = clocks.timed("inputs", rebuild.Rebuilder.rebuild)  # type: ignore[method-assign]
     torch_engine.Side.place = clocks.timed("copies", torch_engine.Side.place)  # type: ignore[method-assign]
     torch_engine.Side.place_grad = clocks.timed("copies", torch_engine.Side.place_grad)  # type: ignore[method-assign]

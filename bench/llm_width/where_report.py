@@ -49,12 +49,8 @@ STANDARD_OWN = ("budget runs", "verdict")  # what the dtype standard adds; every
 def within_run(a: dict[str, list[float]], b: dict[str, list[float]]) -> tuple[float, float]:
     """(b's standard's own CPU s over a's, b's CPU over b's less that): b over a read inside run b."""
     extra = sum(b[p][1] - a[p][1] for p in STANDARD_OWN)
-    whole = sum(v[1] for v in b.values())
+    whole = total(b)
     return extra, whole / (whole - extra)
-
-
-def total_cpu(phases: dict[str, list[float]]) -> float:
-    return sum(v[1] for v in phases.values())
 
 
 def header(run: dict[str, Any]) -> str:
@@ -94,7 +90,7 @@ def main(argv: list[str]) -> int:
             "",
             f"{b['standard']} over {a['standard']} inside the {b['standard']} run: its budget runs and verdict "
             f"{extra:.1f} s of CPU more than {a['standard']}'s, **{ratio:.3f}x** the rest of that run; between "
-            f"the runs' totals {total_cpu(totals[1]) / total_cpu(totals[0]):.3f}x.",
+            f"the runs' totals {total(totals[1]) / total(totals[0]):.3f}x.",
         ]
         diffs = []
         for entry, phases in b["entries"].items():
