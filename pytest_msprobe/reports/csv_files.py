@@ -22,20 +22,12 @@ from ..dumps.dump import BACKWARD, FORWARD, parse_entry_name
 from ..results import ERROR, EntryResult
 from ..untrusted import cut, escape, unescape
 from . import files
+from .layouts import DEFAULT
 from .messages import api_message, details_message
 
-RESULT_COLUMNS = ["API Name", "Forward Test Success", "Backward Test Success", "Message"]
-DETAILS_COLUMNS = [
-    "API Name",
-    "Bench Dtype",
-    "Tested Dtype",
-    "Shape",
-    "Cosine",
-    "MaxAbsErr",
-    "MaxRelativeErr",
-    "Status",
-    "Message",
-]
+# This plugin's own layout (reports.md); msprobe's PyTorch one is in layouts.py beside it.
+RESULT_COLUMNS = list(DEFAULT.result_columns)
+DETAILS_COLUMNS = list(DEFAULT.details_columns)
 RESULT_PREFIX = "accuracy_checking_result_"
 DETAILS_PREFIX = "accuracy_checking_details_"
 ENCODING = "utf-8-sig"  # msprobe's choice: spreadsheet programs open it right
