@@ -44,6 +44,47 @@ def worst_status(statuses: Iterable[Status]) -> Status:
     return max(judged, key=_SEVERITY.__getitem__) if judged else SKIP
 
 
+@dataclass(frozen=True)
+class MsprobeMetrics:
+    """The 17 metric cells of a row of msprobe 26.2's PyTorch details CSV, in its column order and
+    by its CompareColumn's names (judging/msprobe_metrics.py computes them; reports write them).
+
+    None where msprobe writes a blank cell (" "): a metric its rule does not compute for this
+    dtype, or one its acc_check stops before (MaxAbsErr < 0.001 leaves the 双百/双千/双万 ratios
+    blank). An int where msprobe holds a Python int (a ratio over an empty set is its `0`);
+    `single` names the fields msprobe holds as numpy float32 (written as str() writes them, not
+    with its 14 decimals)."""
+
+    cosine_sim: float | None = None  # 余弦相似度
+    max_abs_err: float | None = None  # 最大绝对误差
+    rel_err_hundredth: float | None = None  # 双百指标
+    rel_err_thousandth: float | None = None  # 双千指标
+    rel_err_ten_thousandth: float | None = None  # 双万指标
+    error_rate: float | None = None  # 二进制一致错误率
+    eb: float | None = None  # 误差均衡性
+    rmse: float | None = None  # 均方根误差
+    small_value_err_ratio: float | None = None  # 小值域错误占比
+    max_rel_error: float | None = None  # 相对误差最大值
+    mean_rel_error: float | None = None  # 相对误差平均值
+    inf_nan_error_ratio: float | None = None  # inf/nan错误率
+    rel_err_ratio: float | None = None  # 相对误差错误率
+    abs_err_ratio: float | None = None  # 绝对误差错误率
+    max_ulp_error: float | None = None  # ULP误差最大值
+    mean_ulp_error: float | None = None  # ULP误差平均值
+    ulp_error_proportion: float | None = None  # ULP误差大于阈值占比
+    # Which of msprobe's standards filled the rule's cells: benchmark, ulp, absolute_threshold,
+    # binary, or "" (none: float64, complex, an output it cannot compare).
+    rule: str = ""
+    single: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MsprobeMetrics:
+        return cls(**{**data, "single": tuple(data.get("single", ()))})
+
+
+METRIC_FIELDS = tuple(f for f in MsprobeMetrics.__dataclass_fields__ if f not in ("rule", "single"))
+
+
 @dataclass
 class OutputResult:
     """A row of accuracy_checking_details: one compared output of an entry."""
@@ -75,9 +116,14 @@ class OutputResult:
     # --msprobe-html only: a bounded sample of the output's elements for the report's figures
     # (judging/samples.py), or None; it rides to the xdist controller with the rest.
     samples: dict[str, Any] | None = None
+    # msprobe's own metrics of this output (judging/msprobe_metrics.py), computed only where a run
+    # asks for them: the msprobe-pytorch CSV layout, the benchmark standard. None elsewhere.
+    msprobe: MsprobeMetrics | None = None
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
+        if isinstance(self.msprobe, dict):  # from to_dict, across xdist or from the journal
+            self.msprobe = MsprobeMetrics.from_dict(self.msprobe)
 
     @property
     def label(self) -> str:
