@@ -210,7 +210,7 @@ def test_every_ratio_lies_in_0_1_and_the_ratios_nest(case: tuple[np.ndarray, np.
     ]
     assert ratios == sorted(ratios, reverse=True)
     assert found.cosine_sim is None or math.isnan(found.cosine_sim) or -1 <= found.cosine_sim <= 1
-    assert 0 <= found.mean_rel_error <= found.max_rel_error
+    assert 0 <= found.mean_rel_error <= found.max_rel_error * (1 + 1e-12)  # a sum's rounding: one ulp
     assert found.rmse >= 0 and not math.isnan(found.rmse)  # inf and NaN are left out of it
 
 
