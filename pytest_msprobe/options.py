@@ -30,6 +30,8 @@ DEFAULT_MAX_ELEMENTS = 2**30
 # Seconds one entry's check may take: far past any call of a real step (a ResNet step's slowest
 # entry takes seconds), so only a call asked to run for hours meets it.
 DEFAULT_TIMEOUT = 600.0
+# The longest --msprobe-timeout: 31 years; the process's alarm takes no more than 292 (0: no limit at all).
+MAX_TIMEOUT = 1e9
 # The share of entries a run may SKIP and still pass: any, so long as one output was compared.
 DEFAULT_MAX_SKIP_RATIO = 1.0
 
@@ -140,7 +142,7 @@ def read_bool(text: str) -> bool:
 
 def read_seconds(text: str) -> float:
     value = float(text)
-    if not 0 <= value < float("inf"):  # NaN too
+    if not 0 <= value <= MAX_TIMEOUT:  # NaN too
         raise ValueError(text)
     return value
 
@@ -240,7 +242,7 @@ OPTIONS = (
         "timeout",
         "seconds one entry's check may take: beyond, it stops there as an error row and the run goes on (0: no limit)",
         read=read_seconds,
-        expects="a number of seconds, 0 or more",
+        expects=f"a number of seconds from 0 (no limit) up to {MAX_TIMEOUT:,.0f}",
     ),
     Option(
         "max_skip_ratio",

@@ -80,6 +80,9 @@ def test_the_older_layout_maps_a_name_to_its_frames(tmp_path):
     "[1, 2, 3]",
     '{"0": "a string", "1": [["Functional.linear.1.forward"], "not a list"], "2": [[1, 2], []]}',
     '{"Functional.linear.1.forward": ["File nowhere", 42, null, "File /x/site-packages/torch/a.py, line 1, in f, \\n g()"]}',
+    # A line number no int() reads (Python reads at most 4,300 digits): no site, not a fault.
+    '{"Functional.linear.1.forward": ["File /home/u/m.py, line ' + "9" * 5000 + ', in f, \\n g()"]}',
+    '{"Functional.linear.1.forward": ["File /home/u/m.py, line 1' + "0" * 20 + ', in f, \\n g()"]}',
 ])
 def test_a_missing_or_malformed_stack_json_gives_no_site(tmp_path, content):
     if content is not None:

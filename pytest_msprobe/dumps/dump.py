@@ -12,7 +12,6 @@ import gc
 import json
 import os
 import re
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import orjson  # parses big dumps several times faster than json
 
+from .. import readback
 from ..untrusted import cut, printable
 from . import scan as dump_scan
 
@@ -228,21 +228,12 @@ def _header(value: str) -> str:
 
 
 def read_regular(path: Path) -> bytes:
-    """The bytes of a regular file; a FIFO, a device or a folder named dump.json is refused,
-    not waited on or read forever."""
+    """The bytes of a regular file (the dump.json a user named, through a link of theirs too); a
+    FIFO, a device or a folder named dump.json is refused, not waited on or read forever."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise DumpError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise DumpError(f"{path}: not a regular file (a FIFO, a device or a folder): not read")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            return handle.read()
-    except OSError as exc:
-        raise DumpError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
+        return readback.read_bytes(path, None, follow_links=True)
+    except readback.Unreadable as exc:
+        raise DumpError(str(exc)) from None
 
 
 def nesting_fault(body: Any, limit: int = MAX_NESTING) -> str | None:
@@ -509,10 +500,5 @@ def peek_framework(path: Path) -> str:
 
 def _head(path: Path, size: int) -> bytes:
     """The first bytes of a regular file; OSError for anything else (a FIFO is not waited on)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path}: not a regular file")
-        return os.read(fd, size)
-    finally:
-        os.close(fd)
+    with readback.open_regular(path, follow_links=True) as handle:
+        return handle.read(size)

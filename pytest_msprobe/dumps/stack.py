@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from .. import readback
 from ..results import CallSite
 from .dump import BACKWARD, FORWARD, EntryName
 
@@ -35,7 +36,7 @@ MAX_BYTES = 64 * 1024 * 1024
 MAX_CODE = 160  # characters of the source line kept
 
 _FRAME = re.compile(
-    r"^File (?P<path>.+?), line (?P<line>\d+), in (?P<function>[^\n]*?),?\s*(?:\n\s*(?P<code>.*))?$", re.S
+    r"^File (?P<path>.+?), line (?P<line>\d{1,9}), in (?P<function>[^\n]*?),?\s*(?:\n\s*(?P<code>.*))?$", re.S
 )
 # Packages whose frames are never the user's call, wherever they are installed.
 LIBRARIES = frozenset({"torch", "torch_npu", "mindspore", "msprobe"})
@@ -90,12 +91,11 @@ def index_stacks(document: Any) -> dict[str, list]:
 
 
 def read_stacks(path: Path) -> dict[str, list]:
-    """The stacks of one stack.json by entry name; empty when it cannot be had (see the module doc)."""
+    """The stacks of one stack.json by entry name; empty when it cannot be had (see the module doc):
+    read as every file a run reads back (readback: no link followed, no FIFO waited on, bounded)."""
     try:
-        if path.stat().st_size > MAX_BYTES:
-            return {}
-        return index_stacks(orjson.loads(path.read_bytes()))
-    except (OSError, ValueError):  # missing, unreadable, not JSON (orjson's error is a ValueError)
+        return index_stacks(orjson.loads(readback.read_bytes(path, MAX_BYTES)))
+    except (OSError, ValueError):  # missing, a link, a FIFO, too large, not JSON (orjson's is a ValueError)
         return {}
 
 
@@ -107,12 +107,16 @@ class CallSites:
         self._sites: dict[tuple[Path, str], CallSite | None] = {}
 
     def of(self, dump_path: Path, entry: EntryName) -> CallSite | None:
-        """Where the model called `entry` (a backward entry: its forward), or None."""
+        """Where the model called `entry` (a backward entry: its forward), or None: a stack.json of
+        any content gives a call site or none, never a fault in place of the entry's verdict."""
         stack_path = Path(dump_path).parent / STACK_FILE_NAME
         name = f"{entry.prefix}.{FORWARD}" if entry.direction == BACKWARD else entry.full
         key = (stack_path, name)
         if key not in self._sites:
             if stack_path not in self._stacks:
                 self._stacks[stack_path] = read_stacks(stack_path)
-            self._sites[key] = call_site(self._stacks[stack_path].get(name))
+            try:
+                self._sites[key] = call_site(self._stacks[stack_path].get(name))
+            except Exception:  # noqa: BLE001 - frames of any shape: no call site (a time-out is no Exception)
+                self._sites[key] = None
         return self._sites[key]

@@ -273,7 +273,7 @@ class CsvReporter:
         pairs = [writer.result_path for writer in self.writers.values()]
         try:
             self.html = html.write_run(path, [*self.run.selection.earlier, *self.results], pairs)
-        except (OSError, ImportError) as exc:  # a folder it cannot write, plotly missing
+        except (OSError, ImportError, ValueError) as exc:  # a folder it cannot write, plotly missing, a forged manifest
             self.late.append(f"msprobe: the HTML report {path} is not written: {html.why(exc)}")
 
     def pytest_terminal_summary(self, terminalreporter) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import math
 import os
 import sys
@@ -18,6 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Callable, NamedTuple
 
+from .. import readback
 from ..dumps.dump import BACKWARD, FORWARD, parse_entry_name
 from ..results import ERROR, EntryResult
 from ..untrusted import cut, escape, unescape
@@ -100,12 +102,22 @@ def any_field_size() -> Iterator[None]:
         csv.field_size_limit(previous)
 
 
+def read_csv_text(path: Path) -> str:
+    """The text of a CSV file a run reads back (readback: no link followed, a regular file, at most
+    readback.MAX_CSV bytes), its BOM taken off. Raises ReportError naming the file."""
+    try:
+        return readback.read_text(path, readback.MAX_CSV, ENCODING)
+    except OSError as exc:  # readback.Unreadable names the file
+        raise ReportError(str(exc)) from None
+
+
 def read_result_rows(result_path: Path) -> list[list[str]]:
     """The rows of a result CSV, header checked, cells as written (text_cell undone)."""
+    text = read_csv_text(result_path)
     try:
-        with open(result_path, newline="", encoding=ENCODING) as handle, any_field_size():
-            rows = list(csv.reader(handle))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        with any_field_size():
+            rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
         raise ReportError(f"{result_path}: cannot be read as a result CSV: {exc}") from None
     if not rows:
         return []  # created, then killed before its header reached the disk

@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from ..readback import what_is_at
+
 NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 EXISTING = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO at the name does not hang the run
 
@@ -43,20 +45,6 @@ class FileRefused(OSError):
 
 class FileTaken(FileRefused, FileExistsError):
     """Anything, a link included, already has the name of a new file (a caller may pick another)."""
-
-
-def what_is_at(path: Path | str, dir_fd: int | None = None) -> str:
-    """`a symbolic link to /etc/passwd`, `a file`: what holds a name the run wanted for itself."""
-    try:
-        found = os.lstat(path, dir_fd=dir_fd)
-    except OSError:
-        return "something"
-    if stat.S_ISLNK(found.st_mode):
-        try:
-            return f"a symbolic link to {os.readlink(path, dir_fd=dir_fd)}"
-        except OSError:
-            return "a symbolic link"
-    return "a folder" if stat.S_ISDIR(found.st_mode) else "a file"
 
 
 def _open(path: Path | str, flags: int, dir_fd: int | None = None, shown: Path | str | None = None) -> int:

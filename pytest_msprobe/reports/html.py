@@ -29,9 +29,9 @@ from .. import __version__
 from ..dumps.dump import BACKWARD, FORWARD, DumpError, read_dump
 from ..results import ERROR, PASS, SKIP, WARNING, EntryResult, OutputResult, Status
 from ..untrusted import cut, printable
-from . import files, html_figures, manifest
+from . import files, html_figures, journal, manifest
 from .csv_files import DETAILS_COLUMNS, ReportError, details_path_for, read_result_rows
-from .journal import RUNNING, journal_path_for
+from .journal import journal_path_for
 from .messages import call_site_text, entry_message, notes, output_text, probe_text, split_message
 from .resume import complete_records, read_details_outputs
 from .summary import dump_labels
@@ -106,11 +106,11 @@ def from_pairs(result_paths: Sequence[Path], sources: Sequence[Path] = ()) -> Re
 
 
 def _pair_entries(result_path: Path) -> list[Entry]:
-    if not result_path.is_file():
+    if not os.path.lexists(result_path):
         raise ReportError(f"{result_path}: no such result CSV")
     rows = read_result_rows(result_path)
     details = details_path_for(result_path)
-    if not details.is_file():
+    if not os.path.lexists(details):
         raise ReportError(f"{details}: no details CSV beside the result CSV {result_path.name}")
     complete_records(details, DETAILS_COLUMNS)  # its header checked: ReportError naming it
     outputs = read_details_outputs(details)
@@ -132,29 +132,22 @@ def _pair_entries(result_path: Path) -> list[Entry]:
 
 
 def _journal(path: Path) -> dict[tuple[str, str], EntryResult]:
-    """The latest result of each entry a journal holds, read only (journal.read_contents would cut a
-    torn last line: a report leaves the files of a run as they are); {} where there is none."""
+    """The latest result of each entry a journal holds, read only (journal.peek: a report leaves the
+    files of a run as they are); {} where there is none. Raises ReportError naming it (readback's)."""
     try:
-        data = path.read_bytes()
-    except OSError:
-        return {}
-    found = {}
-    for line in data[: data.rfind(b"\n") + 1].splitlines():  # a kill tears the last line only
-        try:
-            record = json.loads(line)
-            if isinstance(record, dict) and RUNNING not in record:
-                result = EntryResult.from_dict(record)
-                found[(result.api, result.direction)] = result
-        except (ValueError, TypeError, KeyError, AttributeError):
-            continue  # not a result (a line edited by hand): its row stands alone
-    return found
+        results = journal.peek(path).results
+    except OSError as exc:
+        raise ReportError(str(exc)) from None
+    return {(result.api, result.direction): result for result in results}
 
 
 def _manifest(result_path: Path) -> dict[str, Any] | None:
     try:
         return manifest.read(result_path)
-    except manifest.ManifestError:
+    except manifest.ManifestMissing:
         return None  # an older run's pair: the header says less
+    except manifest.ManifestError as exc:
+        raise ReportError(str(exc)) from None
 
 
 def _entry_order(document: dict[str, Any] | None) -> dict[str, int]:

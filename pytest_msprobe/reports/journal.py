@@ -23,6 +23,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import readback
 from ..dumps.dump import DIRECTIONS
 from ..results import EntryResult
 from . import files
@@ -119,18 +120,32 @@ def read_contents(path: Path) -> JournalContents:
     came, and the entry running when the process died, where one was.
 
     A line that does not read as a result (a torn one, a file edited by hand) is passed over:
-    its entry simply runs again. Raises OSError when the file cannot be read or cut (a link
-    at its name is never followed).
+    its entry simply runs again. Raises OSError when the file cannot be read or cut (read as
+    every file read back is: readback; a link at its name is never followed).
     """
-    contents = JournalContents()
     if not os.path.lexists(path):
-        return contents
-    with files.open_existing(path) as handle:
-        data = handle.read()
-        whole = data.rfind(b"\n") + 1  # a kill can only tear the last line
-        if whole < len(data):
+        return JournalContents()
+    data = readback.read_bytes(path, readback.MAX_JOURNAL)
+    whole = data.rfind(b"\n") + 1  # a kill can only tear the last line
+    if whole < len(data):
+        with files.open_existing(path) as handle:
             handle.truncate(whole)
-    for line in data[:whole].splitlines():
+    return parse(data[:whole])
+
+
+def peek(path: Path) -> JournalContents:
+    """What a journal holds, read only (a report leaves a run's files as they are: a torn last
+    line is passed over, not cut); nothing where there is no journal. Raises OSError (readback)."""
+    if not os.path.lexists(path):
+        return JournalContents()
+    data = readback.read_bytes(path, readback.MAX_JOURNAL)
+    return parse(data[: data.rfind(b"\n") + 1])
+
+
+def parse(data: bytes) -> JournalContents:
+    """The whole lines of a journal, read."""
+    contents = JournalContents()
+    for line in data.splitlines():
         try:
             record = json.loads(line)
             if isinstance(record, dict) and RUNNING in record:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from .. import __version__, readback
 from ..options import Options
 from . import files
 from .csv_files import RESULT_PREFIX, details_path_for
@@ -28,13 +29,19 @@ class ManifestError(ValueError):
     """A manifest that is missing or cannot be read (names the file)."""
 
 
+class ManifestMissing(ManifestError):
+    """No manifest beside a pair (an older run's)."""
+
+
 def path_for(result_path: Path) -> Path:
     return result_path.with_name(result_path.name.replace(RESULT_PREFIX, PREFIX, 1)).with_suffix(".json")
 
 
 def sha256(path: Path) -> str:
+    """The dump's digest: a regular file's (its user's link followed), never a FIFO's or a device's
+    (a manifest read back may name any path as its dump). Raises OSError (readback.Unreadable)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with readback.open_regular(path, follow_links=True) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -65,14 +72,16 @@ def write(result_path: Path, description: dict[str, Any]) -> Path:
 
 def read(result_path: Path) -> dict[str, Any]:
     path = path_for(result_path)
-    if not path.is_file():
-        raise ManifestError(
+    if not os.path.lexists(path):
+        raise ManifestMissing(
             f"{result_path}: no manifest {path.name} beside it, so its dump and settings are unknown "
             "(written by pytest-msprobe from 0.1.0 on; rerun that shard)"
         )
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        document = json.loads(readback.read_text(path, readback.MAX_MANIFEST))
+    except OSError as exc:  # readback.Unreadable names the file
+        raise ManifestError(str(exc)) from None
+    except ValueError as exc:
         raise ManifestError(f"{path}: cannot be read as a manifest: {exc}") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ManifestError(f"{path}: not a manifest of format {FORMAT}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import re
 import sys
 from collections.abc import Sequence
@@ -31,7 +32,9 @@ from .csv_files import (
     RESULT_COLUMNS,
     RESULT_PREFIX,
     ReportError,
+    any_field_size,
     details_path_for,
+    read_csv_text,
     read_result_rows,
     text_cell,
     timestamp,
@@ -134,10 +137,11 @@ def read_pair(pair: Pair, merged: Merged) -> None:
 
 
 def read_details(path: Path) -> dict[tuple[str, str], list[list[str]]]:
+    text = read_csv_text(path)
     try:
-        with open(path, newline="", encoding=ENCODING) as handle:
-            rows = list(csv.reader(handle))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        with any_field_size():
+            rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
         raise ReportError(f"{path}: cannot be read as a details CSV: {exc}") from None
     if not rows or rows[0] != DETAILS_COLUMNS:
         raise ReportError(f"{path}: not an accuracy_checking_details CSV")

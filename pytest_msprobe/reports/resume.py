@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .. import readback
 from ..dumps.dump import BACKWARD, FORWARD
 from ..results import ERROR, EntryResult, OutputResult, Status
 from ..untrusted import cut, printable
@@ -45,7 +46,7 @@ def prepare(result_path: Path) -> set[str]:
 
     Called once, by the process that writes the CSVs, before anything runs.
     """
-    if not result_path.is_file():
+    if not os.path.lexists(result_path):
         raise ReportError(f"{result_path}: no such result CSV")
     try:
         return _prepare(result_path)
@@ -58,7 +59,7 @@ def _prepare(result_path: Path) -> set[str]:
     finished = {untext(row[0]) for row in rows[1:] if row}
     _truncate(result_path, ends[-1] if ends else 0)
     details = details_path_for(result_path)
-    if details.is_file():
+    if os.path.lexists(details):
         rows, ends = complete_records(details, DETAILS_COLUMNS)
         # Orphans can only sit at the end: the rows of the API being written when the run died.
         while len(rows) > 1 and api_of_output(untext(rows[-1][0])) not in finished:
@@ -73,9 +74,10 @@ def api_of_output(name: str) -> str:
     return name.rsplit(".output.", 1)[0].rsplit(".", 1)[0]
 
 
-def complete_records(path: Path, columns: list[str]) -> tuple[list[list[str]], list[int]]:
-    """The complete CSV records of a file (header first) and the byte offset where each ends."""
-    data = path.read_bytes()
+def complete_records(path: Path, columns: list[str], data: bytes | None = None) -> tuple[list[list[str]], list[int]]:
+    """The complete CSV records of a file (header first) and the byte offset where each ends.
+    Raises ReportError naming the file (not one this plugin writes, or unreadable: readback's)."""
+    data = read_csv_bytes(path) if data is None else data
     bom = codecs.BOM_UTF8
     start = len(bom) if data.startswith(bom) else len(data) if bom.startswith(data) else 0  # a torn BOM too
     read_to = [start]
@@ -104,6 +106,14 @@ def complete_records(path: Path, columns: list[str]) -> tuple[list[list[str]], l
         # Only a header torn mid-write is no header at all.
         raise ReportError(f"{path}: not an accuracy_checking CSV of pytest-msprobe: no header line")
     return rows, ends
+
+
+def read_csv_bytes(path: Path) -> bytes:
+    """A CSV file's bytes, read back as every such file is (readback). Raises ReportError naming it."""
+    try:
+        return readback.read_bytes(path, readback.MAX_CSV)
+    except OSError as exc:  # readback.Unreadable names the file
+        raise ReportError(str(exc)) from None
 
 
 def _lines(data: bytes, start: int, read_to: list[int]) -> Iterator[str]:
@@ -165,7 +175,7 @@ def resume(result_path: Path, dump_entries: set[tuple[str, str]] | None = None) 
     The pair and its journal are locked first, for the whole run (Resumed.lock: release it at the
     end): a second run that writes them is refused. Raises ReportError (resuming cannot start).
     """
-    if not result_path.is_file():
+    if not os.path.lexists(result_path):
         raise ReportError(f"{result_path}: no such result CSV")
     try:
         lock = files.ResultLock.acquire(result_path)
@@ -258,15 +268,15 @@ def _latest(results: list[EntryResult]) -> dict[tuple[str, str], EntryResult]:
 def _cut_apis(result_path: Path, apis: set[str]) -> None:
     """Both files without the rows of `apis`, each replaced whole (details first)."""
     details = details_path_for(result_path)
-    if details.is_file():
+    if os.path.lexists(details):
         _rewrite_without(details, DETAILS_COLUMNS, lambda row: api_of_output(untext(row[0])) in apis)
     _rewrite_without(result_path, RESULT_COLUMNS, lambda row: untext(row[0]) in apis)
 
 
 def _rewrite_without(path: Path, columns: list[str], dropped: Callable[[list[str]], bool]) -> None:
     """The file with the records `dropped` says out, every other byte as it was."""
-    data = path.read_bytes()
-    rows, ends = complete_records(path, columns)
+    data = read_csv_bytes(path)
+    rows, ends = complete_records(path, columns, data)
     keep = bytearray(data[: ends[0]]) if ends else bytearray()  # the BOM and the header
     for i in range(1, len(rows)):
         if rows[i] and not dropped(rows[i]):
@@ -304,7 +314,7 @@ def _earlier(
 def read_details_outputs(details: Path) -> dict[tuple[str, str], list[OutputResult]]:
     """The outputs of a details CSV by (api, direction), as far as its columns tell them."""
     found: dict[tuple[str, str], list[OutputResult]] = {}
-    if not details.is_file():
+    if not os.path.lexists(details):
         return found
     rows, _ = complete_records(details, DETAILS_COLUMNS)
     for row in rows[1:]:
