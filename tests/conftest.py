@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
 import pytest
+from msprobe_venv import msprobe_venv  # noqa: F401  (the fixture of the tests that run msprobe's own tools)
 
 from pytest_msprobe.distributed import allocator
 
