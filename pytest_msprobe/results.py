@@ -32,6 +32,8 @@ PASS, WARNING, ERROR, SKIP = Status.PASS, Status.WARNING, Status.ERROR, Status.S
 # How the notes of a fallback end or start, where they are made (inputs.py, the frameworks) and
 # where they are counted (fallbacks.py).
 RANDOM_DATA = "random data used"  # `input_args[0]: tensor file x.pt missing, random data used`
+# The note of every input of a tensor dump copied without its dump_tensor_data/ folder.
+NO_TENSOR_FOLDER = f"dump_tensor_data: the tensor folder is missing, {RANDOM_DATA}"
 BENCH_FALLBACK = "benchmark ran in"  # `benchmark ran in torch.float32: float64 raised ...`
 # The attribute of a pytest report that carries an entry's result (to_dict) to the xdist controller.
 REPORT_ATTRIBUTE = "msprobe"

@@ -99,8 +99,9 @@ def test_missing_tensor_files_fall_back_to_random_and_say_so(pytester):
     assert "INTERNALERROR" not in result.stdout.str()
     rows = read_csv(pytester.path / "out", "result")
     assert rows and all("missing, random data used" in row["Message"] for row in rows if row["Message"])
-    real = run_msprobe(pytester, public / "dump.json", "-rs", device="recorded")
-    assert real.parseoutcomes().get("skipped", 0) >= 1
+    recorded = run_msprobe(pytester, public / "dump.json", "-rs", device="recorded", out="recorded")
+    assert recorded.ret == pytest.ExitCode.USAGE_ERROR  # no recorded output to judge (test_coverage_gate.py)
+    recorded.stderr.fnmatch_lines(["ERROR: *dump.json is a tensor dump without its dump_tensor_data/ folder*"])
 
 
 @pytest.mark.parametrize("option, value, text", [

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fnmatch
+import re
 import shutil
 
 import pytest
 
-from conftest import read_csv, run_msprobe
+from conftest import ROOT, read_csv, run_msprobe
 from pytest_msprobe.reports.coverage import Coverage, shortfall
 from pytest_msprobe.results import EntryResult, OutputResult
 
@@ -33,18 +35,94 @@ def test_the_share_of_skips_is_held_to_the_allowance():
     assert shortfall(Coverage(), 0.0) is None  # no entry at all: pytest's own "no tests ran"
 
 
-@pytest.mark.parametrize("strict", [[], ["--msprobe-strict"]])
-def test_a_tensor_dump_without_its_tensors_fails_with_one_line(pytester, copy_dump, strict):
+NO_TENSORS = "is a tensor dump without its dump_tensor_data/ folder: copy dump_tensor_data/ beside dump.json, or "
+
+
+@pytest.mark.parametrize("dump_name", ["pt_tensor_L1", "ms_tensor_L1"])
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--msprobe-mode", "real", "--msprobe-device", "cpu"],
+         "ERROR: --msprobe-mode real reads every input from the dump's tensor files, and */dump.json " + NO_TENSORS
+         + "leave out --msprobe-mode real to run every entry on random data drawn from the recorded statistics"),
+        (["--msprobe-device", "recorded"],
+         "ERROR: --msprobe-device recorded judges the outputs the dump recorded, and */dump.json " + NO_TENSORS
+         + "run each call again on random data drawn from the recorded statistics with --msprobe-device cpu"),
+        (["--msprobe-device", "recorded", "--msprobe-mode", "real"], "ERROR: --msprobe-device recorded judges *"),
+        (["--msprobe-device", "recorded,cpu", "--msprobe-strict"],
+         "ERROR: --msprobe-device recorded,cpu judges the outputs the dump recorded, and */dump.json " + NO_TENSORS
+         + "run each call again on random data drawn from the recorded statistics with --msprobe-device cpu"),
+    ],
+    ids=["real", "recorded", "recorded-real", "recorded,cpu"],
+)
+def test_a_run_that_needs_the_tensors_of_a_dump_copied_without_them_is_a_usage_error(
+    pytester, copy_dump, dump_name, args, said
+):
+    """Real mode reads every input from the tensor files, recorded mode judges the outputs they hold:
+    without dump_tensor_data/ a run would SKIP every entry, or run the few that read no tensor and go
+    green. One line says what to type instead; nothing runs, nothing is written."""
+    dump = copy_dump(dump_name)
+    shutil.rmtree(dump.parent / "dump_tensor_data")
+    result = run_msprobe(pytester, dump, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([said])
+    assert [line for line in result.stderr.lines if line.strip()] == [result.stderr.lines[0]]  # one line
+    assert not (pytester.path / "out").exists() or not list((pytester.path / "out").iterdir())
+
+
+def test_real_mode_on_a_statistics_dump_is_a_usage_error(pytester, copy_dump):
+    dump = copy_dump("pt_stats_L1")
+    result = run_msprobe(pytester, dump, "--msprobe-mode", "real", device="cpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --msprobe-mode real reads every input from a tensor dump's files, and "
+                                 "*/dump.json is a statistics dump (no tensors): leave out --msprobe-mode real to "
+                                 "run its entries on random data drawn from the recorded statistics"])
+
+
+MISSING = ("*/dump.json: a tensor dump without its dump_tensor_data/ folder: no recorded tensor can be read, so every "
+           "entry runs on random data drawn from the recorded statistics, not on the step's own values (copy "
+           "dump_tensor_data/ beside dump.json to check them)")
+
+
+@pytest.mark.parametrize("quiet", [[], ["-q"]])
+def test_the_default_mode_says_in_the_header_and_the_summary_that_the_tensors_are_missing(pytester, copy_dump, quiet):
+    """--msprobe-mode auto (the default) on a device: every entry on random data, said once in the header,
+    once at the head of the summary (which -q does not hide), and counted among the fallbacks."""
     dump = copy_dump("pt_tensor_L1")
     shutil.rmtree(dump.parent / "dump_tensor_data")
-    result = run_msprobe(pytester, dump, "--msprobe-device", "recorded", *strict)
-    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
-    assert result.parseoutcomes() == {"skipped": 66}
-    result.stdout.fnmatch_lines(["msprobe: */dump.json: a tensor dump without its dump_tensor_data/ folder: *",
-                                 "msprobe: a run in which no output is compared fails (exit 5)*",
-                                 "msprobe: nothing was compared: 66 of 66 entries SKIPped; *"])
-    result.stdout.fnmatch_lines(["  66 x dump_tensor_data: the tensor folder * does not exist  (*"])  # one group
-    assert len(read_csv(pytester.path / "out", "result")) == 37  # every API has its row
+    result = run_msprobe(pytester, dump, "-k", "relu or linear.0", *quiet, device="cpu")
+    assert result.ret == pytest.ExitCode.OK
+    if not quiet:
+        result.stdout.fnmatch_lines([f"msprobe: {MISSING}"])
+    section = [line for line in result.stdout.str().split("= msprobe =", 1)[1].splitlines()[1:] if line]
+    assert fnmatch.fnmatch(section[0], "/" + MISSING) and section[1].startswith("forward ")  # first, then the counts
+    result.stdout.fnmatch_lines(["fallbacks:",
+                                 "   4 entries on random data: their tensor dump has no dump_tensor_data/ folder  (*"])
+    rows = read_csv(pytester.path / "out", "result")
+    assert rows and all("dump_tensor_data: the tensor folder is missing, random data used" in row["Message"]
+                        for row in rows)
+
+
+def test_random_mode_asked_for_random_data(pytester, copy_dump):
+    """--msprobe-mode random reads no tensor file: a dump without them is no fallback, and nothing says so."""
+    dump = copy_dump("pt_tensor_L1")
+    shutil.rmtree(dump.parent / "dump_tensor_data")
+    result = run_msprobe(pytester, dump, "-k", "relu", "--msprobe-mode", "random", device="cpu")
+    assert result.ret == pytest.ExitCode.OK
+    assert "dump_tensor_data" not in result.stdout.str()
+
+
+def test_a_run_that_compared_nothing_exits_5_with_the_line_ci_md_shows(pytester, copy_dump):
+    """docs/ci.md's promise, word for word: every entry selected SKIPs (an API with no PyTorch
+    equivalent), so nothing was compared: exit 5, and the line the page shows."""
+    dump = copy_dump("ms_cnn_mix")
+    result = run_msprobe(pytester, dump, "-k", "Conv2D", device="recorded")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED == 5
+    page = (ROOT / "docs" / "ci.md").read_text()
+    shown = re.search(r"exits 5 .*?```\n(msprobe: nothing was compared: .*?)\n```", page, re.S)
+    assert shown, "docs/ci.md shows the line of a run that compared nothing"
+    result.stdout.fnmatch_lines([shown.group(1)])
+    result.stdout.fnmatch_lines(["msprobe: a run in which no output is compared fails (exit 5)*"])
 
 
 @pytest.mark.slow

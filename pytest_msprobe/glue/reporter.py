@@ -281,7 +281,7 @@ class CsvReporter:
             return
         terminalreporter.section("msprobe")
         selection = self.run.selection
-        lines = summary.summary_lines(self.results, selection.strict)
+        lines = [*self.run.summary_notes, *summary.summary_lines(self.results, selection.strict)]
         if selection.earlier:
             lines += ["", f"resumed {selection.resumed}: the entries it held before this run:"]
             lines += summary.inherited_lines(selection.earlier, selection.strict)

@@ -19,7 +19,7 @@ from ..checking.check import Checker
 from ..dumps import trees as dump_trees
 from ..dumps.dump import Dump, DumpError, find_dump_files, parse_entry_name, peek_framework, peek_task, read_dump
 from ..dumps.folder import passed_over_lines
-from ..dumps.notes import header_notes
+from ..dumps.notes import header_notes, missing_tensors_line, refusal, without_tensors
 from ..frameworks import RunOptions, Tested, devices
 from ..judging.standards import make_standard
 from ..options import RANDOM, Options
@@ -111,9 +111,13 @@ class MsprobeRun:
             self.device_kind = device  # the controller's devices are not its workers': each host chooses
         else:
             self.device_kind = devices.choose(device, self.device_notes, self.frameworks)
-        reruns_on = None if options.judges_recorded else self.device_kind
-        self.device_notes += header_notes(self.dump_files, reruns_on, options.mode, options.rerun_on is not None)
         self.check_recorded()
+        reruns_on = None if options.judges_recorded else self.device_kind
+        self.device_notes += header_notes(self.dump_files, reruns_on, options.mode)
+        # Said again under the counts: the header scrolls away, and -q hides it.
+        self.summary_notes = [
+            missing_tensors_line(path) for path in self.dump_files if options.mode != RANDOM and without_tensors(path)
+        ]
         self.device_ids = devices.ids_for(options.devices, workers.workers_per_host(config))
         if not hasattr(config, "workerinput") and not workers.remote_hosts(config):
             # The controller checked them for its workers on this host.
@@ -176,6 +180,11 @@ class MsprobeRun:
         return manifest.describe(path, self.options, self.device_kind, api_calls, shard)
 
     def check_recorded(self) -> None:
+        """What the dumps cannot give the run it was asked for: a usage error, before anything runs."""
+        if not hasattr(self.config, "workerinput"):  # the controller refused it for its workers
+            why = refusal(self.dump_files, self.options.mode, self.options.device, self.options.judges_recorded)
+            if why is not None:
+                raise pytest.UsageError(why)
         if not self.options.judges_recorded:
             return
         if self.options.mode == RANDOM:

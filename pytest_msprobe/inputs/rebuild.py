@@ -20,7 +20,7 @@ import numpy as np
 from ..dumps.apis import QUANTIZED_DTYPES
 from ..dumps.dump import MAX_NESTING
 from ..options import DEFAULT_MAX_ELEMENTS, RANDOM, REAL
-from ..results import RANDOM_DATA
+from ..results import NO_TENSOR_FOLDER, RANDOM_DATA
 from ..untrusted import printable
 from . import tensor_files
 
@@ -339,7 +339,7 @@ class Rebuilder:
             if not self.tensor_dir.is_dir():  # the dump copied alone: one reason for every entry
                 if self.mode == REAL:
                     raise self.error("dump_tensor_data", f"the tensor folder {self.tensor_dir} does not exist")
-                self.notes.append(f"dump_tensor_data: the tensor folder is missing, {RANDOM_DATA}")
+                self.notes.append(NO_TENSOR_FOLDER)
                 return None
             if self.mode == REAL:
                 raise self.error(f"{field_path}.data_name", f"tensor file {path} does not exist")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from ..results import BENCH_FALLBACK, RANDOM_DATA, SKIP, EntryResult
+from ..results import BENCH_FALLBACK, NO_TENSOR_FOLDER, RANDOM_DATA, SKIP, EntryResult
 
 FLOAT64 = ("torch.float64", "float")  # a Python float is a double
 _FLOATING = ("float", "half", "double", "bfloat", "complex")
@@ -37,7 +37,12 @@ def explain_bench(result: EntryResult) -> None:
 
 def random_data(result: EntryResult) -> bool:
     """The entry ran on random data where its dump recorded tensors (a tensor file missing)."""
-    return any(note.endswith(RANDOM_DATA) for note in result.notes)
+    return not no_tensor_folder(result) and any(note.endswith(RANDOM_DATA) for note in result.notes)
+
+
+def no_tensor_folder(result: EntryResult) -> bool:
+    """The entry ran on random data: its tensor dump came without its dump_tensor_data/ folder."""
+    return NO_TENSOR_FOLDER in result.notes
 
 
 def bench_fallback(result: EntryResult) -> bool:
@@ -46,6 +51,7 @@ def bench_fallback(result: EntryResult) -> bool:
 
 
 KINDS = (
+    ("on random data: their tensor dump has no dump_tensor_data/ folder", no_tensor_folder),
     ("on random data: a tensor file the dump names is missing", random_data),
     ("benchmarked in float32: float64 has no kernel for them", bench_fallback),
 )
