@@ -207,3 +207,32 @@ def test_a_resume_of_several_dumps_is_a_usage_error(pytester, copy_dump):
                                 "--msprobe-resume", "out/accuracy_checking_result_1.csv")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--msprobe-resume takes the result CSV of one dump, and 2 were given*"])
+
+
+def failures_block(result) -> list[str]:
+    return result.stdout.str().split("failures, worst first:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+
+
+@pytest.mark.slow
+def test_failures_of_equal_maxabserr_list_alike_serially_and_under_two_workers(pytester, copy_dump):
+    """The example's bf16 matmul called six times more on the same tensors, spread through the step:
+    seven failures of one MaxAbsErr, which two workers finish in another order than the dump's.
+    Both runs list them alike: by severity, then in dump order."""
+    dump = copy_dump("pt_tensor_L1")
+    data = json.loads(dump.read_text())
+    entries = list(data["data"].items())
+    matmul = data["data"]["Torch.matmul.1.forward"]
+    for copy in range(2, 8):  # one every few entries of the forward pass
+        entries.insert(3 * copy, (f"Torch.matmul.{copy}.forward", matmul))
+    data["data"] = dict(entries)
+    dump.write_text(json.dumps(data))
+    order = [name for name, _ in entries if name.startswith("Torch.matmul.") and name.endswith(".forward")]
+    args = ["-k", "matmul or float or relu or linear"]
+    serial = run_msprobe(pytester, dump, *args, out="serial", device="recorded")
+    spread = run_msprobe(pytester, dump, "-n", "2", *args, out="xdist", device="recorded")
+    assert serial.ret == spread.ret == 1
+    listed = failures_block(serial)
+    assert failures_block(spread) == listed
+    copies = [line.split(":", 1)[0] for line in listed if re.match(r"Torch\.matmul\.\d\.forward:", line)]
+    assert copies == [name for name in order if name != "Torch.matmul.0.forward"]  # dump order, 1 first
+    assert len({line.split(": ", 1)[1] for line in listed if line.split(":", 1)[0] in copies}) == 1  # one MaxAbsErr

@@ -49,6 +49,22 @@ def test_failures_come_worst_first_by_severity_nonfinite_before_all():
     ]
 
 
+def test_failures_of_equal_severity_list_in_dump_order_whatever_order_they_came_in():
+    """Under xdist results come in the order workers finish them: the list must not follow it."""
+    import itertools
+
+    equal = [EntryResult(f"Torch.matmul.{i}", "forward", "error", f"e{i}", [row(0.999, 1e-3, 10.0)],
+                         dump="/d/dump.json", position=10 * i) for i in range(4)]
+    other = EntryResult("Torch.addmm.0", "forward", "error", "x", [row(0.999, 1e-3, 10.0)], dump="/a/dump.json",
+                        position=99)
+    worse = EntryResult("Torch.bmm.0", "forward", "error", "w", [row(0.9, 1e-2, 100.0)], dump="/d/dump.json",
+                        position=50)
+    expected = failure_lines([worse, other, *equal])
+    assert [line.rsplit(": ", 1)[1] for line in expected] == ["w", "x", "e0", "e1", "e2", "e3"]  # worst, then dump order
+    for shuffled in itertools.permutations([worse, other, *equal]):
+        assert failure_lines(list(shuffled)) == expected
+
+
 def test_a_line_names_its_dump_where_there_are_several():
     results = [EntryResult("Torch.add.0", "forward", "error", "x", dump=f"/data/step0/rank{i}/dump.json")
                for i in (0, 1)]

@@ -38,17 +38,21 @@ def failing(strict: bool = False) -> tuple[Status, ...]:
     return (ERROR, WARNING) if strict else (ERROR,)
 
 
-def severity(result: EntryResult) -> tuple[int, float]:
+def severity(result: EntryResult) -> tuple[int, float, str, float]:
     """Sort key, worst first: NaN or inf where the other side has none, then how many times its
-    budget the worst output is off (the standard's severity). An entry that failed with no
-    output judged (its tested run raised, its worker crashed) counts as beyond any budget."""
+    budget the worst output is off (the standard's severity), then the order of the dump (its
+    path, the entry's place in it): a total order, so that a serial run and one under xdist,
+    whose results come in another order, list failures of equal severity alike. An entry that
+    failed with no output judged (its tested run raised, its worker crashed) counts as beyond
+    any budget."""
     flagged = [row for row in result.outputs if row.status in (ERROR, WARNING)]
     measured = [row.severity for row in flagged if row.severity is not None]
     if measured:
         worst = max(measured)
     else:
         worst = math.inf if result.status == ERROR and result.reason and not flagged else 0.0
-    return (0 if any(row.nonfinite for row in flagged) else 1, -worst)
+    place = math.inf if result.position is None else result.position  # placeless (read from a CSV): as they came
+    return (0 if any(row.nonfinite for row in flagged) else 1, -worst, result.dump, place)
 
 
 def dump_labels(results: Sequence[EntryResult]) -> dict[str, str]:
