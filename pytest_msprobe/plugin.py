@@ -71,6 +71,7 @@ def _value(config: pytest.Config, ini: str) -> Any:
 def pytest_configure(config: pytest.Config) -> None:
     dumps = config.getoption("msprobe_dump") or [str(p) for p in config.getini("msprobe_dump")]
     if not dumps:
+        _no_dump_given(config)
         return  # the plugin is not used: nothing else is read or imported
     options = read_options(config, dumps)
     from .glue import session
@@ -104,3 +105,15 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
             "and it lies in a dump's folders or above the one pytest is run from: a dump is data, never code; "
             "run pytest from outside the dump's folders"
         )
+
+
+def _no_dump_given(config: pytest.Config) -> None:
+    """`pytest dump.json`: a dump given to pytest, not to --msprobe-dump, is a usage error saying what
+    to type (pytest would say "not found"). Read only where an argument is a .json file."""
+    given = config.args if config.args_source == pytest.Config.ArgsSource.ARGS else []
+    if any(arg.split("::", 1)[0].endswith(".json") for arg in given):
+        from .dumps.folder import dump_given_to_pytest
+
+        why = dump_given_to_pytest(given, Path(config.invocation_params.dir))
+        if why:
+            raise pytest.UsageError(why)

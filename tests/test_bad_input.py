@@ -114,3 +114,45 @@ def test_bad_options_are_usage_errors(pytester, copy_dump, option, value, text):
     result = pytester.runpytest("--msprobe-dump", str(dump), option, value)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{text}*"])
+
+
+def usage_line(result) -> str:
+    """The one line a usage error ends with (pytest's `ERROR: ...` on stderr)."""
+    lines = [line for line in result.stderr.lines if line.strip()]
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and len(lines) == 1, result.stderr.lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("given", ["pt_tensor_L1/dump.json", "pt_tensor_L1/dump.json::Functional.relu.0.forward"])
+def test_a_dump_given_to_pytest_itself_says_what_to_type(pytester, copy_dump, given):
+    """`pytest dump.json` collects nothing (pytest said `not found`): one line names --msprobe-dump."""
+    copy_dump("pt_tensor_L1")
+    result = pytester.runpytest("-p", "no:cacheprovider", given)
+    assert usage_line(result) == ("ERROR: pt_tensor_L1/dump.json is an msprobe dump, not a test file: check it with "
+                                  "pytest --msprobe-dump pt_tensor_L1/dump.json")
+    beside = pytester.runpytest("-p", "no:cacheprovider", "pt_tensor_L1/stack.json")
+    assert usage_line(beside) == ("ERROR: pt_tensor_L1/stack.json is msprobe's record of the call stacks of a dump, "
+                                  "not a test file: check the dump.json beside it with pytest --msprobe-dump "
+                                  "pt_tensor_L1/dump.json")
+
+
+def test_a_json_file_that_is_no_dump_is_left_to_pytest(pytester):
+    (pytester.path / "settings.json").write_text('{"learning_rate": 0.1}')
+    result = pytester.runpytest("-p", "no:cacheprovider", "settings.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: not found: *settings.json"])  # pytest's own word
+
+
+def test_stack_json_given_as_the_dump_names_the_dump_beside_it(pytester, copy_dump):
+    """msprobe writes stack.json beside dump.json: given to --msprobe-dump it was one failed item
+    and a pair of empty CSVs. A usage error now, naming the file to give; nothing written."""
+    copy_dump("pt_tensor_L1")
+    result = run_msprobe(pytester, pytester.path / "pt_tensor_L1" / "stack.json")
+    assert usage_line(result) == (
+        f"ERROR: --msprobe-dump {pytester.path}/pt_tensor_L1/stack.json: stack.json is msprobe's record of the call "
+        f"stacks of a dump, not a dump: check the dump.json beside it: pytest --msprobe-dump "
+        f"{pytester.path}/pt_tensor_L1/dump.json"
+    )
+    assert not (pytester.path / "out").exists()
+    relative = pytester.runpytest("-p", "no:cacheprovider", "--msprobe-dump", "pt_tensor_L1/stack.json")
+    assert usage_line(relative).endswith(": pytest --msprobe-dump pt_tensor_L1/dump.json")  # as the user wrote it

@@ -65,3 +65,51 @@ def _count(paths: Sequence[Path], what: str) -> str:
 def _names(folder: Path, paths: Sequence[Path]) -> str:
     names = [str(path.relative_to(folder)) for path in paths[:SHOWN]]
     return ", ".join(names) + (f", ... ({len(paths) - SHOWN} more)" if len(paths) > SHOWN else "")
+
+
+# What msprobe's companions of a dump.json hold: given in its place, they name the dump to type instead.
+COMPANION_HOLDS = {"stack.json": "the call stacks of a dump", "construct.json": "the module tree of a dump"}
+
+
+def companion_given(path: Path, given: str) -> str | None:
+    """Why `--msprobe-dump stack.json` is no dump, with the command to type (the dump.json beside
+    it, as the user wrote the path), or None: a file of another name, or a dump named so."""
+    if path.name not in COMPANION_HOLDS or not path.is_file() or is_dump(path):
+        return None
+    return printable(
+        f"--msprobe-dump {given}: {path.name} is msprobe's record of {COMPANION_HOLDS[path.name]}, not a dump: "
+        f"check the {DUMP_FILE_NAME} beside it: pytest --msprobe-dump {_beside(given)}"
+    )
+
+
+def dump_given_to_pytest(args: Sequence[str], base: Path) -> str | None:
+    """Why a command line that names a dump as pytest's own argument (`pytest dump.json`) checks
+    nothing, with the command to type, or None. pytest collects no .json file: it would say
+    "not found". Only JSON files are read, and only their head."""
+    for arg in args:
+        given = arg.split("::", 1)[0]
+        path = base / given
+        if path.suffix != ".json":
+            continue
+        try:
+            regular = path.is_file()
+        except OSError:
+            continue
+        if not regular:
+            continue
+        if is_dump(path):
+            return printable(
+                f"{given} is an msprobe dump, not a test file: check it with pytest --msprobe-dump {given}"
+            )
+        if path.name in COMPANION_HOLDS and (path.parent / DUMP_FILE_NAME).is_file():
+            return printable(
+                f"{given} is msprobe's record of {COMPANION_HOLDS[path.name]}, not a test file: check the "
+                f"{DUMP_FILE_NAME} beside it with pytest --msprobe-dump {_beside(given)}"
+            )
+    return None
+
+
+def _beside(given: str) -> str:
+    """The dump.json beside a file, as the user wrote that file's path."""
+    folder = Path(given).parent
+    return DUMP_FILE_NAME if folder == Path() else str(folder / DUMP_FILE_NAME)

@@ -18,7 +18,7 @@ import pytest
 from ..checking.check import Checker
 from ..dumps import trees as dump_trees
 from ..dumps.dump import Dump, DumpError, find_dump_files, parse_entry_name, peek_framework, peek_task, read_dump
-from ..dumps.folder import passed_over_lines
+from ..dumps.folder import companion_given, passed_over_lines
 from ..dumps.notes import header_notes, missing_tensors_line, refusal, without_tensors
 from ..frameworks import RunOptions, Tested, devices
 from ..judging.standards import make_standard
@@ -82,6 +82,9 @@ class MsprobeRun:
         if shared is None:
             self.dump_files = []
             for given in options.dumps:
+                companion = companion_given(base / given, given)  # stack.json: the dump.json beside it
+                if companion:
+                    raise pytest.UsageError(companion)
                 others: list[Path] = []
                 self.dump_files += [f.resolve() for f in find_dump_files(base / given, refused, others)]
                 refused += passed_over_lines(base / given, others, given)
