@@ -1,0 +1,136 @@
+"""`python -m pytest_msprobe.compare` beside msprobe 26.2.0's own `api_precision_compare`, on the same
+pairs: hand-written rows on both sides of every rule's thresholds (tests/compare_cases.py), and the
+CSV pairs msprobe's own acc_check writes (its CPU run) for a clean device and a faulty one. The two
+give every row the same status, but where msprobe's code hides a fault (docs/compare.md): there
+the difference is asserted, case by case. msprobe runs in its own environment (tests/msprobe_venv.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from compare_cases import API_RESULTS, CASES, read_rows, write_pair
+from msprobe_venv import MsprobeVenv
+
+from pytest_msprobe.reports import compare
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+DUMP = ROOT / "examples" / "pt_tensor_L1" / "dump.json"
+FAULTY = ("gelu", "softmax", "matmul")  # msprobe's names of the APIs the faulty device gets wrong
+
+
+def only(folder: Path, pattern: str) -> Path:
+    (path,) = sorted(folder.glob(pattern))
+    return path
+
+
+def msprobe_compare(msprobe_venv: MsprobeVenv, npu: Path, gpu: Path, out: Path) -> subprocess.CompletedProcess:
+    done = msprobe_venv.msprobe("api_precision_compare", "-npu", str(npu), "-gpu", str(gpu), "-o", str(out))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Analyse csv Error" not in done.stdout + done.stderr  # it read both files to the end
+    return done
+
+
+def ours(npu: Path, gpu: Path, out: Path) -> tuple[int, Path]:
+    status = compare.main(["--npu", str(npu), "--gpu", str(gpu), "-o", str(out)])
+    return status, out
+
+
+def statuses(folder: Path) -> dict[str, str]:
+    return {row["API Name"]: row["比对结果"] for row in read_rows(only(folder, "api_precision_compare_details_*.csv"))}
+
+
+def results(folder: Path) -> list[tuple[str, str, str]]:
+    rows = read_rows(only(folder, "api_precision_compare_result_*.csv"))
+    return [(row["API Name"], row["Forward Test Success"], row["Backward Test Success"]) for row in rows]
+
+
+def test_msprobe_gives_the_cases_our_status_but_where_it_hides_a_fault(
+    msprobe_venv: MsprobeVenv, tmp_path: Path
+) -> None:
+    npu, gpu = write_pair(tmp_path, CASES)
+    done = msprobe_compare(msprobe_venv, npu, gpu, tmp_path / "msprobe")
+    status, _ = ours(npu, gpu, tmp_path / "ours")
+    assert status == 1
+    theirs, mine = statuses(tmp_path / "msprobe"), statuses(tmp_path / "ours")
+    assert mine == {case.name: case.ours for case in CASES}
+    expected = {case.name: case.msprobe_status for case in CASES if case.msprobe != "dropped"}
+    assert theirs == expected
+    # the one msprobe drops, it drops without a word but a log line
+    dropped = [case.name for case in CASES if case.msprobe == "dropped"]
+    assert dropped and all(
+        f"This API : {name} does not exist in the GPU data." in done.stdout + done.stderr for name in dropped
+    )
+
+    their_rows, our_rows = results(tmp_path / "msprobe"), results(tmp_path / "ours")
+    assert len({api for api, *_ in our_rows}) == len(our_rows)
+    for api, forward, backward in our_rows:
+        ours_expected, msprobe_rows = API_RESULTS.get(api, ((forward, backward), None))
+        assert (forward, backward) == ours_expected, api
+        theirs_of_api = [(f, b) for name, f, b in their_rows if name == api]
+        assert theirs_of_api == ([(forward, backward)] if msprobe_rows is None else msprobe_rows), api
+    # the output msprobe raised on gets a result row of its own name, SKIP both ways
+    assert ("Tensor.item.0.forward.output.0", "SKIP", "SKIP") in their_rows
+
+
+@pytest.fixture(scope="module")
+def acc_check_pair(msprobe_venv: MsprobeVenv, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """msprobe's acc_check on one dump twice, its CPU as the device: clean (the GPU run) and with
+    FAULTY's outputs off by a relative 1e-3 (the NPU run). Their folders (npu, gpu)."""
+    root = tmp_path_factory.mktemp("acc_check")
+    runs = {"gpu": (), "npu": FAULTY}
+    with ThreadPoolExecutor(2) as pool:
+        done = dict(zip(runs, pool.map(lambda side: msprobe_venv.acc_check_cpu(DUMP, root / side, runs[side]), runs)))
+    for side, run in done.items():
+        assert run.returncode == 0, f"{side}: {run.stdout[-2000:]}{run.stderr[-2000:]}"
+    return root / "npu", root / "gpu"
+
+
+def test_msprobe_acc_check_pairs_are_read_and_judged_alike(
+    msprobe_venv: MsprobeVenv, acc_check_pair: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    npu, gpu = acc_check_pair
+    msprobe_compare(
+        msprobe_venv,
+        only(npu, "accuracy_checking_details_*.csv"),
+        only(gpu, "accuracy_checking_details_*.csv"),
+        tmp_path / "msprobe",
+    )
+    status, _ = ours(npu, gpu, tmp_path / "ours")  # the run folders, as acc_check left them
+    out = capsys.readouterr().out
+    assert status == 1
+    assert statuses(tmp_path / "ours") == statuses(tmp_path / "msprobe")
+    assert results(tmp_path / "ours") == results(tmp_path / "msprobe")
+    failed = sorted(api for api, forward, backward in results(tmp_path / "ours") if "error" in (forward, backward))
+    assert failed == ["Functional.gelu.0", "Torch.matmul.0", "Torch.softmax.0"]  # matmul.1 is bf16: 1e-3 is its noise
+    assert "Torch.matmul.0: forward.output.0: 均方根误差比值" in out
+
+
+def test_a_clean_acc_check_pair_passes(acc_check_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    _, gpu = acc_check_pair
+    status, out = ours(gpu, gpu, tmp_path / "ours")
+    assert status == 0
+    assert set(statuses(out).values()) == {"pass", "SKIP"}
+
+
+def test_an_output_twice_in_the_gpu_run_stops_msprobe_silently_and_is_a_usage_error_here(
+    msprobe_venv: MsprobeVenv, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    cases = [case for case in CASES if case.msprobe is None and case.gpu is not None][:6]
+    npu, gpu = write_pair(tmp_path, cases)
+    rows = gpu.read_text(encoding="utf-8-sig").splitlines()
+    gpu.write_text("\n".join([*rows, rows[4]]) + "\n", encoding="utf-8-sig")  # the 4th output twice
+    done = msprobe_compare_anyway(msprobe_venv, npu, gpu, tmp_path / "msprobe")
+    assert done.returncode == 0  # msprobe: exit 0, and the rows before the duplicate only
+    assert list(statuses(tmp_path / "msprobe")) == [case.name for case in cases[:3]]
+    assert compare.main(["--npu", str(npu), "--gpu", str(gpu), "-o", str(tmp_path / "ours")]) == 2
+    assert f"{gpu} line {len(rows) + 1}: {cases[3].name} has a row already (line 5)" in capsys.readouterr().err
+    assert not (tmp_path / "ours").exists()
+
+
+def msprobe_compare_anyway(msprobe_venv: MsprobeVenv, npu: Path, gpu: Path, out: Path) -> subprocess.CompletedProcess:
+    return msprobe_venv.msprobe("api_precision_compare", "-npu", str(npu), "-gpu", str(gpu), "-o", str(out))
