@@ -9,6 +9,7 @@ into a usage error. Each default lives here, once, as a field of `Options`.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
@@ -66,6 +67,9 @@ class Options:
     max_skip_ratio: float = DEFAULT_MAX_SKIP_RATIO  # more SKIPped entries than this share: exit 5
     strict: bool = False  # a warning fails its item, as an error does
     html: str = ""  # the HTML report written at the end of the run; "": none (and no plotting library loaded)
+    config: str = ""  # msprobe's config.json or config.yaml: its white and black lists
+    white_list: tuple[str, ...] | None = None  # None: the config's (else every API)
+    black_list: tuple[str, ...] | None = None
 
     @property
     def rerun_on(self) -> str | None:
@@ -183,6 +187,11 @@ def read_positive(text: str) -> float:
     return value
 
 
+def read_names(text: str) -> tuple[str, ...]:
+    """API names separated by commas, spaces or lines (an ini key's lines)."""
+    return tuple(dict.fromkeys(name for name in re.split(r"[\s,]+", text) if name))
+
+
 def _one_of(choices: tuple[str, ...]) -> str:
     return " or ".join(choices) if len(choices) == 2 else f"one of {', '.join(choices)}"
 
@@ -257,6 +266,26 @@ OPTIONS = (
         "one self-contained HTML file of the run, written at its end: the step as a line, a roll-up by API, "
         "every entry, and the failing outputs' figures (needs plotly: pip install 'pytest-msprobe[html]')",
         metavar="PATH",
+    ),
+    Option(
+        "config",
+        "msprobe's own config.json (its acc_check section) or config.yaml: its white_list and black_list choose "
+        "the entries checked, as msprobe's acc_check -config does (the others are deselected)",
+        metavar="PATH",
+    ),
+    Option(
+        "white_list",
+        "API names msprobe's way (conv2d, __add__: no type), commas between: only their entries are checked "
+        "(over the config's white_list)",
+        read=read_names,
+        metavar="NAMES",
+    ),
+    Option(
+        "black_list",
+        "API names msprobe's way, commas between: their entries are not checked (over the config's black_list; "
+        "msprobe's fixed black list, to, empty, ..., always applies with a list)",
+        read=read_names,
+        metavar="NAMES",
     ),
 )
 

@@ -1,6 +1,6 @@
-"""pytest glue for resume and baseline: which entries run, which are expected to fail.
+"""pytest glue for resume, baseline and msprobe's API lists: which entries run, which are expected to fail.
 
-Both files are read once, by the process that writes the CSVs, and shipped to
+The files are read once, by the process that writes the CSVs, and shipped to
 xdist workers in `workerinput`: every worker, a worker restarted after a crash
 included, must collect and deselect exactly the same items while the controller
 keeps appending rows to the resumed file.
@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from ..dumps.acc_check_config import ApiLists, ConfigError, run_lists
 from ..dumps.dump import FORWARD, parse_entry_name
+from ..options import Options
 from ..reports import provenance, resume
 from ..reports.baseline import Baseline
 from ..reports.csv_files import ReportError, read_finished_apis
@@ -24,6 +26,7 @@ from .items import EntryItem
 
 FINISHED_KEY = "msprobe_finished"
 BASELINE_KEY = "msprobe_baseline_failed"
+LISTS_KEY = "msprobe_api_lists"
 
 
 class Selection:
@@ -34,6 +37,7 @@ class Selection:
         baseline: Baseline | None = None,
         strict: bool = False,
         notes: Sequence[str] = (),
+        lists: ApiLists | None = None,
     ):
         self.state = resumed  # the controller's (or a serial run's): what the resumed files held
         self.resumed = resumed.result_path if resumed else None  # the result CSV new rows are appended to
@@ -41,7 +45,9 @@ class Selection:
         self.baseline = baseline
         self.strict = strict
         self.notes = list(notes)  # for the header: a CSV with APIs the dump lacks
+        self.lists = lists  # msprobe's white and black lists (--msprobe-config, --msprobe-white-list, ...)
         self.deselected = 0
+        self.left_out: dict[str, int] = {}  # entries the lists deselected, by why
 
     @property
     def earlier(self) -> list[EntryResult]:
@@ -57,14 +63,15 @@ class Selection:
         baseline_arg: str,
         dumps: Sequence[Path] = (),
         strict: bool = False,
+        options: Options | None = None,
     ) -> Selection:
         worker = getattr(config, "workerinput", None)
+        lists, notes = _api_lists(worker, base, options) if options is not None else (None, [])
         resumed_path = base / resume_arg if resume_arg else None
         # The dump's entries: a CSV of another dump is refused, and a row a partial run left
         # without a direction is completed. Read by the process that writes, as the files are.
         read = worker is None and len(dumps) == 1 and bool(resume_arg or baseline_arg)
         entries = provenance.dump_entries(dumps[0]) if read else None
-        notes: list[str] = []
         state, finished = None, set()
         if resumed_path is not None:
             try:
@@ -82,7 +89,7 @@ class Selection:
                 _check("--msprobe-baseline", baseline.path, dumps, entries, notes)
         except ReportError as exc:
             raise pytest.UsageError(f"--msprobe-baseline: {exc}") from None
-        return cls(state, finished, baseline, strict, notes)
+        return cls(state, finished, baseline, strict, notes, lists)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
@@ -90,6 +97,8 @@ class Selection:
         node.workerinput[FINISHED_KEY] = sorted([encodable(api), direction] for api, direction in self.finished)
         if self.baseline is not None:
             node.workerinput[BASELINE_KEY] = sorted(list(pair) for pair in self.baseline.failed)
+        if self.lists is not None:
+            node.workerinput[LISTS_KEY] = self.lists.to_dict()
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items) -> None:
         kept, done = [], []
@@ -98,6 +107,11 @@ class Selection:
             # A name that is no API name has its row under the test's name (items.py).
             key = (entry.prefix, entry.direction) if entry else (item.name, FORWARD)
             if isinstance(item, EntryItem) and key in self.finished:
+                done.append(item)
+                continue
+            why = self.lists.why_left_out(entry) if self.lists and isinstance(item, EntryItem) else None
+            if why:
+                self.left_out[why] = self.left_out.get(why, 0) + 1
                 done.append(item)
                 continue
             if entry is not None and self.baseline and self.baseline.failed_before(entry.prefix, entry.direction):
@@ -139,6 +153,13 @@ class Selection:
         lines += [f"msprobe: {note}" for note in self.notes]
         return lines
 
+    def pytest_report_collectionfinish(self, config: pytest.Config) -> list[str]:
+        """What msprobe's lists left out, as msprobe's acc_check would: deselected, no row."""
+        if self.lists is None or hasattr(config, "workerinput"):
+            return []
+        counts = ", ".join(f"{n} {why}" for why, n in self.left_out.items()) or "none"
+        return [f"msprobe: entries deselected by the API lists: {counts}"]
+
 
 def _finished(resumed: Path, worker: dict) -> set[tuple[str, str]]:
     """A worker's: its controller's word, which the controller's appending does not change."""
@@ -170,3 +191,14 @@ def _check(
         raise pytest.UsageError(str(exc)) from None
     if note:
         notes.append(note)
+
+
+def _api_lists(worker: dict | None, base: Path, options: Options) -> tuple[ApiLists | None, list[str]]:
+    """msprobe's white and black lists of this run, and the header's lines on them. A worker takes its
+    controller's (the config may not be on its host)."""
+    if worker is not None and LISTS_KEY in worker:
+        return ApiLists.from_dict(worker[LISTS_KEY]), []
+    try:
+        return run_lists(base, options)
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None

@@ -134,7 +134,7 @@ class MsprobeRun:
                 "step0/rank0/dump.json --msprobe-resume out/rank0/accuracy_checking_result_....csv)"
             )
         self.selection = Selection.from_config(
-            config, base, options.resume, options.baseline, self.dump_files, options.strict
+            config, base, options.resume, options.baseline, self.dump_files, options.strict, options
         )
         recorded = self.device_kind == devices.RECORDED
         run_options = RunOptions(
