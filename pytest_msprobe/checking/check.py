@@ -14,6 +14,7 @@ from ..dumps.stack import CallSites
 from ..frameworks import BenchmarkFailed, OutputPair, Probe, Run, RunOptions, Unsupported, for_framework
 from ..frameworks.output_bounds import recorded_entry
 from ..inputs.rebuild import InputError, element_budget
+from ..judging import dropout
 from ..judging.compare import Comparison, compare
 from ..judging.samples import figure_samples
 from ..judging.standards import Standard, Verdict
@@ -111,7 +112,10 @@ class Checker:
             extra=pair.extra,
             computed_in=pair.computed_in,
         )
-        metrics, verdict = compare(comparison, self.standard)
+        if pair.dropout is not None:
+            metrics, verdict = dropout.judge(comparison, pair.dropout, self.standard)
+        else:
+            metrics, verdict = compare(comparison, self.standard)
         return OutputResult(
             pair.index,
             verdict.status,

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..dumps.apis import Unsupported
 from ..judging.compare import ExtraRuns
+from ..judging.dropout import DropoutRule
 
 if TYPE_CHECKING:
     from ..dumps.dump import Dump, EntryName
@@ -79,6 +80,7 @@ class OutputPair:
     # a 0-dim input that type promotion left out of the result's dtype (frameworks/pytorch.py).
     computed_in: str = ""
     extra: ExtraRuns = field(default_factory=ExtraRuns)  # more of the bench, for a standard that asks
+    dropout: DropoutRule | None = None  # a dropout that drew a mask: judged by its share dropped (judging/dropout.py)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import torch
 from ..dumps import apis
 from ..dumps.dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs.rebuild import REAL, Rebuilder, Undescribed, element_bound, is_tensor_spec, tree_map
-from . import OutputPair, Recipe, Run, RunOptions, Unsupported, conv, devices, linear_grads, output_bounds
+from . import OutputPair, Recipe, Run, RunOptions, Unsupported, conv, devices, dropout, linear_grads, output_bounds
 from .magnitudes import with_magnitudes
 from .recorded_gradients import Attribution, attribute
 from .torch_engine import (
@@ -83,6 +83,8 @@ class PyTorch:
         sides = (
             backward_sides(dump, call, options) if entry.direction == BACKWARD else forward_sides(dump, call, options)
         )
+        if call.draw is not None:
+            sides = judged_as_dropout(sides, call.draw, entry.direction != BACKWARD)
         if options.keep:
             sides.recipe = recipe(call)
         return run_sides(call, with_magnitudes(sides, entry.api, call), options)
@@ -111,7 +113,7 @@ def resolve(name: EntryName, recorded: bool, device: str) -> tuple[Callable | No
     api_type, api = name.api_type, name.api
     if api_type in DISTRIBUTED_TYPES:
         raise Unsupported(f"{api_type} collective: it cannot be re-run alone, on one device")
-    if NONDETERMINISTIC.search(api):
+    if NONDETERMINISTIC.search(api) and not dropout.is_dropout(api_type, api):
         raise Unsupported(f"non-deterministic API {api}: two runs never agree")
     if api_type == "NPU":
         return resolve_npu(api, recorded, device)
@@ -170,6 +172,24 @@ def resolve_torch(api_type: str, api: str) -> Callable:
 # -- the call ------------------------------------------------------------------
 
 
+def judged_as_dropout(sides: Sides, draw: dropout.Draw, forward: bool) -> Sides:
+    """Every output of a dropout that drew a mask judged by the share dropped (judging/dropout.py)."""
+    fed_back = flat_outputs(sides.grad_outputs)[0] if sides.grad_outputs else None
+    rule = draw.rule(forward, fed_back)
+
+    def ruled(pair: Callable[[list, list], list[OutputPair]]) -> Callable[[list, list], list[OutputPair]]:
+        def pairs(tested: list, bench: list) -> list[OutputPair]:
+            found = pair(tested, bench)
+            for output in found:
+                # A gradient judged at another node of the graph (its note says which) may hold no mask.
+                output.dropout = None if output.skip else replace(rule, zeros=None) if output.note else rule
+            return found
+
+        return pairs
+
+    return replace(sides, pair=ruled(sides.pair), probe_pair=ruled(sides.probe_pair))
+
+
 def build_call(dump: Dump, name: EntryName, fns: tuple[Callable | None, Callable], mode: str, seed: int) -> Call:
     forward_entry = forward_body(dump, name)
     rebuilt = Rebuilder(CODEC, f"{name.prefix}.forward", dump.tensor_dir, mode, seed).rebuild(forward_entry)
@@ -182,6 +202,16 @@ def build_call(dump: Dump, name: EntryName, fns: tuple[Callable | None, Callable
     ]
     recover_undescribed(call)
     random_by_argument(call)
+    call.draw = dropout.draw_of(name.api_type, name.api, call.args, call.kwargs)
+    if call.draw is not None:
+        # Two masks, as two devices draw them; each the same in every run of the entry.
+        tested, bench = (dropout.seed_of(seed, name.prefix, side) for side in ("tested", "bench"))
+        call.fn = None if call.fn is None else dropout.seeded(call.fn, tested)
+        call.bench_fn = dropout.seeded(call.bench_fn, bench)
+        call.notes.append(
+            f"{name.api} p={call.draw.p:g} draws a mask: judged by the share dropped (msprobe's rule) "
+            "and by the elements both sides kept"
+        )
     call.autocast = autocast_dtype(call)
     if call.autocast is not None:
         call.notes.append(f"autocast to {call.autocast} applied: recorded inputs are wider than the output")

@@ -110,6 +110,7 @@ class Call:
     notes: list[str] = field(default_factory=list)
     grad_flags: list[bool] = field(default_factory=list)  # per floating input: took a gradient
     autocast: torch.dtype | None = None
+    draw: Any = None  # a dropout that draws a mask (dropout.Draw): judged by its share dropped
 
     @property
     def inplace(self) -> bool:
