@@ -70,6 +70,7 @@ class Options:
     config: str = ""  # msprobe's config.json or config.yaml: its white and black lists
     white_list: tuple[str, ...] | None = None  # None: the config's (else every API)
     black_list: tuple[str, ...] | None = None
+    filter: bool = False  # msprobe's -f: one check per group of calls equal but for Max/Min
 
     @property
     def rerun_on(self) -> str | None:
@@ -286,6 +287,13 @@ OPTIONS = (
         "msprobe's fixed black list, to, empty, ..., always applies with a list)",
         read=read_names,
         metavar="NAMES",
+    ),
+    Option(
+        "filter",
+        "msprobe's acc_check -f: of the calls of an API equal but for the Max and Min of their tensors, the "
+        "first is checked and stands for the others (SKIP rows that name it)",
+        read=read_bool,
+        bare=True,
     ),
 )
 

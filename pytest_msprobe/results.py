@@ -184,9 +184,17 @@ class EntryResult:
     position: int | None = None  # the entry's place in the dump, the order msprobe recorded the calls
     call_site: CallSite | None = None  # where the model called it (entries that are not pass)
     probe: ProbeResult | None = None  # --msprobe-probe fp32, for a failing fp16/bf16 entry
+    # --msprobe-filter: the entry whose check stands for this one (the same call but for the Max and
+    # Min of its tensors); this one is not compared, its status is SKIP.
+    stood_for_by: str = ""
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
+
+    @property
+    def filtered(self) -> bool:
+        """Left unchecked by --msprobe-filter: another entry's check stands for it."""
+        return bool(self.stood_for_by)
 
     @property
     def entry(self) -> str:
@@ -237,6 +245,17 @@ def _words(data: dict[str, Any]) -> None:
 
 
 RECORDED_SIDE = "recorded"
+
+
+def filtered(
+    name: str, direction: str, representative: str, dump: str = "", position: int | None = None
+) -> EntryResult:
+    """An entry --msprobe-filter leaves unchecked: a SKIP row that names the entry standing for it."""
+    reason = (
+        f"not checked (--msprobe-filter): the same call as {representative} but for the Max and Min of its "
+        "tensors, whose check stands for it"
+    )
+    return EntryResult(name, direction, SKIP, reason, dump=dump, position=position, stood_for_by=representative)
 
 
 def judged_twice(recorded: EntryResult, rerun: EntryResult, device: str) -> EntryResult:

@@ -12,7 +12,7 @@ import pytest
 from ..dumps.dump import Dump, DumpError, entry_kind, parse_entry_name, read_dump
 from ..reports.messages import entry_message
 from ..reports.summary import failing, failure_text
-from ..results import ERROR, SKIP, EntryResult
+from ..results import ERROR, SKIP, EntryResult, filtered
 from ..untrusted import cut, escape, printable
 
 if TYPE_CHECKING:
@@ -120,6 +120,7 @@ class EntryItem(pytest.Item):
     result: EntryResult | None = None
     entry: str = ""  # the entry's name in the dump (self.name is it escaped)
     position: int | None = None
+    stood_for_by: str = ""  # --msprobe-filter: the entry whose check stands for this one (call_filter.py)
 
     @property
     def ihook(self) -> Any:
@@ -138,6 +139,8 @@ class EntryItem(pytest.Item):
                 f"{cut(self.name, 200)}: not an API entry name (<Type>.<api>.<n>.<forward|backward>)",
                 dump=str(self.path),
             )
+        elif self.stood_for_by:
+            self.result = filtered(entry.prefix, entry.direction, self.stood_for_by, str(self.path), self.position)
         else:
             assert isinstance(self.parent, DumpFile)
             try:

@@ -28,6 +28,7 @@ from ..reports.summary import metric_properties
 from ..results import REPORT_ATTRIBUTE
 from ..untrusted import printable
 from . import remote, workers
+from .call_filter import CallFilter
 from .gate import CoverageGate
 from .items import RUN_KEY, DumpHooks, EntryItem
 from .last_failed import LastFailed
@@ -44,6 +45,8 @@ def start(config: pytest.Config, options: Options) -> None:
     config.pluginmanager.register(run, "msprobe-run")
     config.pluginmanager.register(run.hooks, "msprobe-dump-hooks")
     config.pluginmanager.register(run.selection, "msprobe-selection")
+    if options.filter:
+        config.pluginmanager.register(CallFilter(), "msprobe-filter")
     workers.register(config, run)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(CsvReporter(config, run), "msprobe-reporter")

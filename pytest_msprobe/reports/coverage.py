@@ -21,6 +21,8 @@ class Coverage:
     compared: int = 0  # outputs judged pass, warning or error against their bench
 
     def add(self, result: EntryResult) -> None:
+        if result.filtered:
+            return  # --msprobe-filter: another entry's check stands for it, as a deselected one is not run
         self.entries += 1
         judged = sum(1 for output in result.outputs if output.status != SKIP)
         self.compared += judged

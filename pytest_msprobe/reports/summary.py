@@ -25,12 +25,29 @@ def shown(lines: list[str]) -> list[str]:
 
 
 def count_lines(results: Sequence[EntryResult]) -> list[str]:
+    """A line a direction; the entries --msprobe-filter left to another's check are counted apart,
+    neither compared nor SKIPped."""
     lines = []
     for direction in (FORWARD, BACKWARD):
-        counts = Counter(r.status for r in results if r.direction == direction)
-        if counts:
-            lines.append(f"{direction:<8} " + ", ".join(f"{counts.get(s, 0)} {s}" for s in STATUSES))
+        ours = [r for r in results if r.direction == direction]
+        counts = Counter(r.status for r in ours if not r.filtered)
+        filtered = sum(1 for r in ours if r.filtered)
+        if ours:
+            line = f"{direction:<8} " + ", ".join(f"{counts.get(s, 0)} {s}" for s in STATUSES)
+            lines.append(line + (f", {filtered} filtered" if filtered else ""))
     return lines
+
+
+def filtered_lines(results: Sequence[EntryResult]) -> list[str]:
+    """What --msprobe-filter left unchecked: how many entries, and how many checks stand for them."""
+    stood_for = [r for r in results if r.filtered]
+    if not stood_for:
+        return []
+    standing = len({(r.dump, r.stood_for_by) for r in stood_for})
+    return [
+        f"{len(stood_for)} entries not compared: each the same call as the first of its group but for the Max "
+        f"and Min of its tensors, which {standing} checked entries stand for (their rows name them)"
+    ]
 
 
 def failing(strict: bool = False) -> tuple[Status, ...]:
@@ -133,7 +150,7 @@ def _fold_numbers(word: re.Match) -> str:
 def skip_lines(results: Sequence[EntryResult], examples: int = 3) -> list[str]:
     by_reason: dict[str, list[str]] = defaultdict(list)
     for result in results:
-        if result.status == SKIP:
+        if result.status == SKIP and not result.filtered:
             by_reason[_reason_class(entry_message(result))].append(result.entry)
     lines = []
     for reason, names in sorted(by_reason.items(), key=lambda item: -len(item[1])):
@@ -175,6 +192,9 @@ def summary_lines(results: Sequence[EntryResult], strict: bool = False) -> list[
     skips = skip_lines(results)
     if skips:
         lines += ["", "SKIP reasons:", *skips]
+    filtered = filtered_lines(results)
+    if filtered:
+        lines += ["", "filtered (--msprobe-filter):", *filtered]
     return lines
 
 
