@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import readback
 from ..options import Options
 from ..untrusted import cut, printable
 from . import apis
-from .dump import DumpError, EntryName, read_regular
+from .dump import EntryName
 
 # acc_check.py's unsupported_api_list: added to every black list.
 FIXED_BLACK_LIST = ("to", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_with_format")
@@ -38,7 +39,6 @@ NOT_USED = {
     "precision": "the CSVs' number format is the layout's",
     "quantization_api_list": "the dtype standard takes a quantisation's int8 output within one unit, by its API's name",
 }
-MAX_CONFIG_BYTES = 1 << 20  # a config is a few lines; a larger file is not one
 
 
 class ConfigError(ValueError):
@@ -129,13 +129,11 @@ def read_config(path: Path) -> AccCheckConfig:
 
 
 def _read(path: Path) -> bytes:
+    # A path the user named: read as named (a link followed), as a dump.json is.
     try:
-        raw = read_regular(path)
-    except DumpError as exc:
+        return readback.read_bytes(path, readback.MAX_CONFIG, follow_links=True)
+    except readback.Unreadable as exc:
         raise ConfigError(str(exc)) from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: {len(raw)} bytes, more than a config holds ({MAX_CONFIG_BYTES}): not read")
-    return raw
 
 
 def _from_json(path: Path, raw: bytes) -> AccCheckConfig:
