@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import deficits as d
+import hostile_files
 import pytest
 
 from conftest import DUMPS, read_csv, run_msprobe
@@ -114,3 +116,73 @@ def test_chromium_draws_the_page_of_a_run_with_faults(pytester):
         shot = pytester.path / f"{name}.png"
         chromium(shown, pytester.path / f"profile-{name}", f"--window-size={size}", f"--screenshot={shot}")
         assert shot.stat().st_size > 20_000, f"{shot} is blank"
+
+
+# Appended to a page: every figure drawn (scrolled to) and every point of every trace hovered, as a
+# reader's mouse would, so that the text plotly shows only on hover is laid out too.
+HOVER_ALL = """<script>
+window.addEventListener('load', function () {
+  // Every figure drawn from the page's own data (not waited for as it is scrolled to: that is the
+  // test above's), then every point of every trace hovered.
+  var specs = JSON.parse(document.getElementById('msprobe-figures').textContent);
+  var figures = Array.prototype.slice.call(document.querySelectorAll('div.fig[data-fig]'));
+  Promise.all(figures.map(function (f) {
+    var spec = specs[Number(f.getAttribute('data-fig'))];
+    return Plotly.newPlot(f, spec.data, spec.layout).then(function () { f.setAttribute('data-drawn', '1'); });
+  })).then(function () {
+    figures.forEach(function (f) {
+      (f.data || []).forEach(function (trace, c) {
+        (trace.x || []).forEach(function (_, p) {
+          try { Plotly.Fx.hover(f, [{curveNumber: c, pointNumber: p}]); } catch (e) {}
+        });
+      });
+    });
+    var undrawn = figures.filter(function (f) { return f.getAttribute('data-drawn') !== '1'; }).length;
+    var out = document.createElement('div'); out.id = 'exercised';
+    out.setAttribute('data-undrawn', String(undrawn)); document.body.appendChild(out);
+  });
+});
+</script>"""
+
+
+def report_page(result_csv: Path, page: Path) -> str:
+    written = subprocess.run([sys.executable, "-m", "pytest_msprobe.report", str(result_csv), "--html", str(page)],
+                             capture_output=True, text=True, timeout=300)
+    assert written.returncode == 0, written.stderr
+    return page.read_text(encoding="utf-8")
+
+
+def test_no_value_of_a_forged_pair_journal_or_manifest_runs_in_the_page(pytester):
+    """A payload in every text field of a run's CSV pair, journal and manifest (hostile_files.payload:
+    a tag, an attribute's end, a script's end, a link, a line separator): the pages of
+    `python -m pytest_msprobe.report` (with the journal, and from the CSVs alone) show each as text, and
+    none runs, every figure drawn and every point hovered."""
+    plan = [("Functional.conv2d.0.forward", "tf32"), ("Torch.matmul.0.forward", "tf32")]
+    d.build_corpus(DUMPS["pt_tensor_L1"], pytester.path / "faulty", plan)
+    run_msprobe(pytester, pytester.path / "faulty" / "dump.json", "--msprobe-html", "run.html", device="recorded")
+    hostile_files.forge_strings(pytester.path / "out")
+    result_csv, _, journal, _ = hostile_files.pair_files(pytester.path / "out")
+    pages = {"with its journal": report_page(result_csv, pytester.path / "journal.html")}
+    journal.unlink()
+    pages["from the CSVs alone"] = report_page(result_csv, pytester.path / "csv.html")
+    for field in ("API Name", "Message", "Tested Dtype", "reason", "outputs[0].tested_dtype",
+                  "call_site.code", "call_site.path", "notes[0]", "dump.path",
+                  "settings.device", "settings.mode", "plugin"):
+        as_text = (f"&gt;{field}&lt;/a&gt;", f"\\u0026gt;{field}\\u0026lt;/a\\u0026gt;")  # in HTML, in a figure's JSON
+        shown = [name for name, text in pages.items() if any(form in text for form in as_text)]
+        assert shown, f"{field}: its payload is on no page"
+        assert not [name for name, text in pages.items() if hostile_files.payload(field) in text]  # never raw
+    for name, text in pages.items():
+        exercised = pytester.path / "exercised.html"
+        exercised.write_text(text.replace("</body>", HOVER_ALL + "</body>"), encoding="utf-8")
+        dump = chromium(exercised, pytester.path / f"profile-{len(name)}", "--window-size=1366,900",
+                        "--dump-dom").stdout
+        dom = Dom(dump)
+        (root,) = [attrs for tag, attrs in dom.tags if tag == "html"]
+        assert hostile_files.PWNED not in root, f"{name}: a payload ran: {root[hostile_files.PWNED]}"
+        made = [tag for tag, attrs in dom.tags if {"onerror", "onload", "srcdoc"} & set(attrs)]
+        assert not made, f"{name}: elements of a payload were made: {made}"
+        assert not [attrs for tag, attrs in dom.tags if attrs.get("class") == "script-error"], f"{name}: script errors"
+        (exercised_div,) = dom.having("data-undrawn")
+        assert exercised_div["data-undrawn"] == "0", name  # every figure drawn, then hovered
+        assert dump.count("javascript:") >= 10, name  # the payloads are on the page, as text

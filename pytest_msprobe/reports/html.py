@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import html
-import json
 import math
 import os
 import time
@@ -28,9 +26,10 @@ from typing import Any
 from .. import __version__
 from ..dumps.dump import BACKWARD, FORWARD, DumpError, read_dump
 from ..results import ERROR, PASS, SKIP, WARNING, EntryResult, OutputResult, Status
-from ..untrusted import cut, printable
+from ..untrusted import cut
 from . import files, html_figures, journal, manifest
 from .csv_files import DETAILS_COLUMNS, ReportError, details_path_for, read_result_rows
+from .html_markup import Html, escape, json_script, script, style, tag, url
 from .journal import journal_path_for
 from .messages import call_site_text, entry_message, notes, output_text, probe_text, split_message
 from .resume import complete_records, read_details_outputs
@@ -67,9 +66,9 @@ class Report:
     sources: list[str] = field(default_factory=list)  # the result CSVs the rows are in
 
 
-def esc(text: object) -> str:
+def esc(text: object) -> Html:
     """Dump text on its way into the page: control characters escaped, then HTML's own."""
-    return html.escape(printable("" if text is None else str(text)), quote=True)
+    return escape(text)
 
 
 # -- the results, from a run or from files --------------------------------------------------------
@@ -238,7 +237,7 @@ def _number(value: float | None, digits: int = 6) -> str:
     return "" if value is None else f"{value:.{digits}g}"
 
 
-# -- the page -------------------------------------------------------------------------------------
+# -- the page: every value through html_markup (escaped by construction) ---------------------------
 
 
 def build(report: Report) -> str:
@@ -252,24 +251,26 @@ def build(report: Report) -> str:
         _table(report, settings),
         _details(report, settings, figures),
     ]
-    data = json.dumps(_finite(figures), allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
-    return "".join(
+    head = Html("").join(
         [
-            "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>",
-            "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-            f"<title>pytest-msprobe report: {esc(_title(report))}</title>",
-            f"<style>{_asset('html_page.css')}</style>",
+            tag("meta", {"charset": "utf-8"}),
+            tag("meta", {"name": "viewport", "content": "width=device-width, initial-scale=1"}),
+            tag("title", None, "pytest-msprobe report: ", _title(report)),
+            style(_asset("html_page.css")),
             # Before anything else runs: every script error of the page lands in #script-errors.
-            f"<script>{_asset('html_errors.js')}</script>",
-            "</head><body>",
-            "<div id='script-errors' hidden></div>",
-            *body,
-            f"<script type='application/json' id='msprobe-figures'>{data}</script>",
-            f"<script>{html_figures.bundle()}</script>",
-            f"<script>{_asset('html_page.js')}</script>",
-            "</body></html>\n",
+            script(_asset("html_errors.js")),
         ]
     )
+    page = Html("").join(
+        [
+            tag("div", {"id": "script-errors", "hidden": True}),
+            *body,
+            json_script("msprobe-figures", _finite(figures)),
+            script(html_figures.bundle()),
+            script(_asset("html_page.js")),
+        ]
+    )
+    return Html("<!DOCTYPE html>\n<html lang='en'><head>{}</head><body>{}</body></html>\n").format(head, page)
 
 
 def write(path: Path, report: Report) -> Path:
@@ -292,16 +293,24 @@ def pytest_html_extras(result: EntryResult, page: str) -> list[dict[str, str | N
     """pytest-html's extras of a failing item (its `extras.extra` dicts, made here: the core imports
     no pytest plugin): its message and, where the run writes an msprobe page (`page`, a URL relative
     to the pytest-html report), its details there in a frame, figures included, and a link to them."""
-    parts = [f"<div class='msprobe'><p><b>msprobe</b>: {esc(entry_message(result))}</p>"]
+    parts = [tag("p", None, tag("b", None, "msprobe"), ": ", entry_message(result))]
     if page:
-        target = esc(f"{page}#{anchor(result)}")
-        parts.append(f"<p><a href='{target}' target='_blank'>its details and figures in the msprobe report</a></p>")
+        target = url(f"{page}#{anchor(result)}")
         parts.append(
-            f"<iframe loading='lazy' src='{target}' title='msprobe: {esc(result.entry)}' "
-            "style='width:100%;height:820px;border:1px solid #ddd'></iframe>"
+            tag(
+                "p",
+                None,
+                tag("a", {"href": target, "target": "_blank"}, "its details and figures in the msprobe report"),
+            )
         )
-    parts.append("</div>")
-    content = "".join(parts)
+        frame = {
+            "loading": "lazy",
+            "src": target,
+            "title": f"msprobe: {result.entry}",
+            "style": "width:100%;height:820px;border:1px solid #ddd",
+        }
+        parts.append(tag("iframe", frame))
+    content = str(tag("div", {"class": "msprobe"}, *parts))
     return [{"name": "msprobe", "format_type": "html", "content": content, "mime_type": None, "extension": None}]
 
 
@@ -335,8 +344,8 @@ def _title(report: Report) -> str:
     return ", ".join(dumps[:3]) + (f" and {len(dumps) - 3} more" if len(dumps) > 3 else "")
 
 
-def _header(report: Report, settings: dict[str, Any]) -> str:
-    rows = []
+def _header(report: Report, settings: dict[str, Any]) -> Html:
+    rows: list[tuple[str, str]] = []
     for document in report.manifests:
         dump = document["dump"]
         calls = f", {dump['api_calls']} API calls" if dump.get("api_calls") is not None else ""
@@ -344,7 +353,7 @@ def _header(report: Report, settings: dict[str, Any]) -> str:
     if not report.manifests:
         rows += [("dump", dump) for dump in sorted({e.result.dump for e in report.entries})]
     if settings:
-        standard = settings.get("standard", "")
+        standard = str(settings.get("standard", ""))
         if standard == "basic":
             standard += f": Cosine > {settings.get('cosine')} and MaxAbsErr < {settings.get('max_abs_err')}"
         else:
@@ -362,27 +371,37 @@ def _header(report: Report, settings: dict[str, Any]) -> str:
     for direction in (FORWARD, BACKWARD):
         got = Counter(e.result.status for e in report.entries if e.result.direction == direction)
         if got:
-            cells = "".join(f"<td class='s-{s.value}'>{got.get(s, 0)} {s.value}</td>" for s in STATUS_ORDER)
-            counts.append(f"<tr><th>{direction}</th>{cells}</tr>")
-    table = "".join(f"<tr><th>{esc(name)}</th><td>{esc(value)}</td></tr>" for name, value in rows)
-    return (
-        f"<header><h1>pytest-msprobe: {esc(_title(report))}</h1>"
-        f"<table class='meta'>{table}</table>"
-        f"<table class='counts' id='counts'>{''.join(counts)}</table></header>"
+            cells = [tag("td", {"class": f"s-{s.value}"}, f"{got.get(s, 0)} {s.value}") for s in STATUS_ORDER]
+            counts.append(tag("tr", None, tag("th", None, direction), *cells))
+    table = [tag("tr", None, tag("th", None, name), tag("td", None, value)) for name, value in rows]
+    return tag(
+        "header",
+        None,
+        tag("h1", None, "pytest-msprobe: ", _title(report)),
+        tag("table", {"class": "meta"}, *table),
+        tag("table", {"class": "counts", "id": "counts"}, *counts),
     )
 
 
-def _step(report: Report, settings: dict[str, Any], figures: list[dict[str, Any]]) -> str:
-    parts = ["<section id='step'><h2>The step, entry by entry</h2>"]
-    parts.append(
-        "<p class='hint'>Every entry in call order; up: its worst output's share of its budget (1: at the budget). "
-        "A fault beyond any budget (NaN, a shape) sits at the top, a SKIP at the floor.</p>"
-    )
+def _step(report: Report, settings: dict[str, Any], figures: list[dict[str, Any]]) -> Html:
+    parts = [
+        tag("h2", None, "The step, entry by entry"),
+        tag(
+            "p",
+            {"class": "hint"},
+            "Every entry in call order; up: its worst output's share of its budget (1: at the budget). "
+            "A fault beyond any budget (NaN, a shape) sits at the top, a SKIP at the floor.",
+        ),
+    ]
     read_back = any(o.severity is None and o.max_abs_err is not None for e in report.entries for o in e.result.outputs)
     if read_back:
         parts.append(
-            "<p class='hint'>Some rows were read back from a CSV pair without its journal: their ratio is "
-            "basic's (the larger of MaxAbsErr and 1 - Cosine over the run's thresholds), whatever the standard.</p>"
+            tag(
+                "p",
+                {"class": "hint"},
+                "Some rows were read back from a CSV pair without its journal: their ratio is "
+                "basic's (the larger of MaxAbsErr and 1 - Cosine over the run's thresholds), whatever the standard.",
+            )
         )
     by_dump: dict[str, list[Entry]] = defaultdict(list)
     for entry in report.entries:
@@ -392,26 +411,32 @@ def _step(report: Report, settings: dict[str, Any], figures: list[dict[str, Any]
         for entry in entries:
             ratio, worst = entry_ratio(entry.result, settings)
             where = call_site_text(entry.result.call_site)
-            hover = f"<b>{esc(entry.result.entry)}</b> ({entry.result.status.value})"
-            hover += f"<br>{esc(worst.label if worst else '')} ratio {_ratio_text(ratio)}"
-            hover += f"<br>{esc(where[:160])}" if where else ""
+            hover = Html("<b>{}</b> ({})<br>{} ratio {}").format(
+                entry.result.entry, entry.result.status.value, worst.label if worst else "", _ratio_text(ratio)
+            )
+            hover += Html("<br>{}").format(where[:160]) if where else ""
             points.append(html_figures.StepPoint(entry.x, ratio, entry.result.status.value, hover))
         failures = [e.x for e in entries if e.result.status == ERROR]
-        title = esc(dump) if len(by_dump) > 1 else ""
+        title = escape(dump) if len(by_dump) > 1 else Html("")
         figures.append(html_figures.step_figure(points, title, min(failures, default=None)))
-        parts.append(f"<div class='fig step' data-fig='{len(figures) - 1}'></div>")
+        parts.append(tag("div", {"class": "fig step", "data-fig": len(figures) - 1}))
         first = next((e for e in entries if e.result.status == ERROR), None)
         if first is not None:
             site = call_site_text(first.result.call_site)
             parts.append(
-                "<p id='first-failure'>First failure in call order: "
-                f"<a href='#{first.anchor}'>{esc(first.result.entry)}</a> (entry {first.x + 1}) {esc(site)}</p>"
+                tag(
+                    "p",
+                    {"id": "first-failure"},
+                    "First failure in call order: ",
+                    tag("a", {"href": url(f"#{first.anchor}")}, first.result.entry),
+                    f" (entry {first.x + 1}) ",
+                    site,
+                )
             )
-    parts.append("</section>")
-    return "".join(parts)
+    return tag("section", {"id": "step"}, *parts)
 
 
-def _rollup(report: Report, settings: dict[str, Any]) -> str:
+def _rollup(report: Report, settings: dict[str, Any]) -> Html:
     groups: dict[str, list[Entry]] = defaultdict(list)
     for entry in report.entries:
         groups[entry.api_type].append(entry)
@@ -427,15 +452,13 @@ def _rollup(report: Report, settings: dict[str, Any]) -> str:
             *(_cell(counts.get(s, 0), counts.get(s, 0), f"s-{s.value}" if counts.get(s) else "") for s in STATUS_ORDER),
             _cell(_ratio_text(worst_value), _sortable(worst_value)),
         ]
-        rows.append(f"<tr>{''.join(cells)}</tr>")
+        rows.append(tag("tr", None, *cells))
     head = _head(["API", "calls", "error", "warning", "pass", "SKIP", "worst ratio"])
-    return (
-        "<section id='apis'><h2>By API</h2><div class='scroll'>"
-        f"<table class='sortable' id='api-table'>{head}<tbody>{''.join(rows)}</tbody></table></div></section>"
-    )
+    table = tag("table", {"class": "sortable", "id": "api-table"}, head, tag("tbody", None, *rows))
+    return tag("section", {"id": "apis"}, tag("h2", None, "By API"), tag("div", {"class": "scroll"}, table))
 
 
-def _table(report: Report, settings: dict[str, Any]) -> str:
+def _table(report: Report, settings: dict[str, Any]) -> Html:
     rows = []
     labels = dump_labels([entry.result for entry in report.entries])  # `rank1: ` in a run over several dumps
     passed = [e for e in report.entries if e.result.status == PASS]
@@ -445,11 +468,11 @@ def _table(report: Report, settings: dict[str, Any]) -> str:
             continue
         result = entry.result
         ratio, worst = entry_ratio(result, settings)
-        name = esc(labels.get(result.dump, "") + result.entry)
-        link = f"<a href='#{entry.anchor}'>{name}</a>" if entry.anchor else name
+        name = labels.get(result.dump, "") + result.entry
+        link = tag("a", {"href": url(f"#{entry.anchor}")}, name) if entry.anchor else name
         cells = [
             _cell(result.status.value, STATUS_ORDER.index(result.status), f"s-{result.status.value}"),
-            f"<td data-v='{esc(result.entry)}'>{link}</td>",
+            tag("td", {"data-v": result.entry}, link),
             _cell(result.direction),
             _cell(worst.label if worst else ""),
             _cell(_ratio_text(ratio), _sortable(ratio)),
@@ -458,65 +481,83 @@ def _table(report: Report, settings: dict[str, Any]) -> str:
             _cell(call_site_text(result.call_site)),
             _cell(cut(entry.message, MAX_MESSAGE, " in the result CSV"), cls="msg"),
         ]
-        rows.append(f"<tr data-status='{result.status.value}' data-x='{entry.x}'>{''.join(cells)}</tr>")
+        rows.append(tag("tr", {"data-status": result.status.value, "data-x": entry.x}, *cells))
     head = _head(
         ["status", "entry", "direction", "worst output", "ratio", "Cosine", "MaxAbsErr", "call site", "message"]
     )
-    options = "".join(
-        f"<option value='{v}'>{label}</option>"
-        for v, label in (("", "every status"), ("not-pass", "not pass"), *((s.value, s.value) for s in STATUS_ORDER))
+    choices = (("", "every status"), ("not-pass", "not pass"), *((s.value, s.value) for s in STATUS_ORDER))
+    options = [tag("option", {"value": value}, label) for value, label in choices]
+    controls = tag(
+        "div",
+        {"class": "controls"},
+        tag("label", None, "status ", tag("select", {"id": "status-filter"}, *options)),
+        " ",
+        tag(
+            "label",
+            None,
+            "text ",
+            tag("input", {"id": "text-filter", "type": "search", "placeholder": "API, call site, message"}),
+        ),
+        " ",
+        tag("span", {"id": "shown-count"}),
     )
-    return (
-        "<section id='entries'><h2>Entries</h2><div class='controls'>"
-        f"<label>status <select id='status-filter'>{options}</select></label> "
-        "<label>text <input id='text-filter' type='search' placeholder='API, call site, message'></label> "
-        "<span id='shown-count'></span></div>"
-        + (
-            f"<p class='hint'>The table holds the first {MAX_PASS_ROWS:,} passing entries; "
-            f"the other {len(left_out):,} are in the result CSV.</p>"
-            if left_out
-            else ""
+    hint = (
+        tag(
+            "p",
+            {"class": "hint"},
+            f"The table holds the first {MAX_PASS_ROWS:,} passing entries; "
+            f"the other {len(left_out):,} are in the result CSV.",
         )
-        + "<div class='scroll'>"
-        f"<table class='sortable' id='entry-table'>{head}<tbody>{''.join(rows)}</tbody></table></div></section>"
+        if left_out
+        else ""
+    )
+    table = tag("table", {"class": "sortable", "id": "entry-table"}, head, tag("tbody", None, *rows))
+    return tag(
+        "section", {"id": "entries"}, tag("h2", None, "Entries"), controls, hint, tag("div", {"class": "scroll"}, table)
     )
 
 
-def _details(report: Report, settings: dict[str, Any], figures: list[dict[str, Any]]) -> str:
+def _details(report: Report, settings: dict[str, Any], figures: list[dict[str, Any]]) -> Html:
     failing = [e for e in report.entries if e.anchor]
+    heading = tag("h2", None, "Failing entries")
     if not failing:
-        return "<section id='details'><h2>Failing entries</h2><p>None: every entry passed or was skipped.</p></section>"
+        return tag("section", {"id": "details"}, heading, tag("p", None, "None: every entry passed or was skipped."))
     drawn = _drawn_outputs(failing, settings)
     labels = dump_labels([entry.result for entry in report.entries])
-    parts = ["<section id='details'><h2>Failing entries</h2>"]
+    articles = []
     for entry in failing:
         result = entry.result
-        parts.append(
-            f"<article class='detail s-border-{result.status.value}' id='{entry.anchor}' "
-            f"data-entry='{esc(result.entry)}'>"
-        )
-        name = esc(labels.get(result.dump, "") + result.entry)
-        parts.append(f"<h3><span class='s-{result.status.value}'>{result.status.value}</span> {name}</h3>")
+        status = result.status.value
+        parts = [
+            tag(
+                "h3",
+                None,
+                tag("span", {"class": f"s-{status}"}, status),
+                " ",
+                labels.get(result.dump, "") + result.entry,
+            )
+        ]
         site = call_site_text(result.call_site)
         if site:
-            parts.append(f"<p class='site'>{esc(site)}</p>")
+            parts.append(tag("p", {"class": "site"}, site))
         # What the entry says beside its outputs' own words (below): why it has no verdict per output,
         # or, read back from a CSV without outputs, the row's Message.
         said = result.reason or ("" if result.outputs else entry.message)
         if said:
-            parts.append(f"<p class='msg'>{esc(said)}</p>")
+            parts.append(tag("p", {"class": "msg"}, said))
         if result.probe is not None:
-            parts.append(f"<p>fp32 probe: {esc(probe_text(result.probe))}</p>")
+            parts.append(tag("p", None, "fp32 probe: ", probe_text(result.probe)))
         told = notes(result)  # fallbacks, autocast, where its error data and its repro went
         if told:
-            parts.append("<ul class='notes'>" + "".join(f"<li>{esc(note)}</li>" for note in told) + "</ul>")
+            parts.append(tag("ul", {"class": "notes"}, *(tag("li", None, note) for note in told)))
         for output in result.outputs:
             parts.append(_output_detail(result, output, settings, (id(output) in drawn), figures))
-        parts.append("</article>")
+        article = {"class": f"detail s-border-{status}", "id": entry.anchor, "data-entry": result.entry}
+        articles.append(tag("article", article, *parts))
+    hint = ""
     if len(drawn) < sum(1 for e in failing for o in e.result.outputs if o.samples):
-        parts.append(f"<p class='hint'>Figures are drawn for the {MAX_FIGURES} worst failing outputs.</p>")
-    parts.append("</section>")
-    return "".join(parts)
+        hint = tag("p", {"class": "hint"}, f"Figures are drawn for the {MAX_FIGURES} worst failing outputs.")
+    return tag("section", {"id": "details"}, heading, *articles, hint)
 
 
 def _drawn_outputs(failing: Iterable[Entry], settings: dict[str, Any]) -> set[int]:
@@ -527,55 +568,56 @@ def _drawn_outputs(failing: Iterable[Entry], settings: dict[str, Any]) -> set[in
 
 def _output_detail(
     result: EntryResult, output: OutputResult, settings: dict[str, Any], draw: bool, figures: list
-) -> str:
+) -> Html:
     ratio = output_ratio(output, settings)
     metrics = (
-        f"{esc(output.tested_dtype)} {esc(output.shape if output.shape is not None else '')}, "
+        f"{output.tested_dtype} {output.shape if output.shape is not None else ''}, "
         f"Cosine {_number(output.cosine)}, MaxAbsErr {_number(output.max_abs_err, 4)}, "
         f"MaxRelativeErr {_number(output.max_rel_err, 4)}, ratio {_ratio_text(ratio)}"
     )
     text = output_text(output)
-    parts = [
-        f"<div class='output'><h4><span class='s-{output.status.value}'>{output.status.value}</span> "
-        f"{esc(result.output_name(output))}{esc(f' ({output.side})' if output.side else '')}</h4>",
-        f"<p>{metrics}</p>",
-        f"<p class='msg'>{esc(text)}</p>" if text else "",
-    ]
+    status = output.status.value
+    heading = tag(
+        "h4",
+        None,
+        tag("span", {"class": f"s-{status}"}, status),
+        " ",
+        result.output_name(output),
+        f" ({output.side})" if output.side else "",
+    )
+    parts = [heading, tag("p", None, metrics), tag("p", {"class": "msg"}, text) if text else ""]
     samples = output.samples
     if draw and samples:
         figures.extend(sample_figures(samples, output, settings))
         first = len(figures) - 2
-        parts.append(
-            f"<div class='pair'><div class='fig' data-fig='{first}'></div>"
-            f"<div class='fig' data-fig='{first + 1}'></div></div>"
-        )
+        pair = [tag("div", {"class": "fig", "data-fig": first}), tag("div", {"class": "fig", "data-fig": first + 1})]
+        parts.append(tag("div", {"class": "pair"}, *pair))
         parts.append(_worst_table(samples))
-    parts.append("</div>")
-    return "".join(parts)
+    return tag("div", {"class": "output"}, *parts)
 
 
 def sample_figures(samples: dict[str, Any], output: OutputResult, settings: dict[str, Any]) -> list[dict[str, Any]]:
     """The scatter of |t - b| against |b| with the bounds as lines, and the histogram in ULP."""
     bench, error = samples["bench"], samples["error"]
-    dtype = samples.get("dtype", output.tested_dtype)
-    lines = []
+    dtype = str(samples.get("dtype", output.tested_dtype)).rsplit(".", 1)[-1]
+    lines: list[tuple[Html, list[float], list[float]]] = []
     if bench:
         low, high = max(min(bench), 1e-30), max(max(bench), 1e-30)
         xs = [low * (high / low) ** (i / 40) for i in range(41)] if high > low else [low]
         ulp = samples.get("ulp_of_one")
         if ulp:
-            lines.append((f"1 ULP of {dtype.rsplit('.', 1)[-1]}", xs, [ulp * _pow2_floor(x) for x in xs]))
+            lines.append((Html("1 ULP of {}").format(dtype), xs, [ulp * _pow2_floor(x) for x in xs]))
         if settings.get("standard", "basic") == "basic" and settings.get("max_abs_err"):
             bound = float(settings["max_abs_err"])
-            lines.append((f"MaxAbsErr < {bound:g}", [xs[0], xs[-1]], [bound, bound]))
+            lines.append((Html("MaxAbsErr < {}").format(f"{bound:g}"), [xs[0], xs[-1]], [bound, bound]))
     kept = samples.get("total", len(bench))
-    title = f"|t - b| against |b|: {len(bench)} of {kept} elements"
+    title = Html("|t - b| against |b|: {} of {} elements").format(len(bench), kept)
     return [
         html_figures.error_figure(bench, error, lines, title),
         html_figures.ulp_figure(
             [math.inf if edge is None else edge for edge in samples["ulp_edges"]],
             samples["ulp_counts"],
-            dtype.rsplit(".", 1)[-1],
+            escape(dtype),
         ),
     ]
 
@@ -584,24 +626,31 @@ def _pow2_floor(x: float) -> float:
     return 2.0 ** math.floor(math.log2(x)) if x > 0 else 0.0
 
 
-def _worst_table(samples: dict[str, Any]) -> str:
-    rows = "".join(
-        f"<tr><td>[{', '.join(str(i) for i in w['index'])}]</td><td>{w['tested']:.8g}</td><td>{w['bench']:.8g}</td>"
-        f"<td>{w['error']:.4g}</td><td>{w['ulp']:.3g}</td></tr>"
+def _worst_table(samples: dict[str, Any]) -> Html:
+    rows = [
+        tag(
+            "tr",
+            None,
+            tag("td", None, f"[{', '.join(str(i) for i in w['index'])}]"),
+            tag("td", None, f"{w['tested']:.8g}"),
+            tag("td", None, f"{w['bench']:.8g}"),
+            tag("td", None, f"{w['error']:.4g}"),
+            tag("td", None, f"{w['ulp']:.3g}"),
+        )
         for w in samples.get("worst", [])
-    )
-    head = "<tr><th>index</th><th>tested</th><th>bench</th><th>|t - b|</th><th>ULP</th></tr>"
-    return f"<div class='scroll'><table class='worst'><caption>worst elements</caption>{head}{rows}</table></div>"
+    ]
+    head = tag("tr", None, *(tag("th", None, name) for name in ("index", "tested", "bench", "|t - b|", "ULP")))
+    table = tag("table", {"class": "worst"}, tag("caption", None, "worst elements"), head, *rows)
+    return tag("div", {"class": "scroll"}, table)
 
 
-def _cell(text: object, sort: object = None, cls: str = "") -> str:
-    key = "" if sort is None else f" data-v='{esc(sort if not isinstance(sort, float) else repr(sort))}'"
-    klass = f" class='{cls}'" if cls else ""
-    return f"<td{klass}{key}>{esc(text)}</td>"
+def _cell(text: object, sort: object = None, cls: str = "") -> Html:
+    key = None if sort is None else sort if not isinstance(sort, float) else repr(sort)
+    return tag("td", {"class": cls or None, "data-v": key}, text)
 
 
-def _head(names: Sequence[str]) -> str:
-    return "<thead><tr>" + "".join(f"<th>{esc(name)}</th>" for name in names) + "</tr></thead>"
+def _head(names: Sequence[str]) -> Html:
+    return tag("thead", None, tag("tr", None, *(tag("th", None, name) for name in names)))
 
 
 def _finite(data: Any) -> Any:
@@ -616,5 +665,5 @@ def _finite(data: Any) -> Any:
 
 
 def _asset(name: str) -> str:
-    """A script or style of the page, shipped beside this module."""
+    """A script or style of the package's own, shipped beside this module."""
     return (Path(__file__).parent / name).read_text(encoding="utf-8")

@@ -3,7 +3,8 @@
 Plotly is imported here, on first call, only when a report is written: a run without
 --msprobe-html never loads it. Each figure is handed back as plain JSON (plotly's own
 figure spec), which the page draws with the one bundle; bench/html_report.md says why plotly
-and not matplotlib's SVG. No pytest.
+and not matplotlib's SVG. Plotly reads the text of a figure (titles, names, hover text) as HTML:
+each is Html here, escaped where it is made (html_markup). No pytest.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..results import ERROR, PASS, SKIP, WARNING
+from .html_markup import Html
 
 COLOURS = {ERROR.value: "#d62728", WARNING.value: "#ff7f0e", PASS.value: "#2ca02c", SKIP.value: "#7f7f7f"}
 FLOOR = 1e-6  # the step's y axis starts here: a ratio of 0 (exact) or below sits on it
@@ -58,7 +60,7 @@ class StepPoint:
     x: int  # its place in the call order
     ratio: float | None  # its worst output's share of its budget; None: nothing judged (a SKIP)
     status: str
-    hover: str  # the entry and its call site, already escaped for HTML
+    hover: Html  # the entry and its call site (plotly reads hover text as HTML)
 
 
 def _figure_json(figure: Any) -> dict[str, Any]:
@@ -69,7 +71,7 @@ def _figure_json(figure: Any) -> dict[str, Any]:
     return data
 
 
-def step_figure(points: Sequence[StepPoint], title: str, first_failure: int | None) -> dict[str, Any]:
+def step_figure(points: Sequence[StepPoint], title: Html, first_failure: int | None) -> dict[str, Any]:
     """Every entry in call order, its ratio to its budget on a log axis, coloured by status; the
     first failure marked. Ratios beyond the axis (inf: a shape fault, NaN where the other side has
     none) sit at its top, SKIPs at its floor, each said in its hover."""
@@ -142,8 +144,8 @@ def _placed(ratio: float | None, top: float) -> float:
 def error_figure(
     bench: Sequence[float],
     error: Sequence[float],
-    lines: Sequence[tuple[str, Sequence[float], Sequence[float]]],
-    title: str,
+    lines: Sequence[tuple[Html, Sequence[float], Sequence[float]]],
+    title: Html,
 ) -> dict[str, Any]:
     """|t - b| against |b| on log axes, with the bounds as lines (the basic threshold, one ULP of
     the output dtype): each line a name and its points."""
@@ -172,7 +174,7 @@ def error_figure(
     return _figure_json(figure)
 
 
-def ulp_figure(edges: Sequence[float], counts: Sequence[int], dtype: str) -> dict[str, Any]:
+def ulp_figure(edges: Sequence[float], counts: Sequence[int], dtype: Html) -> dict[str, Any]:
     """The per-element error in ULP of the output dtype, counted over every element in bins."""
     go = _plotly()
     labels = [_bin_label(low, high) for low, high in zip(edges[:-1], edges[1:])]
@@ -180,7 +182,12 @@ def ulp_figure(edges: Sequence[float], counts: Sequence[int], dtype: str) -> dic
         go.Bar(x=labels, y=list(counts), marker={"color": "#9467bd"}, hovertemplate="%{x} ULP: %{y}<extra></extra>")
     )
     figure.update_layout(
-        title={"text": f"error in ULP of {dtype}, every element", "font": {"size": 13}, "x": 0.01, "xanchor": "left"},
+        title={
+            "text": Html("error in ULP of {}, every element").format(dtype),
+            "font": {"size": 13},
+            "x": 0.01,
+            "xanchor": "left",
+        },
         xaxis={"title": {"text": "|tested - bench| / ULP(bench)"}, "type": "category"},
         yaxis={"title": {"text": "elements"}, "type": "log", "exponentformat": "power", "dtick": 1},
         margin={"l": 60, "r": 10, "t": 36, "b": 60},
