@@ -25,6 +25,9 @@ STANDARDS = ("basic", "dtype")  # judging/standards/ implements each (a test hol
 MODES = (AUTO, REAL, RANDOM)
 ERROR_DATA_FOLDER = "msprobe_error_data"  # under --msprobe-out
 PROBES = ("off", "fp32")  # --msprobe-probe
+# --msprobe-csv-layout: reports/layouts.py lays out each (a test holds the two lists together).
+DEFAULT_LAYOUT, MSPROBE_PYTORCH_LAYOUT = "default", "msprobe-pytorch"
+CSV_LAYOUTS = (DEFAULT_LAYOUT, MSPROBE_PYTORCH_LAYOUT)
 # Random data is built from the recorded shapes: at most this many elements an entry (8 GiB as
 # float64, more than any one call of a real model's step); beyond it, the entry is a SKIP.
 DEFAULT_MAX_ELEMENTS = 2**30
@@ -71,6 +74,7 @@ class Options:
     white_list: tuple[str, ...] | None = None  # None: the config's (else every API)
     black_list: tuple[str, ...] | None = None
     filter: bool = False  # msprobe's -f: one check per group of calls equal but for Max/Min
+    csv_layout: str = DEFAULT_LAYOUT  # the CSV pair's columns (reports/layouts.py)
 
     @property
     def rerun_on(self) -> str | None:
@@ -228,6 +232,13 @@ OPTIONS = (
     ),
     Option("standard", "standard that judges the outputs", tuple(STANDARDS)),
     Option("out", "folder for the result and details CSVs"),
+    Option(
+        "csv_layout",
+        "the CSVs' columns: default (this plugin's 9) or msprobe-pytorch (msprobe 26.2's PyTorch acc_check: its "
+        "23 columns and metrics, for its api_precision_compare); MindSpore dumps keep the 9 msprobe's MindSpore "
+        "side writes",
+        CSV_LAYOUTS,
+    ),
     Option("resume", "result CSV of a killed run: run only its missing APIs, append to it"),
     Option("baseline", "result CSV of an earlier run: its errors are expected failures"),
     Option(

@@ -187,6 +187,10 @@ class EntryResult:
     # --msprobe-filter: the entry whose check stands for this one (the same call but for the Max and
     # Min of its tensors); this one is not compared, its status is SKIP.
     stood_for_by: str = ""
+    # A backward in msprobe's PyTorch layout (reports/msprobe_pytorch.py): for each of msprobe's
+    # output numbers (the call's positional tensor arguments), the index of the output it is, None
+    # where msprobe writes a SKIP row of its own; None where not asked or not known.
+    msprobe_outputs: list[int | None] | None = None
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)

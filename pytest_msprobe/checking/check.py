@@ -16,10 +16,12 @@ from ..frameworks.output_bounds import recorded_entry
 from ..inputs.rebuild import InputError, element_budget
 from ..judging import dropout
 from ..judging.compare import Comparison, compare
+from ..judging.msprobe_metrics import msprobe_metrics
 from ..judging.samples import figure_samples
 from ..judging.standards import Standard, Verdict
 from ..options import DEFAULT_MAX_ELEMENTS, DEFAULT_TIMEOUT
 from ..reports.fallbacks import explain_bench
+from ..reports.msprobe_pytorch import backward_numbering, has_fp8_input
 from ..results import ERROR, PASS, SKIP, EntryResult, OutputResult, ProbeResult, judged_twice, worst_status
 from .time_limit import TimeLimit, TimeUp
 
@@ -41,6 +43,9 @@ class Checker:
     # --msprobe-device recorded,<device>: the check of the recorded outputs, made beside this one.
     recorded_too: Checker | None = None
     samples: bool = False  # --msprobe-html: each failing output keeps a sample of its elements for the figures
+    # Each output's msprobe metrics (judging/msprobe_metrics.py), for the msprobe-pytorch CSV layout
+    # and the benchmark standard; off, a run pays nothing for them.
+    msprobe: bool = False
 
     def check(self, dump: Dump, name: EntryName, position: int | None = None) -> EntryResult:
         """The entry's result; an `error` naming the limit where its check ran past --msprobe-timeout."""
@@ -80,7 +85,7 @@ class Checker:
         except (Unsupported, BenchmarkFailed, InputError) as exc:
             result.reason = str(exc)
             return result
-        self.judge(result, name, run)
+        self.judge(result, name, run, self.msprobe_inputs(dump, name, result))
         if result.status in (PASS, SKIP):
             return result
         result.call_site = self.call_sites.of(dump.path, name)
@@ -89,19 +94,32 @@ class Checker:
         self.save(dump, result, run)
         return result
 
-    def judge(self, result: EntryResult, name: EntryName, run: Run) -> None:
+    def msprobe_inputs(self, dump: Dump, name: EntryName, result: EntryResult) -> bool | None:
+        """Whether the call had an fp8 input (msprobe's absolute-threshold rule), where the
+        msprobe metrics are asked for, else None; a backward's outputs numbered as msprobe does."""
+        if not self.msprobe:
+            return None
+        forward = dump.entries.get(f"{name.prefix}.forward")
+        if not isinstance(forward, dict):
+            return False
+        if name.direction == "backward":
+            result.msprobe_outputs = backward_numbering(forward)
+        return has_fp8_input(forward)
+
+    def judge(self, result: EntryResult, name: EntryName, run: Run, fp8_input: bool | None = None) -> None:
         result.notes = list(run.notes)
         if run.tested_error:
             result.status = ERROR
             result.reason = f"the tested run on {self.run.tested_on} raised {run.tested_error}"
             return
-        result.outputs = [self.output(name, pair, run) for pair in run.pairs]
+        result.outputs = [self.output(name, pair, run, fp8_input) for pair in run.pairs]
         explain_bench(result)
         result.status = worst_status(output.status for output in result.outputs)
         if not result.outputs:
             result.reason = "no output to compare"
 
-    def output(self, name: EntryName, pair: OutputPair, run: Run) -> OutputResult:
+    def output(self, name: EntryName, pair: OutputPair, run: Run, fp8_input: bool | None = None) -> OutputResult:
+        """One output judged; its msprobe metrics too where asked (fp8_input not None)."""
         if pair.skip or pair.tested is None or pair.bench is None:
             return OutputResult(pair.index, SKIP, pair.bench_dtype, pair.tested_dtype, pair.shape, reasons=[pair.skip])
         comparison = Comparison(
@@ -132,6 +150,9 @@ class Checker:
             severity=verdict.severity,
             nonfinite=verdict.nonfinite,
             samples=figure_samples(pair.tested, pair.bench, pair.tested_dtype) if self.wants_samples(verdict) else None,
+            msprobe=None
+            if fp8_input is None
+            else msprobe_metrics(pair.tested, pair.bench, pair.tested_dtype, api=name.api, fp8_input=fp8_input),
         )
 
     def wants_samples(self, verdict: Verdict) -> bool:

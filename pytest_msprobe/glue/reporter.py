@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ..dumps.dump import parse_entry_name
-from ..reports import files, html, manifest, summary
+from ..reports import files, html, layouts, manifest, summary
 from ..reports.csv_files import (
     ApiBook,
     ApiRow,
@@ -21,10 +21,12 @@ from ..reports.csv_files import (
     ReportError,
     details_path_for,
     dump_folders,
+    result_layout,
     split_node_id,
     timestamp,
 )
 from ..reports.journal import Journal, journal_path_for
+from ..reports.layouts import Layout
 from ..results import REPORT_ATTRIBUTE, EntryResult
 from ..untrusted import cut, printable
 
@@ -43,6 +45,18 @@ def call_named(label: str, function: Callable[[], Any]) -> Any:
     stderr) names every frame: so `Fatal Python error` comes with `msprobe: running <entry>`."""
     code = _entry_frame.__code__.replace(co_name=label)
     return types.FunctionType(code, {})(function)
+
+
+def layout_lines(asked: str, written: Layout, framework: str) -> list[str]:
+    """Where a pair is not in the layout --msprobe-csv-layout asked for, why (said once per pair)."""
+    if written.name == asked:
+        return []
+    if framework not in layouts.PYTORCH_FRAMEWORKS:
+        return [
+            f"         in the {written.name} layout: a MindSpore dump keeps the 9 columns of msprobe's MindSpore "
+            f"pre-check (--msprobe-csv-layout {asked} is its PyTorch one)"
+        ]
+    return [f"         in the {written.name} layout of the resumed file (--msprobe-csv-layout {asked} not applied)"]
 
 
 class CsvReporter:
@@ -209,7 +223,10 @@ class CsvReporter:
             resumed = self.run.selection.resumed
             folder = self.run.out_dir / self.folders.get(path, Path())
             try:
-                writer = CsvWriter(resumed) if resumed else CsvWriter.in_folder(folder, self.stamp)
+                if resumed:  # appended to in the layout it was written in, whatever the option says
+                    writer = CsvWriter(resumed, layout=result_layout(resumed) or self.layout_of(path))
+                else:
+                    writer = CsvWriter.in_folder(folder, self.stamp, self.layout_of(path))
             except ReportError as exc:
                 raise pytest.UsageError(f"--msprobe-out: {exc}") from None
             except OSError as exc:
@@ -235,6 +252,9 @@ class CsvReporter:
             self.journals[writer.result_path] = journal
             self.writers[path] = writer
         return self.writers[path]
+
+    def layout_of(self, path: Path) -> Layout:
+        return layouts.for_dump(self.run.csv_layout, self.run.framework_of.get(path, ""))
 
     def release(self) -> None:
         """The locks of the pairs this run wrote: another run may write them now."""
@@ -297,8 +317,9 @@ class CsvReporter:
                 f"{where}{count} APIs unfinished when the run stopped, not written: "
                 f"--msprobe-resume {self.open(path).result_path} runs them"
             )
-        for writer in self.writers.values():
+        for path, writer in self.writers.items():
             lines += [f"result:  {writer.result_path}", f"details: {writer.details_path}"]
+            lines += layout_lines(self.run.options.csv_layout, writer.layout, self.run.framework_of.get(path, ""))
         lines += [f"html:    {self.html}"] if self.html else []
         for line in lines:
             terminalreporter.write_line(cut(printable(line), MAX_LINE))

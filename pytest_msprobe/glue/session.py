@@ -23,7 +23,8 @@ from ..dumps.notes import header_notes, missing_tensors_line, refusal, without_t
 from ..frameworks import RunOptions, Tested, devices
 from ..judging.standards import make_standard
 from ..options import RANDOM, Options
-from ..reports import manifest
+from ..reports import layouts, manifest
+from ..reports.csv_files import ReportError, result_layout
 from ..reports.summary import metric_properties
 from ..results import REPORT_ATTRIBUTE
 from ..untrusted import printable
@@ -139,6 +140,7 @@ class MsprobeRun:
         self.selection = Selection.from_config(
             config, base, options.resume, options.baseline, self.dump_files, options.strict, options
         )
+        self.csv_layout = csv_layout(options, base)
         recorded = self.device_kind == devices.RECORDED
         run_options = RunOptions(
             self.device_kind,
@@ -155,6 +157,7 @@ class MsprobeRun:
             max_elements=options.max_elements,
             timeout=options.timeout,
             samples=bool(options.html),
+            msprobe=wants_msprobe_metrics(self.csv_layout, self.frameworks),
         )
         if options.judges_recorded and not recorded:  # recorded,<device>: each entry judged twice
             self.checker = replace(
@@ -312,6 +315,22 @@ class MsprobeRun:
                 # item's; without it they would only weigh on every report sent to xdist.
                 item.user_properties.extend(metric_properties(result))
         return report
+
+
+def csv_layout(options: Options, base: Path) -> str:
+    """The layout the run writes in: a resumed file's own (its header's), else the one asked."""
+    if options.resume:
+        with contextlib.suppress(ReportError):  # Selection says what is wrong with the file
+            found = result_layout(base / options.resume)
+            if found is not None:
+                return found.name
+    return options.csv_layout
+
+
+def wants_msprobe_metrics(layout: str, frameworks: set[str]) -> bool:
+    """msprobe's own metrics are computed only for a CSV in its PyTorch layout (a MindSpore
+    dump keeps the default one): a run that writes none pays nothing for them."""
+    return any(layouts.for_dump(layout, framework) is layouts.MSPROBE_PYTORCH for framework in frameworks)
 
 
 def dump_lines(dumps: dict[str, Dump]) -> list[str]:

@@ -35,7 +35,7 @@ import numpy as np
 from ..results import MsprobeMetrics
 
 BENCHMARK, ULP, ABSOLUTE_THRESHOLD, BINARY = "benchmark", "ulp", "absolute_threshold", "binary"
-BLOCK = 1 << 20  # elements a block
+BLOCK = 1 << 16  # elements a block: its float64 temporaries stay in the cache (reductions.py's choice)
 # compare.py: acc_check's thresholds (CompareConst).
 COSINE_THRESHOLD = 0.99
 MAX_ABS_ERR_THRESHOLD = 0.001

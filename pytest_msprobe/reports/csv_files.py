@@ -21,40 +21,23 @@ from typing import IO, Callable, NamedTuple
 
 from .. import readback
 from ..dumps.dump import BACKWARD, FORWARD, parse_entry_name
-from ..results import ERROR, EntryResult
-from ..untrusted import cut, escape, unescape
-from . import files
-from .layouts import DEFAULT
+from ..results import ERROR, EntryResult, OutputResult, Status
+from ..untrusted import unescape
+from . import files, msprobe_pytorch
+from .cells import MAX_CELL, text_cell, untext
+from .layouts import DEFAULT, LAYOUTS, MSPROBE_PYTORCH, Layout, of_result_header
 from .messages import api_message, details_message
 
 # This plugin's own layout (reports.md); msprobe's PyTorch one is in layouts.py beside it.
 RESULT_COLUMNS = list(DEFAULT.result_columns)
 DETAILS_COLUMNS = list(DEFAULT.details_columns)
+# The headers a reader takes: either layout's (a pair is read in the layout its header names).
+RESULT_HEADERS = [list(layout.result_columns) for layout in LAYOUTS]
+DETAILS_HEADERS = [list(layout.details_columns) for layout in LAYOUTS]
 RESULT_PREFIX = "accuracy_checking_result_"
 DETAILS_PREFIX = "accuracy_checking_details_"
 ENCODING = "utf-8-sig"  # msprobe's choice: spreadsheet programs open it right
-
-# A cell starting with one of these is run as a formula by spreadsheet programs (fullwidth
-# forms too, in some locales); a leading `'` marks text, so a text starting with `'` gets one
-# more and every cell reads back as written. Control characters never reach a cell (escaped).
-_FORMULA_START = ("=", "+", "-", "@", "'", "\uff1d", "\uff0b", "\uff0d", "\uff20")
-# Spreadsheet programs hold at most 32,767 characters a cell: a longer Message is cut there,
-# every output's own message staying whole in its details row.
-MAX_CELL = 32_000
-
-
-def text_cell(value: object, limit: int = 0, where: str = "") -> str:
-    """Dump data is untrusted: a name like `=HYPERLINK(...)` must stay text, and a newline,
-    a NUL or a terminal escape must not start a row or reach a reader raw. untext undoes it
-    (but for a cell cut at `limit` characters)."""
-    text = escape("" if value is None else str(value))
-    text = cut(text, limit - 1, where) if limit else text  # one left for the `'` a formula start takes
-    return "'" + text if text.startswith(_FORMULA_START) else text
-
-
-def untext(cell: str) -> str:
-    """The text a text_cell was written from."""
-    return unescape(cell.removeprefix("'"))
+STATUS_WORDS = {status.value for status in Status}
 
 
 def number_cell(value: float | None) -> str:
@@ -112,7 +95,18 @@ def read_csv_text(path: Path) -> str:
 
 
 def read_result_rows(result_path: Path) -> list[list[str]]:
-    """The rows of a result CSV, header checked, cells as written (text_cell undone)."""
+    """The rows of a result CSV in either layout, header checked, cells as written (text_cell
+    undone; a blank cell, msprobe's " ", as ""; four cells a row)."""
+    return read_result(result_path)[1]
+
+
+def result_layout(result_path: Path) -> Layout | None:
+    """The layout a result CSV is written in, by its header; None for a file without one yet."""
+    return read_result(result_path)[0]
+
+
+def read_result(result_path: Path) -> tuple[Layout | None, list[list[str]]]:
+    """read_result_rows, and the layout its header names (None: no header yet)."""
     text = read_csv_text(result_path)
     try:
         with any_field_size():
@@ -120,28 +114,65 @@ def read_result_rows(result_path: Path) -> list[list[str]]:
     except csv.Error as exc:
         raise ReportError(f"{result_path}: cannot be read as a result CSV: {exc}") from None
     if not rows:
-        return []  # created, then killed before its header reached the disk
-    if rows[0] != RESULT_COLUMNS:
+        return None, []  # created, then killed before its header reached the disk
+    layout = of_result_header(rows[0])
+    if layout is None:
         raise ReportError(
             f"{result_path}: not an accuracy_checking_result CSV: its header is {rows[0][:4]}, "
-            f"expected {RESULT_COLUMNS}"
+            f"expected {' or '.join(str(header) for header in RESULT_HEADERS)}"
         )
-    return [[untext(cell) for cell in row] for row in rows[1:] if row]
+    width = len(layout.result_columns)
+    return layout, [[*cells(layout, row), *[""] * (width - len(row))][:width] for row in rows[1:] if row]
+
+
+def cells(layout: Layout, row: list[str]) -> list[str]:
+    """A row's cells as written: text_cell undone, a blank (msprobe's " ") as ""."""
+    return ["" if cell == layout.blank else untext(cell) for cell in row]
+
+
+def output_of_row(layout: Layout, row: list[str]) -> tuple[str, OutputResult] | None:
+    """(the API Name, the output) a details row of either layout tells, as far as its columns do;
+    None for a row that is not one (too short, an unknown status, a name without an output number)."""
+    if len(row) != len(layout.details_columns):
+        return None
+    text = cells(layout, row)
+    name, status, message = text[0], text[layout.column("Status")], text[layout.column("Message")]
+    number = name.rpartition(".output.")[2]
+    if status not in STATUS_WORDS or not number.isdigit():
+        return None
+    if layout is MSPROBE_PYTORCH:
+        if not any(text[1:21]):
+            return None  # msprobe's row of a direction without outputs, or of a tensor without a gradient
+        output = msprobe_pytorch.output_of_cells(int(number), Status(status), row)
+    else:
+        cosine, max_abs, max_rel = (_number(cell) for cell in text[4:7])
+        output = OutputResult(int(number), Status(status), text[1], text[2], None, cosine, max_abs, max_rel)
+    output.reasons = [message] if message else []
+    return name, output
+
+
+def _number(cell: str) -> float | None:
+    try:
+        return float(cell) if cell else None
+    except ValueError:
+        return None
 
 
 class CsvWriter:
     """Appends rows to one result file and its details file, flushing each API.
 
     exclusive: both files are new, created with O_EXCL (a name another run holds is never
-    shared); else a resumed pair, appended to.
+    shared); else a resumed pair, appended to. layout: the columns and cells (layouts.py); a
+    resumed pair's is its header's.
     """
 
-    def __init__(self, result_path: Path, exclusive: bool = False):
+    def __init__(self, result_path: Path, exclusive: bool = False, layout: Layout = DEFAULT):
         self.result_path = result_path
         self.details_path = details_path_for(result_path)
-        self._result = self._open(self.result_path, RESULT_COLUMNS, exclusive)
+        self.layout = layout
+        self._result = self._open(self.result_path, list(layout.result_columns), exclusive)
         try:
-            self._details = self._open(self.details_path, DETAILS_COLUMNS, exclusive)
+            self._details = self._open(self.details_path, list(layout.details_columns), exclusive)
         except BaseException:
             self._result.close()
             if exclusive:
@@ -149,7 +180,7 @@ class CsvWriter:
             raise
 
     @classmethod
-    def in_folder(cls, folder: Path, stamp: str | None = None) -> CsvWriter:
+    def in_folder(cls, folder: Path, stamp: str | None = None, layout: Layout = DEFAULT) -> CsvWriter:
         """A new pair in folder, `_{stamp}` or, where another run took that, `_{stamp}_1`, ...
 
         Raises ReportError when the folder cannot hold them (read-only, a file in its place).
@@ -159,7 +190,7 @@ class CsvWriter:
             folder.mkdir(parents=True, exist_ok=True)
             for n in range(1000):
                 try:
-                    return cls(folder / f"{RESULT_PREFIX}{stamp}{f'_{n}' if n else ''}.csv", exclusive=True)
+                    return cls(folder / f"{RESULT_PREFIX}{stamp}{f'_{n}' if n else ''}.csv", True, layout)
                 except FileExistsError:
                     continue
             raise FileExistsError(f"{RESULT_PREFIX}{stamp}_0.csv to _999.csv all exist")
@@ -185,35 +216,42 @@ class CsvWriter:
         before them stays whole, and resume cuts a torn last row."""
         details = csv.writer(self._details)
         for result in (r for r in (forward, backward) if r is not None):
-            for row in result.outputs:
-                details.writerow(
-                    [
-                        text_cell(result.output_name(row)),
-                        text_cell(row.bench_dtype),
-                        text_cell(row.tested_dtype),
-                        text_cell(row.shape if row.shape is not None else ""),
-                        number_cell(row.cosine),
-                        number_cell(row.max_abs_err),
-                        number_cell(row.max_rel_err),
-                        row.status.value,
-                        text_cell(details_message(result, row), MAX_CELL, " cut"),
-                    ]
-                )
+            details.writerows(self._details_rows(result))
         # Details first, on disk before the result row is even buffered: a result row on disk
         # always has its details beside it, and a details flush a full disk refuses takes no
         # result row down with it later (at close).
         self._details.flush()
-        csv.writer(self._result).writerow(
-            [
-                text_cell(api),
-                forward.status.value if forward else "",
-                backward.status.value if backward else "",
-                text_cell(
-                    api_message(forward, backward), MAX_CELL, " cut: every output's message is in its details row"
-                ),
-            ]
-        )
+        csv.writer(self._result).writerow(self._result_row(api, forward, backward))
         self._result.flush()
+
+    def _details_rows(self, result: EntryResult) -> Iterable[list[str]]:
+        if self.layout is MSPROBE_PYTORCH:
+            return msprobe_pytorch.details_rows(result)
+        return (
+            [
+                text_cell(result.output_name(row)),
+                text_cell(row.bench_dtype),
+                text_cell(row.tested_dtype),
+                text_cell(row.shape if row.shape is not None else ""),
+                number_cell(row.cosine),
+                number_cell(row.max_abs_err),
+                number_cell(row.max_rel_err),
+                row.status.value,
+                text_cell(details_message(result, row), MAX_CELL, " cut"),
+            ]
+            for row in result.outputs
+        )
+
+    def _result_row(self, api: str, forward: EntryResult | None, backward: EntryResult | None) -> list[str]:
+        if self.layout is MSPROBE_PYTORCH:
+            return msprobe_pytorch.result_row(api, forward, backward)
+        message = api_message(forward, backward)
+        return [
+            text_cell(api),
+            forward.status.value if forward else "",
+            backward.status.value if backward else "",
+            text_cell(message, MAX_CELL, " cut: every output's message is in its details row"),
+        ]
 
     def close(self) -> None:
         """Closes both files; an error flushing what a full disk refused is not raised again."""

@@ -28,7 +28,7 @@ from ..dumps.dump import BACKWARD, FORWARD, DumpError, read_dump
 from ..results import ERROR, PASS, SKIP, WARNING, EntryResult, OutputResult, Status
 from ..untrusted import cut
 from . import files, html_figures, journal, manifest
-from .csv_files import DETAILS_COLUMNS, ReportError, details_path_for, read_result_rows
+from .csv_files import DETAILS_HEADERS, ReportError, details_path_for, read_result_rows
 from .html_markup import Html, escape, json_script, script, style, tag, url
 from .journal import journal_path_for
 from .messages import call_site_text, entry_message, notes, output_text, probe_text, split_message
@@ -111,7 +111,7 @@ def _pair_entries(result_path: Path) -> list[Entry]:
     details = details_path_for(result_path)
     if not os.path.lexists(details):
         raise ReportError(f"{details}: no details CSV beside the result CSV {result_path.name}")
-    complete_records(details, DETAILS_COLUMNS)  # its header checked: ReportError naming it
+    complete_records(details, DETAILS_HEADERS)  # its header checked: ReportError naming it
     outputs = read_details_outputs(details)
     journal = _journal(journal_path_for(result_path))
     found = []

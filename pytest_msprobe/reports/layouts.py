@@ -81,3 +81,14 @@ def of_result_header(header: Sequence[str]) -> Layout | None:
 def of_details_header(header: Sequence[str]) -> Layout | None:
     """The layout whose details CSV starts with this header row, or None."""
     return next((layout for layout in LAYOUTS if tuple(header) == layout.details_columns), None)
+
+
+# msprobe's PyTorch acc_check reads these dumps; its MindSpore one writes the default layout's columns.
+PYTORCH_FRAMEWORKS = frozenset({"pytorch", "mindtorch"})
+
+
+def for_dump(asked: str, framework: str) -> Layout:
+    """The layout a dump's CSV pair is written in: the one asked (--msprobe-csv-layout), but a
+    MindSpore dump's is always the default (the 9 columns msprobe's MindSpore side writes)."""
+    layout = BY_NAME[asked]
+    return layout if layout is DEFAULT or framework in PYTORCH_FRAMEWORKS else DEFAULT

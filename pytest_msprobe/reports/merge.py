@@ -26,20 +26,20 @@ from ..results import ERROR, EntryResult, OutputResult, Status
 from ..untrusted import printable
 from . import manifest, summary
 from .csv_files import (
-    DETAILS_COLUMNS,
     DETAILS_PREFIX,
     ENCODING,
-    RESULT_COLUMNS,
     RESULT_PREFIX,
     ReportError,
     any_field_size,
     details_path_for,
+    output_of_row,
     read_csv_text,
-    read_result_rows,
+    read_result,
     text_cell,
     timestamp,
     untext,
 )
+from .layouts import DEFAULT, Layout, of_details_header
 from .messages import api_message, split_message
 from .resume import api_of_output
 
@@ -55,6 +55,7 @@ class Pair:
     result: Path
     folder: Path  # relative to its OUT_DIR
     manifest: dict
+    layout: Layout = DEFAULT  # its header's, once read
 
 
 @dataclass
@@ -65,6 +66,7 @@ class Half:
     text: str  # its part of the result row's Message
     details: list[list[str]]
     source: Path
+    layout: Layout = DEFAULT
 
 
 @dataclass
@@ -73,6 +75,10 @@ class Merged:
     dump: dict
     pairs: list[Pair]
     apis: dict[str, dict[str, Half]] = field(default_factory=dict)  # in order of first appearance
+    layout: Layout | None = None  # the pairs' one layout, written again
+
+    def blank(self) -> str:
+        return (self.layout or DEFAULT).blank
 
 
 def find_pairs(out_dirs: Sequence[Path]) -> list[Pair]:
@@ -116,17 +122,26 @@ def group(pairs: Sequence[Pair]) -> list[Merged]:
 
 def read_pair(pair: Pair, merged: Merged) -> None:
     try:
-        rows = read_result_rows(pair.result)
-        details = read_details(details_path_for(pair.result))
+        layout, rows = read_result(pair.result)
+        details = read_details(details_path_for(pair.result), layout or DEFAULT)
     except ReportError as exc:
         raise MergeError(str(exc)) from None
+    pair.layout = layout or DEFAULT
+    if merged.layout is None:
+        merged.layout = pair.layout
+    elif merged.layout is not pair.layout:
+        first = merged.pairs[0].result
+        raise MergeError(
+            f"{pair.result} is in the {pair.layout.name} CSV layout, {first} in the {merged.layout.name} one: "
+            "shards of one run are written in one layout (--msprobe-csv-layout)"
+        )
     for api, forward, backward, message, *_ in rows:
         texts = split_message(message, forward, backward)
         halves = merged.apis.setdefault(api, {})
         for direction, status, text in ((FORWARD, forward, texts[0]), (BACKWARD, backward, texts[1])):
             if not status:
                 continue
-            half = Half(status, text, details.get((api, direction), []), pair.result)
+            half = Half(status, text, details.get((api, direction), []), pair.result, pair.layout)
             seen = halves.get(direction)
             if seen is not None and (seen.status, seen.text, seen.details) != (half.status, half.text, half.details):
                 raise MergeError(
@@ -136,15 +151,18 @@ def read_pair(pair: Pair, merged: Merged) -> None:
             halves[direction] = half
 
 
-def read_details(path: Path) -> dict[tuple[str, str], list[list[str]]]:
+def read_details(path: Path, layout: Layout = DEFAULT) -> dict[tuple[str, str], list[list[str]]]:
+    """The rows of a details CSV in `layout` (its result CSV's), by (api, direction), as written."""
     text = read_csv_text(path)
     try:
         with any_field_size():
             rows = list(csv.reader(io.StringIO(text, newline="")))
     except csv.Error as exc:
         raise ReportError(f"{path}: cannot be read as a details CSV: {exc}") from None
-    if not rows or rows[0] != DETAILS_COLUMNS:
+    if not rows or of_details_header(rows[0]) is None:
         raise ReportError(f"{path}: not an accuracy_checking_details CSV")
+    if of_details_header(rows[0]) is not layout:
+        raise ReportError(f"{path}: not in the {layout.name} CSV layout its result CSV is written in")
     by_entry: dict[tuple[str, str], list[list[str]]] = {}
     for row in rows[1:]:
         if row:
@@ -158,20 +176,22 @@ def write(merged: Merged, out: Path, stamp: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     result_path = folder / f"{RESULT_PREFIX}{stamp}.csv"
     details_path = folder / f"{DETAILS_PREFIX}{stamp}.csv"
+    layout = merged.layout or DEFAULT
+    blank = layout.blank
     with (
         open(result_path, "w", newline="", encoding=ENCODING) as result,
         open(details_path, "w", newline="", encoding=ENCODING) as details,
     ):
         result_rows, details_rows = csv.writer(result), csv.writer(details)
-        result_rows.writerow(RESULT_COLUMNS)
-        details_rows.writerow(DETAILS_COLUMNS)
+        result_rows.writerow(layout.result_columns)
+        details_rows.writerow(layout.details_columns)
         for api, halves in merged.apis.items():
             forward, backward = halves.get(FORWARD), halves.get(BACKWARD)
             for half in (forward, backward):
                 details_rows.writerows(half.details if half else [])
             message = api_message(as_result(api, FORWARD, forward), as_result(api, BACKWARD, backward))
-            statuses = [half.status if half else "" for half in (forward, backward)]
-            result_rows.writerow([text_cell(api), *statuses, text_cell(message)])
+            statuses = [half.status if half else blank for half in (forward, backward)]
+            result_rows.writerow([text_cell(api), *statuses, text_cell(message) if message else blank])
     first = merged.pairs[0].manifest
     manifest.write(result_path, {**first, "shard": None, "merged_from": [str(p.result) for p in merged.pairs]})
     return result_path
@@ -181,26 +201,18 @@ def as_result(api: str, direction: str, half: Half | None, with_outputs: bool = 
     """An entry's result as its rows tell it: its Message part as the reason, its outputs' metrics."""
     if half is None:
         return None
-    outputs = [_output(row) for row in half.details] if with_outputs else []
+    outputs = [found for found in (_output(row, half.layout) for row in half.details) if found] if with_outputs else []
     return EntryResult(api, direction, Status(half.status), half.text, outputs)
 
 
-def _output(row: list[str]) -> OutputResult:
-    name, bench, tested, _shape, cosine, max_abs, max_rel, status, _message = (untext(cell) for cell in row)
-    return OutputResult(
-        int(name.rsplit(".", 1)[-1]),
-        Status(status),
-        bench,
-        tested,
-        None,
-        _number(cosine),
-        _number(max_abs),
-        _number(max_rel),
-    )
-
-
-def _number(cell: str) -> float | None:
-    return float(cell) if cell else None
+def _output(row: list[str], layout: Layout) -> OutputResult | None:
+    """An output's metrics as its details row tells them (its Message is the entry's, said once)."""
+    read = output_of_row(layout, row)
+    if read is None:
+        return None
+    output = read[1]
+    output.reasons = []
+    return output
 
 
 def summary_lines(groups: Sequence[Merged]) -> list[str]:
@@ -216,7 +228,7 @@ def summary_lines(groups: Sequence[Merged]) -> list[str]:
             result = as_result(api, direction, half, with_outputs=True)
             assert result is not None
             results.append(result)
-            floored = EntryResult(api, direction, result.status, outputs=[_floored(row) for row in half.details])
+            floored = EntryResult(api, direction, result.status, outputs=_floored(half))
             floors.append(floored)
     lines = summary.count_lines(results)
     failures = summary.failure_lines(results)
@@ -240,11 +252,16 @@ def entry_order(merged: Merged) -> dict[str, int]:
         return {}
 
 
-def _floored(row: list[str]) -> OutputResult:
-    output = _output(row)
-    match = _FLOOR.search(untext(row[-1]))
-    output.floor = match.group(1) if match else ""
-    return output
+def _floored(half: Half) -> list[OutputResult]:
+    """The outputs of its rows, each with the rounding floor its Message names."""
+    found = []
+    for row in half.details:
+        output = _output(row, half.layout)
+        if output is not None:
+            match = _FLOOR.search(untext(row[-1]))
+            output.floor = match.group(1) if match else ""
+            found.append(output)
+    return found
 
 
 def coverage_lines(groups: Sequence[Merged]) -> list[str]:

@@ -27,18 +27,19 @@ from ..results import ERROR, EntryResult, OutputResult, Status
 from ..untrusted import cut, printable
 from . import files
 from .csv_files import (
-    DETAILS_COLUMNS,
-    RESULT_COLUMNS,
+    DETAILS_HEADERS,
+    RESULT_HEADERS,
+    STATUS_WORDS,
     ReportError,
     any_field_size,
     details_path_for,
+    output_of_row,
     read_finished_apis,
     read_result_rows,
     untext,
 )
 from .journal import Journal, journal_path_for, read_contents, read_journal
-
-STATUS_WORDS = {status.value for status in Status}
+from .layouts import of_details_header, of_result_header
 
 
 def prepare(result_path: Path) -> set[str]:
@@ -55,12 +56,18 @@ def prepare(result_path: Path) -> set[str]:
 
 
 def _prepare(result_path: Path) -> set[str]:
-    rows, ends = complete_records(result_path, RESULT_COLUMNS)
+    rows, ends = complete_records(result_path, RESULT_HEADERS)
     finished = {untext(row[0]) for row in rows[1:] if row}
+    layout = of_result_header(rows[0]) if rows else None
     _truncate(result_path, ends[-1] if ends else 0)
     details = details_path_for(result_path)
     if os.path.lexists(details):
-        rows, ends = complete_records(details, DETAILS_COLUMNS)
+        rows, ends = complete_records(details, DETAILS_HEADERS)
+        if layout is not None and rows and of_details_header(rows[0]) is not layout:
+            raise ReportError(
+                f"{details}: its header is not of the {layout.name} layout its result CSV {result_path.name} "
+                "is written in: not a pair, nothing cut"
+            )
         # Orphans can only sit at the end: the rows of the API being written when the run died.
         while len(rows) > 1 and api_of_output(untext(rows[-1][0])) not in finished:
             rows.pop()
@@ -74,9 +81,12 @@ def api_of_output(name: str) -> str:
     return name.rsplit(".output.", 1)[0].rsplit(".", 1)[0]
 
 
-def complete_records(path: Path, columns: list[str], data: bytes | None = None) -> tuple[list[list[str]], list[int]]:
-    """The complete CSV records of a file (header first) and the byte offset where each ends.
-    Raises ReportError naming the file (not one this plugin writes, or unreadable: readback's)."""
+def complete_records(
+    path: Path, headers: list[list[str]], data: bytes | None = None
+) -> tuple[list[list[str]], list[int]]:
+    """The complete CSV records of a file (header first, one of `headers`: a layout's) and the
+    byte offset where each ends. Raises ReportError naming the file (not one this plugin writes,
+    or unreadable: readback's)."""
     data = read_csv_bytes(path) if data is None else data
     bom = codecs.BOM_UTF8
     start = len(bom) if data.startswith(bom) else len(data) if bom.startswith(data) else 0  # a torn BOM too
@@ -98,11 +108,13 @@ def complete_records(path: Path, columns: list[str], data: bytes | None = None) 
                 f"{path}: record {len(rows) + 1} is not a CSV row pytest-msprobe writes ({exc}): "
                 "not resumed, nothing cut"
             ) from None
-    if rows and rows[0] != columns:
+    if rows and rows[0] not in headers:
+        expected = " or ".join(str(header[:4]) + ("..." if len(header) > 4 else "") for header in headers)
         raise ReportError(
-            f"{path}: not an accuracy_checking CSV of pytest-msprobe: its header is {rows[0][:4]}, expected {columns}"
+            f"{path}: not an accuracy_checking CSV of pytest-msprobe: its header is {rows[0][:4]}, expected {expected}"
         )
-    if not rows and not ",".join(columns).encode().startswith(data[start:].rstrip(b"\r\n")):
+    torn = data[start:].rstrip(b"\r\n")
+    if not rows and not any(",".join(header).encode().startswith(torn) for header in headers):
         # Only a header torn mid-write is no header at all.
         raise ReportError(f"{path}: not an accuracy_checking CSV of pytest-msprobe: no header line")
     return rows, ends
@@ -269,14 +281,14 @@ def _cut_apis(result_path: Path, apis: set[str]) -> None:
     """Both files without the rows of `apis`, each replaced whole (details first)."""
     details = details_path_for(result_path)
     if os.path.lexists(details):
-        _rewrite_without(details, DETAILS_COLUMNS, lambda row: api_of_output(untext(row[0])) in apis)
-    _rewrite_without(result_path, RESULT_COLUMNS, lambda row: untext(row[0]) in apis)
+        _rewrite_without(details, DETAILS_HEADERS, lambda row: api_of_output(untext(row[0])) in apis)
+    _rewrite_without(result_path, RESULT_HEADERS, lambda row: untext(row[0]) in apis)
 
 
-def _rewrite_without(path: Path, columns: list[str], dropped: Callable[[list[str]], bool]) -> None:
+def _rewrite_without(path: Path, headers: list[list[str]], dropped: Callable[[list[str]], bool]) -> None:
     """The file with the records `dropped` says out, every other byte as it was."""
     data = read_csv_bytes(path)
-    rows, ends = complete_records(path, columns, data)
+    rows, ends = complete_records(path, headers, data)
     keep = bytearray(data[: ends[0]]) if ends else bytearray()  # the BOM and the header
     for i in range(1, len(rows)):
         if rows[i] and not dropped(rows[i]):
@@ -312,37 +324,22 @@ def _earlier(
 
 
 def read_details_outputs(details: Path) -> dict[tuple[str, str], list[OutputResult]]:
-    """The outputs of a details CSV by (api, direction), as far as its columns tell them."""
+    """The outputs of a details CSV of either layout by (api, direction), as far as its columns tell them."""
     found: dict[tuple[str, str], list[OutputResult]] = {}
     if not os.path.lexists(details):
         return found
-    rows, _ = complete_records(details, DETAILS_COLUMNS)
+    rows, _ = complete_records(details, DETAILS_HEADERS)
+    layout = of_details_header(rows[0]) if rows else None
+    if layout is None:
+        return found
     for row in rows[1:]:
-        if len(row) != len(DETAILS_COLUMNS):
+        read = output_of_row(layout, row)
+        if read is None:
             continue
-        name = untext(row[0])
-        entry, _, index = name.rpartition(".output.")
-        api, _, direction = entry.rpartition(".")
-        try:
-            output = OutputResult(
-                int(index),
-                Status(row[7]),
-                untext(row[1]),
-                untext(row[2]),
-                None,
-                _number(row[4]),
-                _number(row[5]),
-                _number(row[6]),
-                [untext(row[8])] if row[8] else [],
-            )
-        except ValueError:
-            continue
+        name, output = read
+        api, _, direction = name.rpartition(".output.")[0].rpartition(".")
         found.setdefault((api, direction), []).append(output)
     return found
-
-
-def _number(cell: str) -> float | None:
-    return float(cell) if cell else None
 
 
 def finished_entries(result_path: Path) -> set[tuple[str, str]]:
