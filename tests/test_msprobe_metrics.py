@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -341,41 +339,16 @@ def same_cell(ours: str, theirs: str, dtype: str, size: int) -> bool:
     return math.isclose(a, b, rel_tol=1e-12, abs_tol=2e-14)
 
 
-@pytest.fixture(scope="module")
-def msprobe_python() -> Path:
-    """msprobe 26.2.0's environment: $PYTEST_MSPROBE_MSPROBE_VENV (the fixture that makes one is
-    tests/msprobe_venv.py's, once it lands); skipped, saying why, where there is none."""
-    root = os.environ.get("PYTEST_MSPROBE_MSPROBE_VENV", "")
-    if not root:
-        pytest.skip("no msprobe 26.2.0 environment: set $PYTEST_MSPROBE_MSPROBE_VENV to one")
-    python = Path(root) / "bin" / "python"
-    if not python.is_file():
-        pytest.skip(f"$PYTEST_MSPROBE_MSPROBE_VENV: {python} does not exist")
-    return python
-
-
 @pytest.mark.slow
-def test_every_cell_is_msprobes_own_on_the_same_outputs(msprobe_python: Path, tmp_path: Path) -> None:
+def test_every_cell_is_msprobes_own_on_the_same_outputs(msprobe_venv, tmp_path: Path) -> None:
+    """msprobe's environment (tests/msprobe_venv.py: skipped, saying why, where it cannot be had)
+    runs its own code on the cases (tests/msprobe_metrics_oracle.py)."""
     cases = synthetic_cases()
-    np.savez(
-        tmp_path / "cases.npz",
-        **{f"{k}_{i}": v for i, (_, t, b) in enumerate(cases) for k, v in (("tested", t), ("bench", b))},
-    )
+    arrays = {f"{k}_{i}": v for i, (_, t, b) in enumerate(cases) for k, v in (("tested", t), ("bench", b))}
+    np.savez(tmp_path / "cases.npz", **arrays)
     (tmp_path / "cases.json").write_text(json.dumps([case for case, _, _ in cases]))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    ran = subprocess.run(
-        [
-            str(msprobe_python),
-            str(ORACLE),
-            str(tmp_path / "cases.npz"),
-            str(tmp_path / "cases.json"),
-            str(tmp_path / "out.json"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    files = [str(tmp_path / name) for name in ("cases.npz", "cases.json", "out.json")]
+    ran = msprobe_venv.run(str(ORACLE), *files, timeout=600)
     assert ran.returncode == 0, ran.stderr[-3000:]
     theirs = json.loads((tmp_path / "out.json").read_text())
     differ = []
