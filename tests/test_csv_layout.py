@@ -232,6 +232,31 @@ def test_a_run_writes_msprobes_columns_names_and_blanks_as_its_acc_check_does(py
     assert passing[21:] == ["pass", " "]
 
 
+@pytest.mark.parametrize("device", ["recorded", pytest.param("recorded,cpu", marks=pytest.mark.slow)])
+def test_the_recorded_outputs_judged_are_numbered_as_msprobe_numbers_them(pytester, copy_dump, device) -> None:
+    """msprobe recorded linear's gradients at its addmm node (bias, input, weight) and conv2d's
+    without its data input's: the rows still number them by the call's arguments, as its acc_check."""
+    dump = copy_dump("pt_tensor_L1")
+    result = run_msprobe(
+        pytester, dump, "-k", "conv2d or Functional.linear.0 or cat", "--msprobe-csv-layout", "msprobe-pytorch",
+        device=device,
+    )  # fmt: skip
+    assert result.ret == 0
+    ours = [row for row in rows_of(the(pytester.path / "out", "details"))[1:] if ".backward." in row[0]]
+    theirs = {row[0] for row in rows_of(the(ACC_CHECK, "details")) if ".backward." in row[0]}
+    assert {row[0] for row in ours} == {
+        n for n in theirs if n.startswith(("Functional.conv2d.0", "Functional.linear.0", "Torch.cat"))
+    }
+    sides = 2 if "," in device else 1  # recorded,cpu: each output's row once a side, the side in its Message
+    assert len(ours) == sides * 7 + 1  # conv2d's data input: one SKIP row, whatever the sides
+    shapes = {row[0]: row[3] for row in ours}
+    assert shapes["Functional.linear.0.backward.output.0"] == "(2, 64)"  # the input's, not the bias's
+    assert shapes["Functional.linear.0.backward.output.2"] == "(32,)"
+    skipped = [row for row in ours if row[21] == "SKIP"]
+    assert {row[0] for row in skipped} == {"Functional.conv2d.0.backward.output.0"}
+    assert all(cell != " " for row in ours if row[21] != "SKIP" for cell in (row[5], row[11]))  # MaxAbsErr, RMSE
+
+
 @pytest.mark.slow
 def test_a_killed_run_resumed_keeps_the_layout_and_every_api_once(pytester, copy_dump) -> None:
     first = run(pytester, copy_dump, "-k", "forward and (conv2d or linear or matmul)")
