@@ -186,3 +186,24 @@ def test_no_value_of_a_forged_pair_journal_or_manifest_runs_in_the_page(pytester
         (exercised_div,) = dom.having("data-undrawn")
         assert exercised_div["data-undrawn"] == "0", name  # every figure drawn, then hovered
         assert dump.count("javascript:") >= 10, name  # the payloads are on the page, as text
+
+
+def test_chromium_renders_pytest_html_s_report_of_200_failures(pytester, copy_dump):
+    """pytest-html with this plugin (--html beside --msprobe-html): 206 failing rows. Each row held the
+    whole msprobe page in a frame, and Chromium loaded it once a row: such a report did not render in
+    300 s. A row holds its entry alone now, and the page renders within the helper's time limit, every
+    row with its outputs, its ULP chart and its link."""
+    from test_html_extras import many_failures
+
+    dump = copy_dump("pt_tensor_L1")
+    many_failures(dump, 200)
+    result = run_msprobe(pytester, dump, "--html", "pytest.html", "--msprobe-html", "report.html", device="recorded")
+    assert result.ret == 1 and result.parseoutcomes()["failed"] == 206
+    page = pytester.path / "pytest.html"
+    dom = Dom(chromium(page, pytester.path / "profile", "--window-size=1366,900", "--dump-dom").stdout)
+    blocks = [attrs for tag, attrs in dom.tags if tag == "div" and attrs.get("class") == "msprobe"]
+    assert len(blocks) == 206  # every failing row rendered, with its entry's block
+    assert not [tag for tag, _ in dom.tags if tag == "iframe"]
+    assert sum(tag == "svg" for tag, _ in dom.tags) >= 206  # a ULP chart a failing output
+    links = [attrs["href"] for tag, attrs in dom.tags if tag == "a" and attrs.get("href", "").startswith("report.html#")]
+    assert len(links) == 206

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ..dumps.dump import parse_entry_name
-from ..reports import files, html, layouts, manifest, summary
+from ..reports import files, html, html_extras, layouts, manifest, summary
 from ..reports.csv_files import (
     ApiBook,
     ApiRow,
@@ -163,7 +163,7 @@ class CsvReporter:
         result.dump = self.dump_key(split_node_id(report.nodeid)[0])  # one name a dump, for the summary
         self.results.append(result)
         if self.extras_page is not None and result.status in summary.failing(self.run.selection.strict):
-            extras = [*getattr(report, "extras", []), *html.pytest_html_extras(result, self.extras_page)]
+            extras = [*getattr(report, "extras", []), *html_extras.pytest_html_extras(result, self.extras_page)]
             report.extras = extras  # type: ignore[attr-defined]  # pytest-html's attribute
         self.journal(result)
         row = self.book.add(result.dump, result)

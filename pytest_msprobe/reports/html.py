@@ -289,31 +289,6 @@ def write(path: Path, report: Report) -> Path:
     return path
 
 
-def pytest_html_extras(result: EntryResult, page: str) -> list[dict[str, str | None]]:
-    """pytest-html's extras of a failing item (its `extras.extra` dicts, made here: the core imports
-    no pytest plugin): its message and, where the run writes an msprobe page (`page`, a URL relative
-    to the pytest-html report), its details there in a frame, figures included, and a link to them."""
-    parts = [tag("p", None, tag("b", None, "msprobe"), ": ", entry_message(result))]
-    if page:
-        target = url(f"{page}#{anchor(result)}")
-        parts.append(
-            tag(
-                "p",
-                None,
-                tag("a", {"href": target, "target": "_blank"}, "its details and figures in the msprobe report"),
-            )
-        )
-        frame = {
-            "loading": "lazy",
-            "src": target,
-            "title": f"msprobe: {result.entry}",
-            "style": "width:100%;height:820px;border:1px solid #ddd",
-        }
-        parts.append(tag("iframe", frame))
-    content = str(tag("div", {"class": "msprobe"}, *parts))
-    return [{"name": "msprobe", "format_type": "html", "content": content, "mime_type": None, "extension": None}]
-
-
 def relative_url(page: Path, report: Path) -> str:
     """The msprobe page's URL from the folder of another report (pytest-html's)."""
     return urllib.parse.quote(os.path.relpath(page.resolve(), report.resolve().parent).replace(os.sep, "/"))
