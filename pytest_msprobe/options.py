@@ -21,7 +21,7 @@ AUTO, REAL, RANDOM = "auto", "real", "random"
 # recorded judges the outputs a tensor dump recorded.
 NPU, CUDA, CPU, RECORDED = "npu", "cuda", "cpu", "recorded"
 DEVICES = (AUTO, NPU, CUDA, CPU, RECORDED)
-STANDARDS = ("basic", "dtype")  # judging/standards/ implements each (a test holds the two lists together)
+STANDARDS = ("basic", "dtype", "benchmark")  # judging/standards/ implements each (a test holds the two lists together)
 MODES = (AUTO, REAL, RANDOM)
 ERROR_DATA_FOLDER = "msprobe_error_data"  # under --msprobe-out
 PROBES = ("off", "fp32")  # --msprobe-probe
@@ -62,6 +62,7 @@ class Options:
     out: str = "."
     resume: str = ""
     baseline: str = ""
+    reference: str = ""  # --msprobe-standard benchmark: the reference run's details CSV or folder
     save_error_data: str | None = None  # None: off; "": the default folder under out; else a folder
     repro: str = ""  # the folder of the reproducers; "": none written
     probe: str = "off"
@@ -241,6 +242,12 @@ OPTIONS = (
     ),
     Option("resume", "result CSV of a killed run: run only its missing APIs, append to it"),
     Option("baseline", "result CSV of an earlier run: its errors are expected failures"),
+    Option(
+        "reference",
+        "--msprobe-standard benchmark: the reference run (a GPU's) each output's msprobe metrics are compared "
+        "with, as msprobe's api_precision_compare does: its details CSV or run folder in msprobe's PyTorch layout",
+        metavar="PATH",
+    ),
     Option(
         "repro",
         "folder for a standalone reproducer of every entry that is not pass: "

@@ -107,7 +107,7 @@ def test_missing_tensor_files_fall_back_to_random_and_say_so(pytester):
 @pytest.mark.parametrize("option, value, text", [
     ("--msprobe-mode", "guess", "--msprobe-mode must be one of auto, real, random"),
     ("--msprobe-device", "tpu", "--msprobe-device must be one of auto, npu, cuda, cpu, recorded"),
-    ("--msprobe-standard", "strict", "--msprobe-standard must be basic or dtype"),
+    ("--msprobe-standard", "strict", "--msprobe-standard must be one of basic, dtype, benchmark, not 'strict'"),
 ])
 def test_bad_options_are_usage_errors(pytester, copy_dump, option, value, text):
     dump = copy_dump("pt_stats_L1")

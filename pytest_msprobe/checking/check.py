@@ -21,7 +21,7 @@ from ..judging.samples import figure_samples
 from ..judging.standards import Standard, Verdict
 from ..options import DEFAULT_MAX_ELEMENTS, DEFAULT_TIMEOUT
 from ..reports.fallbacks import explain_bench
-from ..reports.msprobe_pytorch import backward_numbering, has_fp8_input
+from ..reports.msprobe_pytorch import backward_numbering, has_fp8_input, msprobe_numbers
 from ..results import ERROR, PASS, SKIP, EntryResult, OutputResult, ProbeResult, judged_twice, worst_status
 from .time_limit import TimeLimit, TimeUp
 
@@ -97,7 +97,7 @@ class Checker:
     def msprobe_inputs(self, dump: Dump, name: EntryName, result: EntryResult) -> bool | None:
         """Whether the call had an fp8 input (msprobe's absolute-threshold rule), where the
         msprobe metrics are asked for, else None; a backward's outputs numbered as msprobe does."""
-        if not self.msprobe:
+        if not self.wants_msprobe:
             return None
         forward = dump.entries.get(f"{name.prefix}.forward")
         if not isinstance(forward, dict):
@@ -112,16 +112,30 @@ class Checker:
             result.status = ERROR
             result.reason = f"the tested run on {self.run.tested_on} raised {run.tested_error}"
             return
-        result.outputs = [self.output(name, pair, run, fp8_input) for pair in run.pairs]
+        numbers = msprobe_numbers(result.msprobe_outputs, (pair.index for pair in run.pairs))
+        result.outputs = [self.output(name, pair, run, fp8_input, numbers.get(pair.index)) for pair in run.pairs]
         explain_bench(result)
         result.status = worst_status(output.status for output in result.outputs)
         if not result.outputs:
             result.reason = "no output to compare"
 
-    def output(self, name: EntryName, pair: OutputPair, run: Run, fp8_input: bool | None = None) -> OutputResult:
-        """One output judged; its msprobe metrics too where asked (fp8_input not None)."""
+    @property
+    def wants_msprobe(self) -> bool:
+        """msprobe's metrics of every output: for its CSV layout, or for a standard that judges by them."""
+        return self.msprobe or getattr(self.standard, "wants_msprobe", False)
+
+    def output(
+        self, name: EntryName, pair: OutputPair, run: Run, fp8_input: bool | None = None, number: int | None = None
+    ) -> OutputResult:
+        """One output judged; its msprobe metrics too where asked (fp8_input not None), `number` the
+        output's number as msprobe's rows name it (a backward's counts every positional tensor)."""
         if pair.skip or pair.tested is None or pair.bench is None:
             return OutputResult(pair.index, SKIP, pair.bench_dtype, pair.tested_dtype, pair.shape, reasons=[pair.skip])
+        msprobe = (
+            None
+            if fp8_input is None
+            else msprobe_metrics(pair.tested, pair.bench, pair.tested_dtype, api=name.api, fp8_input=fp8_input)
+        )
         comparison = Comparison(
             pair.tested,
             pair.bench,
@@ -129,6 +143,8 @@ class Checker:
             name=f"{name.full}.output.{pair.index}",
             extra=pair.extra,
             computed_in=pair.computed_in,
+            msprobe=msprobe,
+            msprobe_name=f"{name.full}.output.{pair.index if number is None else number}",
         )
         if pair.dropout is not None:
             metrics, verdict = dropout.judge(comparison, pair.dropout, self.standard)
@@ -150,9 +166,7 @@ class Checker:
             severity=verdict.severity,
             nonfinite=verdict.nonfinite,
             samples=figure_samples(pair.tested, pair.bench, pair.tested_dtype) if self.wants_samples(verdict) else None,
-            msprobe=None
-            if fp8_input is None
-            else msprobe_metrics(pair.tested, pair.bench, pair.tested_dtype, api=name.api, fp8_input=fp8_input),
+            msprobe=msprobe,
         )
 
     def wants_samples(self, verdict: Verdict) -> bool:

@@ -21,9 +21,11 @@ from ..dumps.dump import Dump, DumpError, find_dump_files, parse_entry_name, pee
 from ..dumps.folder import companion_given, passed_over_lines
 from ..dumps.notes import header_notes, missing_tensors_line, refusal, without_tensors
 from ..frameworks import RunOptions, Tested, devices
+from ..judging.precision_compare import Reference
 from ..judging.standards import make_standard
 from ..options import RANDOM, Options
 from ..reports import layouts, manifest
+from ..reports.compare import CompareError, read_reference
 from ..reports.csv_files import ReportError, result_layout
 from ..reports.summary import metric_properties
 from ..results import REPORT_ATTRIBUTE
@@ -151,7 +153,7 @@ class MsprobeRun:
         )
         self.checker = Checker(
             run_options,
-            make_standard(options),
+            make_standard(options, reference_run(options, base, self.dump_files)),
             options.error_data_dir(base),
             options.repro_dir(base),
             max_elements=options.max_elements,
@@ -315,6 +317,26 @@ class MsprobeRun:
                 # item's; without it they would only weigh on every report sent to xdist.
                 item.user_properties.extend(metric_properties(result))
         return report
+
+
+def reference_run(options: Options, base: Path, dump_files: list[Path]) -> Reference | None:
+    """--msprobe-reference's rows, read for the benchmark standard (judging reads no CSV)."""
+    if not options.reference:
+        return None  # the benchmark standard without one: make_standard says what is missing
+    if options.standard != "benchmark":
+        raise pytest.UsageError(
+            f"--msprobe-reference {options.reference} is read by --msprobe-standard benchmark only "
+            f"(this run's standard is {options.standard})"
+        )
+    if len(dump_files) > 1:
+        raise pytest.UsageError(
+            f"--msprobe-reference takes the reference run of one dump, and {len(dump_files)} were given: run them "
+            "one at a time, each with its own reference"
+        )
+    try:
+        return read_reference(base / options.reference)
+    except CompareError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def csv_layout(options: Options, base: Path) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ..results import ERROR, PASS
+from ..results import ERROR, PASS, MsprobeMetrics
 from . import reductions
 
 if TYPE_CHECKING:
@@ -74,6 +74,10 @@ class Comparison:
     name: str = ""  # "Torch.matmul.0.forward.output.0", for per-API tolerances
     extra: ExtraRuns = field(default_factory=ExtraRuns)
     computed_in: str = ""  # the narrower dtype a correct kernel computed it in, if not tested_dtype
+    # msprobe's metrics of this output and its name as msprobe numbers it (a backward's outputs by
+    # every positional tensor argument), where a standard asks for them (the benchmark standard).
+    msprobe: MsprobeMetrics | None = None
+    msprobe_name: str = ""
 
 
 @dataclass

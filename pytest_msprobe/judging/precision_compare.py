@@ -30,7 +30,8 @@ Numbers only; no CSV, no framework. reports/compare.py reads the rows and writes
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -105,6 +106,15 @@ class Row:
     metrics: MsprobeMetrics
 
 
+@dataclass(frozen=True)
+class Reference:
+    """A reference run's rows by output name (msprobe's numbering: `<api>.backward.output.<i>` counts
+    every positional tensor argument), and the files they were read from."""
+
+    rows: Mapping[str, Row]
+    source: str
+
+
 # The columns a rule names (api_precision_compare's ApiPrecisionCompareColumn, as its files spell them).
 COLUMN = {
     "small_value_err_ratio": "小值域错误占比",
@@ -131,6 +141,13 @@ class Failure:
     what: str  # the column's name, or the rule
     value: float | None
     bound: str  # "> 2.0 (L0)", "!= 0", or why
+    threshold: float | None = None  # the ratio's threshold, where the rule has one: how far off it is
+
+    def text(self) -> str:
+        """`均方根误差比值 3.21 > 2 (L0)`, `二进制一致错误率 0.5 != 0`."""
+        if self.value is None:
+            return f"{self.what} ({self.bound})" if self.bound else self.what
+        return f"{self.what} {self.value:.4g} {self.bound}"
 
 
 @dataclass
@@ -143,6 +160,29 @@ class Judged:
     message: str = ""
     cells: dict[str, Cell] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OutputName:
+    """`Torch.matmul.0.forward.output.1`: its API call, direction and output number."""
+
+    api: str  # Torch.matmul.0
+    direction: str  # forward, backward
+    index: int
+
+    @property
+    def api_name(self) -> str:
+        """The API's own name, as msprobe's levels and notes name it: `matmul`, `linalg.norm`."""
+        return ".".join(self.api.split(".")[1:-1]) or self.api
+
+
+_OUTPUT_NAME = re.compile(r"^(?P<api>.+)\.(?P<direction>forward|backward)\.output\.(?P<index>\d+)$")
+
+
+def output_name(name: str) -> OutputName | None:
+    """The parts of an output's row name; None for a name that is none (`<api>.<direction>.output.<i>`)."""
+    match = _OUTPUT_NAME.match(name)
+    return OutputName(match["api"], match["direction"], int(match["index"])) if match else None
 
 
 def api_level(api_name: str) -> str:
@@ -192,24 +232,32 @@ def skip_reason(npu: Row) -> str | None:
     return None
 
 
-def judge(api_name: str, npu: Row, gpu: Row) -> Judged:
+@dataclass(frozen=True)
+class Sides:
+    """How messages name the two runs: msprobe's NPU and GPU, or this run and its reference."""
+
+    npu: str = "NPU"
+    gpu: str = "GPU"
+
+
+def judge(api_name: str, npu: Row, gpu: Row, sides: Sides = Sides()) -> Judged:
     """One output: api_name the API's own name (`matmul`), npu and gpu the two runs' rows of it."""
     reason = skip_reason(npu)
     if reason is not None:
         return Judged(SKIP, message=reason)
     algorithm = rule_of(npu)
     rule = RULES[algorithm]
-    blank = _blank(npu, gpu if algorithm == BENCHMARK else None, NEEDS[algorithm])
+    blank = _blank(npu, gpu if algorithm == BENCHMARK else None, NEEDS[algorithm], sides)
     if blank is not None:
         return blank
     judged = rule(api_name, npu, gpu)
     judged.algorithm = algorithm
     if algorithm == BENCHMARK:
-        _non_finite(npu, gpu, judged)
+        _non_finite(npu, gpu, judged, sides)
     return judged
 
 
-def _blank(npu: Row, gpu: Row | None, needed: tuple[str, ...]) -> Judged | None:
+def _blank(npu: Row, gpu: Row | None, needed: tuple[str, ...], sides: Sides) -> Judged | None:
     """A metric the rule needs, blank in a row: msprobe reads it as 0.0 (and passes the output) or
     raises (and skips it). Here: an error where the NPU's own check failed before its metrics (and
     the GPU's did not), else SKIP naming the column."""
@@ -218,14 +266,14 @@ def _blank(npu: Row, gpu: Row | None, needed: tuple[str, ...]) -> Judged | None:
     if not npu_blank and not gpu_blank:
         return None
     if npu_blank and not gpu_blank and npu.status == ERROR:
-        why = "the NPU run's own check failed before its metrics"
+        why = f"the {sides.npu} run's own check failed before its metrics"
         message = f"ERROR: {why} ({', '.join(npu_blank)} blank){_said(npu)}"
         return Judged(ERROR, message=message, failures=[Failure(why, None, npu.message)])
     parts = []
     if npu_blank:
-        parts.append(f"the NPU row has no {', '.join(npu_blank)}{_said(npu)}")
+        parts.append(f"the {sides.npu} row has no {', '.join(npu_blank)}{_said(npu)}")
     if gpu and gpu_blank:
-        parts.append(f"the GPU row has no {', '.join(gpu_blank)}{_said(gpu)}")
+        parts.append(f"the {sides.gpu} row has no {', '.join(gpu_blank)}{_said(gpu)}")
     return Judged(SKIP, message="; ".join(parts))
 
 
@@ -234,7 +282,7 @@ def _said(row: Row) -> str:
     return f" (its check: {said})" if said else ""
 
 
-def _non_finite(npu: Row, gpu: Row, judged: Judged) -> None:
+def _non_finite(npu: Row, gpu: Row, judged: Judged, sides: Sides) -> None:
     """msprobe's benchmark ratios leave out every element that is inf or NaN on either side, so an
     NPU output with NaN where the GPU's has none passes them: its NaN cosine (any inf or NaN makes
     it so) or non-finite MaxAbsErr, against finite ones in the GPU's row, fails it here."""
@@ -243,8 +291,8 @@ def _non_finite(npu: Row, gpu: Row, judged: Judged) -> None:
         return
     what = ", ".join(f"{COLUMN[name]} {value}" for name, value in npu_cells)
     judged.status = ERROR
-    judged.message += f"ERROR: the NPU output has inf or NaN where the GPU's has none ({what})\n"
-    judged.failures.append(Failure("inf or NaN in the NPU output only", None, what))
+    judged.message += f"ERROR: the {sides.npu} output has inf or NaN where the {sides.gpu}'s has none ({what})\n"
+    judged.failures.append(Failure(f"inf or NaN in the {sides.npu} output only", None, what))
 
 
 def _non_finite_cells(metrics: MsprobeMetrics) -> list[tuple[str, float]]:
@@ -274,7 +322,9 @@ def _benchmark(api_name: str, npu: Row, gpu: Row) -> Judged:
             judged.status = ERROR
             errors += f"ERROR: {title}超过阈值\n"
             bound = f"> {threshold:g} ({level})" if same else "inf or NaN on one side only"
-            judged.failures.append(Failure(title, value if same else _value(npu, name), bound))
+            judged.failures.append(
+                Failure(title, value if same else _value(npu, name), bound, threshold if same else None)
+            )
     judged.message = notes + errors
     return judged
 
@@ -292,7 +342,9 @@ def _ulp(api_name: str, npu: Row, gpu: Row) -> Judged:
     if not passed:
         judged.cells["ulp_err_status"] = ERROR
         judged.message = "ERROR: ULP误差不满足标准\n"
-        judged.failures.append(Failure(COLUMN["ulp_error_proportion"], share, f">= {FP8_ULP_PROPORTION:g}"))
+        judged.failures.append(
+            Failure(COLUMN["ulp_error_proportion"], share, f">= {FP8_ULP_PROPORTION:g}", FP8_ULP_PROPORTION)
+        )
     return judged
 
 

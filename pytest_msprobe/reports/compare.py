@@ -78,7 +78,6 @@ FLOAT64 = "torch.float64"
 CLOSER = "Closer to float64"  # a 29th column, after msprobe's 28: which run is nearer the float64 bench
 BLANK = " "  # msprobe's blank cell
 PRECISION = 14  # msprobe's config `precision`: a float written "{:.14f}"
-_OUTPUT_NAME = re.compile(r"^(?P<api>.+)\.(?P<direction>forward|backward)\.output\.(?P<index>\d+)$")
 
 
 class CompareError(ValueError):
@@ -254,6 +253,20 @@ def pair_runs(npu: Path, gpu: Path) -> tuple[list[Folder], list[Path]]:
     return folders, [folder for folder in gpu_files if folder not in npu_files]
 
 
+def read_reference(path: Path) -> rules.Reference:
+    """--msprobe-reference: one run's details rows (a file, or a folder holding one run's), by output
+    name, for the benchmark standard; a CompareError naming the file where it cannot be one."""
+    found = details_files(path)
+    if len(found) > 1:
+        raise CompareError(
+            f"--msprobe-reference {path}: the runs of {len(found)} folders are in it ({_names(found)}): "
+            "name the folder of this dump's reference run"
+        )
+    ((folder, files),) = found.items()
+    run = read_run(folder, files, "--msprobe-reference", named=not path.is_dir())
+    return rules.Reference({name: output.row for name, output in run.outputs.items()}, ", ".join(map(str, files)))
+
+
 def _names(found: dict[Path, list[Path]]) -> str:
     names = [str(folder) for folder in found]
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
@@ -262,9 +275,9 @@ def _names(found: dict[Path, list[Path]]) -> str:
 def compare_folder(folder: Folder) -> None:
     """Judge every output of the NPU run against the GPU run's row of the same name."""
     for output in folder.npu.outputs.values():
-        match = _OUTPUT_NAME.match(output.name)
-        api, direction = (match["api"], match["direction"]) if match else (output.name, FORWARD)
-        judged = _judge(folder, output, match["api"] if match else "")
+        named = rules.output_name(output.name)
+        api, direction = (named.api, named.direction) if named else (output.name, FORWARD)
+        judged = _judge(folder, output, named)
         closer = (
             _closer(output, folder.gpu.outputs.get(output.name))
             if folder.gpu and folder.npu.ours and folder.gpu.ours
@@ -273,8 +286,8 @@ def compare_folder(folder: Folder) -> None:
         folder.outputs.append(Compared(output.name, api, direction, judged, closer))
 
 
-def _judge(folder: Folder, output: Output, api: str) -> Judged:
-    if not api:
+def _judge(folder: Folder, output: Output, named: rules.OutputName | None) -> Judged:
+    if named is None:
         return Judged(SKIP, message=f"{output.name!r} is not an output's name (<api>.forward.output.<i>)")
     reason = rules.skip_reason(output.row)
     if reason is not None:  # msprobe's own SKIPs first: they need no GPU row
@@ -289,8 +302,7 @@ def _judge(folder: Folder, output: Output, api: str) -> Judged:
         return Judged(SKIP, message=f"no row {output.name} in {where}: the GPU run has no such output")
     if gpu.fault:
         return Judged(SKIP, message=gpu.fault)
-    parts = api.split(".")
-    return rules.judge(".".join(parts[1:-1]) or api, output.row, gpu.row)
+    return rules.judge(named.api_name, output.row, gpu.row)
 
 
 def _closer(npu: Output, gpu: Output | None) -> str:
@@ -328,19 +340,13 @@ class ApiRow:
             for compared in outputs:
                 if compared.judged.status == ERROR:
                     label = compared.name[len(self.api) + 1 :]
-                    parts.append(f"{label}: {', '.join(_failure_text(f) for f in compared.judged.failures)}")
+                    parts.append(f"{label}: {', '.join(f.text() for f in compared.judged.failures)}")
             if status == SKIP:
                 parts.append(f"{direction}: {outputs[0].judged.message}")
-        name = ".".join(self.api.split(".")[1:-1])
+        name = rules.OutputName(self.api, FORWARD, 0).api_name
         if self.status(FORWARD) == ERROR and name in rules.API_NOTES:
             parts.append(rules.API_NOTES[name])
         return "; ".join(parts)
-
-
-def _failure_text(failure: rules.Failure) -> str:
-    if failure.value is None:
-        return f"{failure.what} ({failure.bound})" if failure.bound else failure.what
-    return f"{failure.what} {failure.value:.4g} {failure.bound}"
 
 
 def api_rows(outputs: Sequence[Compared]) -> list[ApiRow]:

@@ -22,7 +22,7 @@ No pytest, no framework.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -108,6 +108,17 @@ def numbered(result: EntryResult) -> list[tuple[int, OutputResult | None]]:
     rest = sorted(by_index)  # passed by keyword: after every positional one
     rows += [(len(numbering) + n, output) for n, index in enumerate(rest) for output in by_index[index]]
     return rows
+
+
+def msprobe_numbers(numbering: list[int | None] | None, indexes: Iterable[int]) -> dict[int, int]:
+    """msprobe's output number of each of this plugin's output indexes, as numbered() lays them out:
+    a positional argument's gradient at its place, one passed by keyword after all of them."""
+    indexes = sorted(set(indexes))
+    if numbering is None:
+        return {index: index for index in indexes}
+    placed = {index: number for number, index in enumerate(numbering) if index is not None}
+    rest = [index for index in indexes if index not in placed]
+    return {**{i: placed[i] for i in indexes if i in placed}, **{i: len(numbering) + n for n, i in enumerate(rest)}}
 
 
 def _message(result: EntryResult) -> str:

@@ -18,12 +18,14 @@ from ...results import Status
 if TYPE_CHECKING:
     from ...options import Options
     from ..compare import Comparison, Metrics
+    from ..precision_compare import Reference
 
 # name -> "module:Class" under this package: a standard's module (numpy and all)
 # is imported only when a run chooses it.
 STANDARDS = {
     "basic": "basic:BasicStandard",
     "dtype": "dtype:DtypeStandard",
+    "benchmark": "benchmark:BenchmarkStandard",  # against a reference run's rows (Standard.uses_reference)
 }
 
 
@@ -66,5 +68,11 @@ def standard_class(name: str) -> type[Standard]:
     return standard
 
 
-def make_standard(options: Options) -> Standard:
-    return standard_class(options.standard).from_options(options)
+def make_standard(options: Options, reference: Reference | None = None) -> Standard:
+    """The run's standard; `reference`, a reference run's rows, for a standard judging against one
+    (the benchmark standard: the glue reads --msprobe-reference, judging knows no CSV)."""
+    cls = standard_class(options.standard)
+    if getattr(cls, "uses_reference", False) and reference is not None:
+        standard: Standard = cls.from_reference(options, reference)  # type: ignore[attr-defined]
+        return standard
+    return cls.from_options(options)
