@@ -7,7 +7,9 @@ the difference is asserted, case by case. msprobe runs in its own environment (t
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -134,3 +136,101 @@ def test_an_output_twice_in_the_gpu_run_stops_msprobe_silently_and_is_a_usage_er
 
 def msprobe_compare_anyway(msprobe_venv: MsprobeVenv, npu: Path, gpu: Path, out: Path) -> subprocess.CompletedProcess:
     return msprobe_venv.msprobe("api_precision_compare", "-npu", str(npu), "-gpu", str(gpu), "-o", str(out))
+
+
+# -- the round trip: two runs of this plugin in msprobe's layout -----------------------------------
+
+# The faulty run's deficits (tests/deficits.py, planted in the recorded outputs) and a control, a
+# correct kernel that merely computes otherwise: (entry, kind, its output row, the status it must get).
+PLANTED = (
+    ("Functional.linear.0.forward", "tf32", "Functional.linear.0.forward.output.0", "error"),
+    ("Torch.matmul.0.forward", "tf32", "Torch.matmul.0.forward.output.0", "error"),
+    ("Torch.matmul.1.forward", "accumulate_low", "Torch.matmul.1.forward.output.0", "error"),
+    ("Functional.gelu.0.forward", "gelu_tanh", "Functional.gelu.0.forward.output.0", "error"),
+    ("Functional.layer_norm.0.backward", "missing_term", "Functional.layer_norm.0.backward.output.0", "error"),
+    ("Functional.layer_norm.0.forward", "welford", "Functional.layer_norm.0.forward.output.0", "pass"),
+)
+
+
+@pytest.fixture(scope="module")
+def faulty_dump(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example dump with PLANTED's recorded outputs replaced: the NPU's."""
+    import deficits
+
+    root = tmp_path_factory.mktemp("faulty") / "dump"  # build_corpus makes the folder
+    deficits.build_corpus(DUMP.parent, root, [(entry, kind) for entry, kind, *_ in PLANTED])
+    return root / "dump.json"
+
+
+def run_plugin(dump: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
+    """pytest with this plugin on a dump, --msprobe-device recorded, in a fresh process."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
+    command += ["--rootdir", str(out.parent), "--msprobe-dump", str(dump), "--msprobe-device", "recorded"]
+    command += ["--msprobe-out", str(out), *args]
+    done = subprocess.run(command, cwd=out.parent, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def plugin_pair(tmp_path_factory: pytest.TempPathFactory, faulty_dump: Path) -> tuple[Path, Path]:
+    """This plugin's runs in msprobe's PyTorch layout, --msprobe-device recorded: the example dump as
+    recorded (the GPU run) and the faulty copy (the NPU run). Their out folders."""
+    root = tmp_path_factory.mktemp("plugin_pair")
+    for side, dump in (("gpu", DUMP), ("npu", faulty_dump)):
+        run_plugin(dump, root / side, "--msprobe-csv-layout", "msprobe-pytorch")
+    return root / "npu", root / "gpu"
+
+
+def test_msprobe_reads_this_plugins_runs_and_judges_them_alike(
+    msprobe_venv: MsprobeVenv, plugin_pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    npu, gpu = plugin_pair
+    npu_csv, gpu_csv = (only(folder, "accuracy_checking_details_*.csv") for folder in (npu, gpu))
+    done = msprobe_compare(msprobe_venv, npu_csv, gpu_csv, tmp_path / "msprobe")
+    assert "does not exist in the GPU data" not in done.stdout + done.stderr
+    status, _ = ours(npu, gpu, tmp_path / "ours")
+    assert status == 1
+    theirs, mine = statuses(tmp_path / "msprobe"), statuses(tmp_path / "ours")
+    assert mine == theirs
+    assert len(mine) == len(read_rows(npu_csv))  # every output of the NPU run judged, none dropped
+    assert results(tmp_path / "ours") == results(tmp_path / "msprobe")
+    assert {row: mine[row] for *_, row, _ in PLANTED} == {row: expected for *_, row, expected in PLANTED}
+    assert {name for name, status in mine.items() if status == "error"} == {
+        row for *_, row, expected in PLANTED if expected == "error"
+    }
+
+
+def test_the_details_say_which_run_is_nearer_float64_and_pandas_reads_msprobe_columns_first(
+    msprobe_venv: MsprobeVenv, plugin_pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    npu, gpu = plugin_pair
+    ours(npu, gpu, tmp_path / "ours")
+    details = only(tmp_path / "ours", "api_precision_compare_details_*.csv")
+    closer = {row["API Name"]: row[compare.CLOSER] for row in read_rows(details)}
+    for *_, row, expected in PLANTED:
+        assert closer[row].startswith("GPU (RMSE " if expected == "error" else "NPU (RMSE "), (row, closer[row])
+    # a reader by column name (msprobe's read_csv is pandas') finds msprobe's 28 columns first
+    code = "import sys, pandas; print('|'.join(pandas.read_csv(sys.argv[1]).columns))"
+    columns = msprobe_venv.run("-c", code, str(details)).stdout.strip().split("|")
+    assert columns == [*compare.DETAILS_COLUMNS, compare.CLOSER]
+
+
+def test_msprobes_own_run_is_a_reference_for_the_benchmark_standard(
+    acc_check_pair: tuple[Path, Path], faulty_dump: Path, tmp_path: Path
+) -> None:
+    """--msprobe-standard benchmark against the clean run of msprobe's own acc_check: every output
+    found by its name in msprobe's numbering (a backward's counts every positional tensor)."""
+    _, gpu = acc_check_pair
+    done = run_plugin(faulty_dump, tmp_path / "out", "--msprobe-standard", "benchmark", "--msprobe-reference", str(gpu))
+    assert done.returncode == 1
+    rows = {row["API Name"]: row for row in read_rows(only(tmp_path / "out", "accuracy_checking_details_*.csv"))}
+    status = {name: row["Status"] for name, row in rows.items()}
+    assert {name for name, s in status.items() if s == "error"} == {
+        row for *_, row, expected in PLANTED if expected == "error"
+    }
+    # msprobe never checks Tensor.to (its fixed black list): its rows of it are blank, or none
+    skipped = {name for name, s in status.items() if s == "SKIP"}
+    assert skipped and all(name.startswith("Tensor.to.") for name in skipped), skipped
+    assert any("the reference run has no such output" in rows[name]["Message"] for name in skipped)
