@@ -133,8 +133,14 @@ def test_a_dropout_that_drops_nothing_and_one_that_does_not_scale_are_errors(pyt
     kept_whole = torch.load(data / "Torch.dropout.0.forward.input.0.pt", weights_only=True) / 0.7
     planted(dump, "Torch.dropout.0.forward.output.0", lambda _: kept_whole)
     planted(dump, "Functional.dropout2d.0.forward.output.0", lambda out: out * 0.5)
-    result = run_msprobe(pytester, dump, "-k", "dropout and forward", device="recorded")
+    result = run_msprobe(pytester, dump, "-k", "dropout and forward", "--msprobe-repro", "repro",
+                         "--msprobe-save-error-data", device="recorded")
     assert result.ret == 1
+    message = rows_of(pytester, "result")["Torch.dropout.0"]["Message"]
+    # No script compares two masks element by element as if they were one: none is written, and it says why.
+    assert "repro not saved: ValueError: dropout p=0.3 draws a mask on each side, judged by the share dropped" in message
+    assert "error data in " in message
+    assert not (pytester.path / "repro").exists() or not any((pytester.path / "repro").rglob("repro.py"))
     details = rows_of(pytester, "details")
     whole = details["Torch.dropout.0.forward.output.0"]
     assert whole["Status"] == "error"

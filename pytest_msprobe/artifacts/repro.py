@@ -58,6 +58,8 @@ def save(folder: Path, dump: Dump, result: EntryResult, kept: Kept, checker: Che
     """Write the entry's inputs.pt, verdict.json and repro.py; returns the entry's folder."""
     if kept.recipe is None:
         raise ValueError(f"the {dump.framework} framework gave no recipe to rebuild the call from")
+    if kept.recipe.unscripted:
+        raise ValueError(kept.recipe.unscripted)
     with entry_folder(folder, dump, result) as target:  # never through a link (files.py)
         save_torch(target, "inputs", inputs(kept, checker.run.recorded, result))
         verdict = verdict_data(dump, result, checker)

@@ -98,6 +98,8 @@ class Recipe:
     primitive_args: tuple | None = None  # a MindSpore primitive: its constructor's arguments
     # The torch API whose magnitude model the dtype standard's extra runs use (frameworks/magnitudes.py).
     magnitude_api: str = ""
+    # Why no script reproduces the verdict, where none does (a dropout's two masks, judged by their shares).
+    unscripted: str = ""
 
 
 @dataclass

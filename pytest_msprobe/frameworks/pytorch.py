@@ -100,8 +100,21 @@ def recipe(call: Call) -> Recipe:
         if name.api_type == "NPU"
         else f'def bench(*args, **kwargs):\n    return resolve("{path}")(*args, **kwargs)\n'
     )
+    unscripted = (
+        f"{name.api} p={call.draw.p:g} draws a mask on each side, judged by the share dropped: a script "
+        "comparing element by element would not reproduce the verdict"
+        if call.draw is not None
+        else ""
+    )
     return Recipe(
-        "pytorch", path, bench, str(call.autocast or ""), tuple(call.grad_flags), call.inplace, magnitude_api=name.api
+        "pytorch",
+        path,
+        bench,
+        str(call.autocast or ""),
+        tuple(call.grad_flags),
+        call.inplace,
+        magnitude_api=name.api,
+        unscripted=unscripted,
     )
 
 

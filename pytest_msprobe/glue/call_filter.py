@@ -34,8 +34,10 @@ class CallFilter:
         first: dict[tuple[Any, ...], EntryItem] = {}
         standing = set()
         for item in sorted(_entry_items(items), key=lambda item: item.position or 0):
+            dump = item.parent.dump  # type: ignore[union-attr]
             name = parse_entry_name(item.entry)
-            key = group_key(item.parent.dump.entries, name) if name is not None else None  # type: ignore[union-attr]
+            # An entry the dump cannot give whole (nested past the parser's depth) SKIPs saying so: in no group.
+            key = group_key(dump.entries, name) if name is not None and not dump.fault(name) else None
             if key is None:
                 continue
             representative = first.setdefault((item.path, *key), item)
