@@ -9,6 +9,7 @@ to the controller as plain dicts (`to_dict`), which execnet can serialise.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -194,6 +195,10 @@ class EntryResult:
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
+        if not self.stood_for_by and self.status == SKIP and self.reason.startswith(_FILTERED_HEAD):
+            # Read back from a CSV (resume, merge, the report), where only the Message is left.
+            found = _FILTERED_REASON.fullmatch(self.reason)
+            self.stood_for_by = found.group(1) if found else ""
 
     @property
     def filtered(self) -> bool:
@@ -251,14 +256,16 @@ def _words(data: dict[str, Any]) -> None:
 RECORDED_SIDE = "recorded"
 
 
+_FILTERED_HEAD = "not checked (--msprobe-filter): the same call as "
+_FILTERED_TAIL = " but for the Max and Min of its tensors, whose check stands for it"
+_FILTERED_REASON = re.compile(re.escape(_FILTERED_HEAD) + r"(\S+)" + re.escape(_FILTERED_TAIL))
+
+
 def filtered(
     name: str, direction: str, representative: str, dump: str = "", position: int | None = None
 ) -> EntryResult:
     """An entry --msprobe-filter leaves unchecked: a SKIP row that names the entry standing for it."""
-    reason = (
-        f"not checked (--msprobe-filter): the same call as {representative} but for the Max and Min of its "
-        "tensors, whose check stands for it"
-    )
+    reason = f"{_FILTERED_HEAD}{representative}{_FILTERED_TAIL}"
     return EntryResult(name, direction, SKIP, reason, dump=dump, position=position, stood_for_by=representative)
 
 

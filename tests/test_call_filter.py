@@ -137,3 +137,20 @@ def test_members_on_other_workers_name_the_same_entry(pytester, copy_dump):
 
     assert rows("serial") == rows("xdist")
     spread.stdout.fnmatch_lines(["forward  100 pass, 0 error, 0 warning, 0 SKIP, 26 filtered"])
+
+
+def test_a_filtered_runs_files_read_back_as_filtered(pytester, copy_dump, capsys):
+    """Where only the CSVs are left (a merge of shards, the report command), a filtered row still reads as
+    one: its Message names the entry that stood for it."""
+    from pytest_msprobe.reports import merge
+
+    dump = copy_dump("select_stats")
+    result = run_msprobe(pytester, dump, "--msprobe-filter", device="cpu")
+    assert result.ret == 0
+    status = merge.main([str(pytester.path / "out"), "--out", str(pytester.path / "merged")])
+    out = capsys.readouterr().out.splitlines()
+    assert status == 0
+    for lines in (result.outlines, out):
+        assert "forward  100 pass, 0 error, 0 warning, 0 SKIP, 26 filtered" in lines
+        assert "SKIP reasons:" not in lines
+    assert any(line.startswith("26 entries not compared: ") and "which 13 checked entries" in line for line in out)
