@@ -80,6 +80,8 @@ class CsvReporter:
         self.journals: dict[Path, Journal] = {}  # beside each pair: every entry as it arrives
         self.results: list[EntryResult] = []
         self.unfinished: list[ApiRow] = []
+        self.selected: set[tuple[str, str]] = set()  # (dump, entry) of every entry item this run selected
+        self.stop_lines: list[str] = []  # what a run that stopped early left unchecked (stopped_lines)
         self.session: pytest.Session | None = None
         self.stopped = ""  # why the rows stopped (a full disk)
         self.locks: list[files.ResultLock] = []  # of the fresh pairs (a resumed one's is its Resumed's)
@@ -111,11 +113,19 @@ class CsvReporter:
         self.session = session
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.book.expect(item.nodeid for item in session.items)
+        self.expect([item.nodeid for item in session.items])
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
-        self.book.expect(ids)
+        self.expect(ids)
+
+    def expect(self, node_ids: list[str]) -> None:
+        """The entries this run selected: each should get a result (the book pairs them by API)."""
+        self.book.expect(node_ids)
+        for node_id in node_ids:
+            dump, entry = split_node_id(node_id)
+            if parse_entry_name(entry) is not None:
+                self.selected.add((self.dump_key(dump), entry))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
@@ -266,11 +276,13 @@ class CsvReporter:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
         self.finishing = True
         leftovers = self.book.leftovers()
-        if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail or self.run.lost_hosts:
+        stopped = self.stop_reason(session, exitstatus)
+        if stopped:
             # Cut short by Ctrl-C, -x, --maxfail or a lost host: left out, so that --msprobe-resume runs them whole.
             self.unfinished, leftovers = leftovers, []
         for row in leftovers:
             self.write(row)
+        self.stop_lines = self.stopped_lines(stopped)
         for path, writer in self.writers.items():
             writer.close()
             if self.run.selection.resumed and os.path.lexists(manifest.path_for(writer.result_path)):
@@ -285,6 +297,33 @@ class CsvReporter:
             journal.close()
         self.write_html()
 
+    def stop_reason(self, session: pytest.Session, exitstatus: int | pytest.ExitCode) -> str:
+        """Why the run ended before its last entry ("" where it did not): pytest's own words where it has them."""
+        dsession = self.config.pluginmanager.get_plugin("dsession")  # xdist's controller stops on its own
+        for reason in (session.shouldfail, session.shouldstop, getattr(dsession, "shouldstop", None)):
+            if reason:
+                return reason if isinstance(reason, str) else "stopped"
+        if self.run.lost_hosts:
+            return f"hosts lost: {', '.join(sorted(self.run.lost_hosts))}"
+        return "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else ""
+
+    def stopped_lines(self, why: str) -> list[str]:
+        """What the terminal and the HTML report say of a run that stopped early: the entries never
+        checked, and per dump the APIs left without a row and how to finish them."""
+        if not why:
+            return []
+        lines = []
+        if self.selected - {(result.dump, result.entry) for result in self.results}:
+            lines.append(summary.stopped_line(cut(printable(why), 200), self.selected, self.results))
+        for path, dump in sorted({self.dump_path(row.dump): row.dump for row in self.unfinished}.items()):
+            count = sum(row.dump == dump for row in self.unfinished)
+            where = f"{dump}: " if len(self.writers) > 1 else ""
+            lines.append(
+                f"{where}{count} APIs unfinished when the run stopped, not written: "
+                f"--msprobe-resume {self.open(path).result_path} runs them"
+            )
+        return lines
+
     def write_html(self) -> None:
         """--msprobe-html: the page of every entry the pairs hold (a resumed pair's earlier ones too)."""
         path = self.run.options.html_path(Path(self.config.invocation_params.dir))
@@ -292,7 +331,9 @@ class CsvReporter:
             return
         pairs = [writer.result_path for writer in self.writers.values()]
         try:
-            self.html = html.write_run(path, [*self.run.selection.earlier, *self.results], pairs)
+            unchecked = summary.unchecked(self.selected, self.results) if self.stop_lines else None
+            results = [*self.run.selection.earlier, *self.results]
+            self.html = html.write_run(path, results, pairs, self.stop_lines, unchecked)
         except (OSError, ImportError, ValueError) as exc:  # a folder it cannot write, plotly missing, a forged manifest
             self.late.append(f"msprobe: the HTML report {path} is not written: {html.why(exc)}")
 
@@ -310,13 +351,7 @@ class CsvReporter:
         if self.stopped_late:
             lines += ["", self.stopped]
         lines += self.late
-        for path, dump in sorted({self.dump_path(row.dump): row.dump for row in self.unfinished}.items()):
-            count = sum(row.dump == dump for row in self.unfinished)
-            where = f"{dump}: " if len(self.writers) > 1 else ""
-            lines.append(
-                f"{where}{count} APIs unfinished when the run stopped, not written: "
-                f"--msprobe-resume {self.open(path).result_path} runs them"
-            )
+        lines += self.stop_lines
         for path, writer in self.writers.items():
             lines += [f"result:  {writer.result_path}", f"details: {writer.details_path}"]
             lines += layout_lines(self.run.options.csv_layout, writer.layout, self.run.framework_of.get(path, ""))

@@ -18,7 +18,7 @@ import os
 import time
 import urllib.parse
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,9 +31,9 @@ from . import files, html_figures, journal, manifest
 from .csv_files import DETAILS_HEADERS, ReportError, details_path_for, read_result_rows
 from .html_markup import Html, escape, json_script, script, style, tag, url
 from .journal import journal_path_for
-from .messages import call_site_text, entry_message, notes, output_text, probe_text, split_message
+from .messages import call_site_text, join, notes, output_findings, output_text, probe_text, split_message
 from .resume import complete_records, read_details_outputs
-from .summary import dump_labels
+from .summary import dump_labels, floor_line
 
 STATUS_ORDER = (ERROR, WARNING, PASS, SKIP)
 MAX_FIGURES = 50  # failing outputs drawn with their samples, worst first: the file stays a few MB
@@ -64,6 +64,10 @@ class Report:
     entries: list[Entry]
     manifests: list[dict[str, Any]] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)  # the result CSVs the rows are in
+    # A run that stopped early (Ctrl-C, -x, a lost host): the lines its terminal said of what it left
+    # unchecked (summary.stopped_line, the APIs without a row and how to finish them); [] for a whole run.
+    stopped: list[str] = field(default_factory=list)
+    unchecked: dict[str, int] = field(default_factory=dict)  # of those, the entries never checked, by direction
 
 
 def esc(text: object) -> Html:
@@ -79,7 +83,12 @@ def from_results(results: Sequence[EntryResult], manifests: Sequence[dict[str, A
     if len(manifests) == 1:  # a resumed pair's entries read from its CSVs alone name no dump
         dump = str(manifests[0]["dump"]["path"])
         results = [r if r.dump else replace(r, dump=dump) for r in results]
-    return _placed([Entry(r, entry_message(r)) for r in results], list(manifests), list(sources))
+    return _placed([Entry(r, table_message(r)) for r in results], list(manifests), list(sources))
+
+
+def table_message(result: EntryResult) -> str:
+    """An entry's message in the table: entry_message but the call site, which has a column of its own."""
+    return join([result.reason, *output_findings(result), probe_text(result.probe), *notes(result)])
 
 
 def from_pairs(result_paths: Sequence[Path], sources: Sequence[Path] = ()) -> Report:
@@ -123,7 +132,7 @@ def _pair_entries(result_path: Path) -> list[Entry]:
                 continue
             known = journal.get((api, direction))
             if known is not None and known.status.value == status:
-                found.append(Entry(known, entry_message(known)))
+                found.append(Entry(known, table_message(known)))
             else:
                 rows_of = outputs.get((api, direction), [])
                 found.append(Entry(EntryResult(api, direction, Status(status), "", rows_of), text))
@@ -294,10 +303,21 @@ def relative_url(page: Path, report: Path) -> str:
     return urllib.parse.quote(os.path.relpath(page.resolve(), report.resolve().parent).replace(os.sep, "/"))
 
 
-def write_run(path: Path, results: Sequence[EntryResult], result_paths: Sequence[Path]) -> Path:
-    """The page of a run's own results, its pairs' manifests for the header (--msprobe-html)."""
+def write_run(
+    path: Path,
+    results: Sequence[EntryResult],
+    result_paths: Sequence[Path],
+    stopped: Sequence[str] = (),
+    unchecked: Mapping[str, int] | None = None,
+) -> Path:
+    """The page of a run's own results, its pairs' manifests for the header (--msprobe-html); `stopped`:
+    what the terminal said of what a run that stopped early left unchecked, `unchecked` how many
+    entries it never checked, by direction."""
     described = [document for document in map(_manifest, result_paths) if document]
-    return write(path, from_results(results, described, [str(p) for p in result_paths]))
+    report = from_results(results, described, [str(p) for p in result_paths])
+    report.stopped = list(stopped)
+    report.unchecked = dict(unchecked or {})
+    return write(path, report)
 
 
 def unavailable() -> str:
@@ -345,17 +365,31 @@ def _header(report: Report, settings: dict[str, Any]) -> Html:
     counts = []
     for direction in (FORWARD, BACKWARD):
         got = Counter(e.result.status for e in report.entries if e.result.direction == direction)
-        if got:
+        missing = report.unchecked.get(direction, 0)
+        if got or missing:
             cells = [tag("td", {"class": f"s-{s.value}"}, f"{got.get(s, 0)} {s.value}") for s in STATUS_ORDER]
+            if report.unchecked:  # a run that stopped early: what it never reached
+                cells.append(tag("td", {"class": "unchecked"}, f"{missing} not checked"))
             counts.append(tag("tr", None, tag("th", None, direction), *cells))
     table = [tag("tr", None, tag("th", None, name), tag("td", None, value)) for name, value in rows]
+    floor = floor_line([entry.result for entry in report.entries])
     return tag(
         "header",
         None,
         tag("h1", None, "pytest-msprobe: ", _title(report)),
+        _stopped(report),
         tag("table", {"class": "meta"}, *table),
         tag("table", {"class": "counts", "id": "counts"}, *counts),
+        *(tag("p", {"id": "floor"}, line) for line in floor),
     )
+
+
+def _stopped(report: Report) -> Html:
+    """A run that stopped before its last entry says so first, in the terminal's words: the page is partial."""
+    if not report.stopped:
+        return Html("")
+    lines = [tag("p", None, line) for line in report.stopped]
+    return tag("div", {"id": "stopped"}, tag("p", None, tag("b", None, "A partial run.")), *lines)
 
 
 def _step(report: Report, settings: dict[str, Any], figures: list[dict[str, Any]]) -> Html:

@@ -6,7 +6,7 @@ import math
 import os
 import re
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from ..dumps.dump import BACKWARD, DUMP_FILE_NAME, FORWARD
 from ..results import ERROR, PASS, SKIP, WARNING, EntryResult, Status
@@ -173,6 +173,25 @@ def floor_line(results: Sequence[EntryResult]) -> list[str]:
             "--msprobe-standard dtype would pass them"
         ]
     )
+
+
+def unchecked(selected: Collection[tuple[str, str]], results: Sequence[EntryResult]) -> Counter[str]:
+    """The selected entries ((dump, entry name)) that no result came for, counted by direction."""
+    done = {(result.dump, result.entry) for result in results}
+    return Counter(entry.rpartition(".")[2] for dump, entry in selected if (dump, entry) not in done)
+
+
+def stopped_line(why: str, selected: Collection[tuple[str, str]], results: Sequence[EntryResult]) -> str:
+    """What a run that stopped early left unchecked, as the terminal and the HTML report say it:
+    `the run stopped early (stopping after 1 failures): 47 of 66 entries never checked (18 forward, 29 backward)`."""
+    missing = unchecked(selected, results)
+    by_direction = ", ".join(f"{missing[d]} {d}" for d in (FORWARD, BACKWARD) if missing.get(d))
+    return shown(
+        [
+            f"the run stopped early ({why}): {sum(missing.values())} of {len(selected)} entries never checked"
+            + (f" ({by_direction})" if by_direction else "")
+        ]
+    )[0]
 
 
 def summary_lines(results: Sequence[EntryResult], strict: bool = False) -> list[str]:
