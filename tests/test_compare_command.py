@@ -290,3 +290,23 @@ def test_a_folder_one_run_lacks_is_said(tmp_path: Path, capsys: pytest.CaptureFi
         "the GPU run has no folder rank1: nothing to compare with"
     }
     assert "rank2: the NPU run has no such folder: not compared" in out
+
+
+def test_two_comparisons_in_one_second_keep_both_pairs(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compare, "timestamp", lambda: "20260101000000")
+    npu, gpu = write_pair(tmp_path, CASES[:3])
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "api_precision_compare_details_20260101000000_1.csv").symlink_to(tmp_path / "elsewhere")
+    for _ in range(2):
+        run(capsys, "--npu", npu, "--gpu", gpu, "-o", tmp_path / "out")
+    names = sorted(path.name for path in (tmp_path / "out").glob("api_precision_compare_result_*.csv"))
+    # the second pair's _1 details name holds a link: never written through, the pair takes _2
+    assert names == [
+        "api_precision_compare_result_20260101000000.csv",
+        "api_precision_compare_result_20260101000000_2.csv",
+    ]
+    assert not (tmp_path / "elsewhere").exists()
+    first = (tmp_path / "out" / "api_precision_compare_details_20260101000000.csv").read_bytes()
+    assert first.startswith("\ufeffAPI Name,".encode())

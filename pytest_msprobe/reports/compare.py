@@ -23,6 +23,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from .. import readback
 from ..dumps.dump import BACKWARD, FORWARD
@@ -30,7 +31,7 @@ from ..judging import precision_compare as rules
 from ..judging.precision_compare import Judged, Row
 from ..results import ERROR, METRIC_FIELDS, PASS, SKIP, WARNING, MsprobeMetrics, Status, worst_status
 from ..untrusted import printable
-from . import layouts, manifest
+from . import files, layouts, manifest
 from .csv_files import (
     DETAILS_PREFIX,
     ENCODING,
@@ -376,13 +377,9 @@ def details_row(compared: Compared, with_closer: bool) -> list[str]:
 def write(folder: Folder, out: Path, stamp: str) -> Path:
     target = out / folder.folder
     target.mkdir(parents=True, exist_ok=True)
-    result_path = target / f"{RESULT_PREFIX_OUT}{stamp}.csv"
-    details_path = target / f"{DETAILS_PREFIX_OUT}{stamp}.csv"
+    result_path, result, details = new_pair(target, stamp)
     with_closer = bool(folder.gpu and folder.npu.ours and folder.gpu.ours)
-    with (
-        open(result_path, "w", newline="", encoding=ENCODING) as result,
-        open(details_path, "w", newline="", encoding=ENCODING) as details,
-    ):
+    with result, details:
         result_rows, details_rows = csv.writer(result), csv.writer(details)
         result_rows.writerow(RESULT_COLUMNS)
         details_rows.writerow([*DETAILS_COLUMNS, CLOSER] if with_closer else DETAILS_COLUMNS)
@@ -393,6 +390,28 @@ def write(folder: Folder, out: Path, stamp: str) -> Path:
             )
     folder.result = result_path
     return result_path
+
+
+def new_pair(target: Path, stamp: str) -> tuple[Path, IO[str], IO[str]]:
+    """The two files, new (never written through a link, never over another comparison's): `_{stamp}`
+    or, where that is taken (two comparisons in one second), `_{stamp}_1`, ...; each begun with the BOM."""
+    for n in range(1000):
+        suffix = f"{stamp}{f'_{n}' if n else ''}.csv"
+        result_path, details_path = target / f"{RESULT_PREFIX_OUT}{suffix}", target / f"{DETAILS_PREFIX_OUT}{suffix}"
+        try:
+            result = files.open_new(result_path, newline="")
+        except FileExistsError:
+            continue
+        try:
+            details = files.open_new(details_path, newline="")
+        except FileExistsError:
+            result.close()
+            result_path.unlink()
+            continue
+        for handle in (result, details):
+            handle.write("\ufeff")  # UTF-8 with a BOM, as msprobe writes them (utf-8-sig)
+        return result_path, result, details
+    raise FileExistsError(f"{target}: {RESULT_PREFIX_OUT}{stamp}.csv to _999.csv all exist")
 
 
 def summary_lines(folders: Sequence[Folder]) -> list[str]:
