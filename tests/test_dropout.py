@@ -87,6 +87,15 @@ def test_kept_elements_are_judged_so_a_wrong_scale_fails():
     nan = Comparison(np.where(keep_t, np.nan, 0.0), bench, "torch.float32")
     assert judge(nan, rule, BasicStandard())[1].reasons[0].startswith("NaN or inf at ")
 
+    class AgainstAReference:  # --msprobe-standard benchmark: whole outputs' metrics over a reference run's
+        name, uses_reference = "benchmark", True
+
+    verdict = judge(unscaled, rule, AgainstAReference())[1]  # type: ignore[arg-type]
+    assert verdict.status == "pass" and verdict.reasons[1] == (
+        "the elements both sides kept are not judged: --msprobe-standard benchmark compares whole outputs with "
+        "a reference run"
+    )
+
 
 # -- what a user sees -------------------------------------------------------------
 

@@ -95,6 +95,14 @@ def judge(c: Comparison, rule: DropoutRule, standard: Standard) -> tuple[Metrics
     dropped_b, units_b = dropped_units(bench, rule)
     share = share_verdict(int(units_t.sum()), int(units_b.sum()), units_t.size, rule)
     kept = ~dropped_t & ~dropped_b & finite[0]
+    if getattr(standard, "uses_reference", False):
+        # The benchmark standard puts a whole output's msprobe metrics over a reference run's: no
+        # reference has them for the elements both sides kept. The share alone judges it.
+        share.reasons.append(
+            f"the elements both sides kept are not judged: --msprobe-standard {standard.name} compares "
+            "whole outputs with a reference run"
+        )
+        return Metrics(None, 0.0, 0.0), share
     if not kept.any():
         return Metrics(None, 0.0, 0.0), share
     metrics, values = compare(Comparison(tested[kept], bench[kept], c.tested_dtype, c.name), standard)
