@@ -76,6 +76,11 @@ class Options:
     black_list: tuple[str, ...] | None = None
     filter: bool = False  # msprobe's -f: one check per group of calls equal but for Max/Min
     csv_layout: str = DEFAULT_LAYOUT  # the CSV pair's columns (reports/layouts.py)
+    # msprobe's own registrations of a team's operators, read as they are (frameworks/msprobe_yaml.py),
+    # and the Python files their functions are imported from (no other file is).
+    fusion_config: str = ""
+    postprocess_config: str = ""
+    functions: tuple[str, ...] = ()
 
     @property
     def rerun_on(self) -> str | None:
@@ -202,8 +207,9 @@ def _one_of(choices: tuple[str, ...]) -> str:
     return " or ".join(choices) if len(choices) == 2 else f"one of {', '.join(choices)}"
 
 
-# The options that take one value; --msprobe-dump (repeatable), --msprobe-save-error-data
-# (a bare flag or a folder) and the ini key msprobe_tolerances (lines) are read by `parse` too.
+# The options that take one value; --msprobe-dump and --msprobe-functions (repeatable),
+# --msprobe-save-error-data (a bare flag or a folder) and the ini key msprobe_tolerances (lines)
+# are read by `parse` too.
 OPTIONS = (
     Option(
         "mode",
@@ -281,6 +287,18 @@ OPTIONS = (
     ),
     Option("strict", "a warning fails its item and the run, as an error does", read=read_bool, bare=True),
     Option(
+        "fusion_config",
+        "msprobe's fusion_operator_config.yaml: each operator's forward (and backward) bench function, "
+        "imported from the files --msprobe-functions names (docs/custom-ops.md)",
+        metavar="PATH",
+    ),
+    Option(
+        "postprocess_config",
+        "msprobe's api_output_postprocess.yaml: its acc_check_handlers post-process each side's outputs "
+        "before they are compared, imported from the files --msprobe-functions names",
+        metavar="PATH",
+    ),
+    Option(
         "html",
         "one self-contained HTML file of the run, written at its end: the step as a line, a roll-up by API, "
         "every entry, and the failing outputs' figures (needs plotly: pip install 'pytest-msprobe[html]')",
@@ -318,7 +336,7 @@ OPTIONS = (
 
 def parse(raw: Mapping[str, Any]) -> Options:
     """Options from raw values by field name: text for OPTIONS (None or "" where not set),
-    lists for dumps and tolerances, and for save_error_data True (the bare flag), a folder,
+    lists for dumps, tolerances and functions, and for save_error_data True (the bare flag), a folder,
     or the ini key's text."""
     values: dict[str, Any] = {}
     for option in OPTIONS:
@@ -327,6 +345,7 @@ def parse(raw: Mapping[str, Any]) -> Options:
             values[option.name] = option.parse(str(text))
     values["dumps"] = tuple(str(path) for path in raw.get("dumps") or ())
     values["tolerances"] = tuple(raw.get("tolerances") or ())
+    values["functions"] = tuple(str(path) for path in raw.get("functions") or ())
     values["save_error_data"] = _error_data(raw.get("save_error_data"))
     return Options(**values)
 

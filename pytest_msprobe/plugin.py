@@ -8,12 +8,15 @@ is imported only when --msprobe-dump or the ini key msprobe_dump names a dump.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .options import ERROR_DATA_FOLDER, OPTIONS, OptionError, Options, parse
 from .untrusted import printable
+
+if TYPE_CHECKING:
+    from .frameworks.references import Registry
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,6 +46,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "ini msprobe_save_error_data)",
     )
     parser.addini("msprobe_save_error_data", "folder for the error data, or true for the default", default="")
+    group.addoption(
+        "--msprobe-functions",
+        dest="msprobe_functions",
+        action="append",
+        metavar="FILE",
+        default=[],
+        help="a Python file the functions of --msprobe-fusion-config and --msprobe-postprocess-config are "
+        "imported from (no other file is); repeatable (ini msprobe_functions)",
+    )
+    parser.addini(
+        "msprobe_functions",
+        "Python files msprobe's YAML files' functions are imported from",
+        type="linelist",
+        default=[],
+    )
     parser.addini(
         "msprobe_tolerances",
         "dtype standard: per-API budgets, lines `pattern: rtol=.., atol=..`",
@@ -56,6 +74,7 @@ def read_options(config: pytest.Config, dumps: list[str]) -> Options:
     raw: dict[str, Any] = {option.name: _value(config, option.ini) for option in OPTIONS}
     raw["dumps"] = dumps
     raw["tolerances"] = config.getini("msprobe_tolerances")
+    raw["functions"] = config.getoption("msprobe_functions") or config.getini("msprobe_functions")
     raw["save_error_data"] = _value(config, "msprobe_save_error_data")
     try:
         return parse(raw)
@@ -66,6 +85,20 @@ def read_options(config: pytest.Config, dumps: list[str]) -> Options:
 def _value(config: pytest.Config, ini: str) -> Any:
     value = config.getoption(ini)
     return value if value is not None else config.getini(ini)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import newhooks
+
+    pluginmanager.add_hookspecs(newhooks)
+
+
+@pytest.hookimpl(tryfirst=True)  # first: a user's registration of the same name replaces one of them
+def pytest_msprobe_references(registry: Registry) -> None:
+    """The built-in torch_npu references, registered as a conftest's are (no torch imported here)."""
+    from .frameworks import npu_builtins
+
+    npu_builtins.register(registry)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -62,8 +62,8 @@ def device_kernels(monkeypatch):
     kernels = {}
     real = pytorch.resolve
 
-    def resolve(name, recorded, device):
-        tested, bench = real(name, recorded, device)
+    def resolve(name, recorded, device, *references):
+        tested, bench = real(name, recorded, device, *references)
         wrap = kernels.get(f"{name.api_type}.{name.api}")
         return (tested if wrap is None or tested is None else wrap(tested)), bench
 

@@ -7,6 +7,7 @@ executes each as a module of its own (templates/repro.py, `package_module`).
 
 - reductions.py, the metrics' pass and the block iteration the budget reads an output with;
 - standards/budget.py, whole: the per-element budget (numpy only);
+- frameworks/references.py, the exception a reference raises for a call it does not model;
 - frameworks/npu_reference.py, npu_fusion_attention's layouts and masks as scaled_dot_product_attention's;
 - frameworks/magnitudes.py, its formulas (softmax, layer_norm, group_norm, instance_norm, batch_norm, gelu,
   cross_entropy, attention, multi_head_attention_forward),
@@ -54,7 +55,7 @@ REDUCTIONS = frozenset({
 
 # npu_fusion_attention's call as scaled_dot_product_attention's terms, which magnitudes models it by.
 FUSED_ATTENTION = frozenset({
-    "ReferenceUnsupported", "AttentionInBnsd", "fusion_attention_in_bnsd", "_check_attention_features",
+    "AttentionInBnsd", "fusion_attention_in_bnsd", "_check_attention_features",
     "_PADDED_LAYOUTS", "_SparseMask", "_padded_in_bnsd", "_kv_head_count", "_to_bnsd", "_from_bnsd",
     "_repeat_kv", "_check_pse",
 })  # fmt: skip
@@ -62,7 +63,9 @@ FUSED_ATTENTION = frozenset({
 PARTS = (
     Part("reductions", "pytest_msprobe.judging.reductions", REDUCTIONS),
     Part("budget", "pytest_msprobe.judging.standards.budget", uses=("reductions",)),
-    Part("npu_reference", "pytest_msprobe.frameworks.npu_reference", FUSED_ATTENTION),
+    # The exception the references raise for what they do not model (the registry's, references.py).
+    Part("references", "pytest_msprobe.frameworks.references", frozenset({"ReferenceUnsupported"})),
+    Part("npu_reference", "pytest_msprobe.frameworks.npu_reference", FUSED_ATTENTION, uses=("references",)),
     Part(
         "magnitudes",
         "pytest_msprobe.frameworks.magnitudes",

@@ -13,6 +13,7 @@ from ..dumps.dump import Dump, EntryName
 from ..dumps.stack import CallSites
 from ..frameworks import BenchmarkFailed, OutputPair, Probe, Run, RunOptions, Unsupported, for_framework
 from ..frameworks.output_bounds import recorded_entry
+from ..frameworks.references import ReferenceFailed, stopped_in
 from ..inputs.rebuild import InputError, element_budget
 from ..judging import dropout
 from ..judging.compare import Comparison, compare
@@ -51,6 +52,7 @@ class Checker:
         """The entry's result; an `error` naming the limit where its check ran past --msprobe-timeout."""
         result: EntryResult | None = None
         limit = TimeLimit(self.timeout)
+        stopped_in()  # a check before this one that stopped in a user's function: forgotten
         try:
             with limit:
                 result = self.checked(dump, name, position)
@@ -59,8 +61,10 @@ class Checker:
         finally:
             limit.stop()
         if limit.expired or result is None:
+            inside = stopped_in()
+            where = f" in {inside}" if inside else ""
             reason = (
-                f"stopped after {limit.elapsed:.1f} s: ran past --msprobe-timeout {self.timeout:g} s "
+                f"stopped after {limit.elapsed:.1f} s{where}: ran past --msprobe-timeout {self.timeout:g} s "
                 "(a slower call than any of a real step); the run goes on"
             )
             result = EntryResult(name.prefix, name.direction, ERROR, reason, dump=str(dump.path), position=position)
@@ -85,7 +89,12 @@ class Checker:
         except (Unsupported, BenchmarkFailed, InputError) as exc:
             result.reason = str(exc)
             return result
-        self.judge(result, name, run, self.msprobe_inputs(dump, name, result))
+        except ReferenceFailed as exc:  # a user's reference, model or mask: its error, naming it
+            return self.failed(dump, result, name, exc)
+        try:
+            self.judge(result, name, run, self.msprobe_inputs(dump, name, result))
+        except ReferenceFailed as exc:  # a user's magnitude model, asked by the standard
+            return self.failed(dump, result, name, exc)
         if result.status in (PASS, SKIP):
             return result
         result.call_site = self.call_sites.of(dump.path, name)
@@ -105,6 +114,11 @@ class Checker:
         if name.direction == "backward":
             result.msprobe_outputs = backward_numbering(forward)
         return has_fp8_input(forward)
+
+    def failed(self, dump: Dump, result: EntryResult, name: EntryName, exc: ReferenceFailed) -> EntryResult:
+        result.status, result.reason, result.outputs = ERROR, str(exc), []
+        result.call_site = self.call_sites.of(dump.path, name)
+        return result
 
     def judge(self, result: EntryResult, name: EntryName, run: Run, fp8_input: bool | None = None) -> None:
         result.notes = list(run.notes)

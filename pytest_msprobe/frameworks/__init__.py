@@ -19,6 +19,7 @@ import numpy as np
 from ..dumps.apis import Unsupported
 from ..judging.compare import ExtraRuns
 from ..judging.dropout import DropoutRule
+from .references import Registry
 
 if TYPE_CHECKING:
     from ..dumps.dump import Dump, EntryName
@@ -27,6 +28,15 @@ if TYPE_CHECKING:
 
 class BenchmarkFailed(Exception):
     """The CPU benchmark itself raised: nothing to judge the tested side against, SKIP."""
+
+
+def built_in_references() -> Registry:
+    """A registry of the built-in references alone (a run's holds the users' too: glue/session.py)."""
+    from . import npu_builtins
+
+    registry = Registry()
+    npu_builtins.register(registry)
+    return registry
 
 
 class Tested(enum.Enum):
@@ -48,6 +58,8 @@ class RunOptions:
     seed: int  # of the random inputs, mixed with each entry's name
     keep: bool = False  # hand the values back on Run.kept (the error data, the repro)
     probe: bool = False  # offer the fp32 probe on Run.probe (--msprobe-probe fp32)
+    # The references behind the APIs without a torch counterpart (references.py).
+    references: Registry = field(default_factory=built_in_references, compare=False)
 
     @property
     def recorded(self) -> bool:

@@ -31,6 +31,7 @@ from .npu_reference import (
     _SparseMask,
     _to_bnsd,
 )
+from .references import Unwritten
 
 __all__ = [
     "INFERENCE_CALLS",
@@ -276,6 +277,21 @@ def _grouped_matmul_rows(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[in
 
 
 PADDED_ROWS["npu_grouped_matmul"] = _grouped_matmul_rows
+
+
+def grouped_matmul_unwritten(
+    outputs: Sequence[Any], args: Sequence[Any], kwargs: dict[str, Any]
+) -> dict[int, Unwritten]:
+    """The rows beyond group_list's total, as the registry's unwritten mask (npu_builtins.py)."""
+    found = {}
+    for index, rows in _grouped_matmul_rows(args, kwargs).items():
+        output = outputs[index] if index < len(outputs) else None
+        if not isinstance(output, torch.Tensor) or output.dim() == 0:
+            continue
+        total = output.shape[0]
+        mask = (torch.arange(total) >= rows).reshape(total, *([1] * (output.dim() - 1)))
+        found[index] = Unwritten(mask, f"rows {rows}..{total - 1} of {total} lie beyond group_list (padding)")
+    return found
 
 
 # --------------------------------------------------------------------------

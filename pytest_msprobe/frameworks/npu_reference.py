@@ -23,26 +23,13 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from .npu_builtins import UNCOMPARED_OUTPUTS
+from .references import ReferenceUnsupported
+
 __all__ = ["PADDED_ROWS", "REFERENCES", "UNCOMPARED_OUTPUTS", "ReferenceUnsupported", "lookup"]
 
 
-class ReferenceUnsupported(Exception):
-    """The call uses a feature the reference does not model (the message says which)."""
-
-
 REFERENCES: dict[str, Callable] = {}
-
-# Outputs a reference returns only to keep torch_npu's structure: placeholders
-# and dropout bookkeeping that say nothing about precision.
-UNCOMPARED_OUTPUTS: dict[str, dict[int, str]] = {
-    "npu_fusion_attention": {
-        3: "softmax_out is an empty placeholder",
-        4: "the dropout seed is not a result",
-        5: "the dropout offset is not a result",
-        6: "the dropout mask length is not a result",
-    },
-}
-
 
 # Outputs whose trailing rows a correct kernel leaves unwritten (padding beyond a group_list): by op,
 # (args, kwargs) of the call -> {output index: the rows written}. The rows beyond are not compared.

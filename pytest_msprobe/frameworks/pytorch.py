@@ -15,9 +15,23 @@ import torch
 from ..dumps import apis
 from ..dumps.dump import BACKWARD, DISTRIBUTED_TYPES, Dump, EntryName
 from ..inputs.rebuild import REAL, Rebuilder, Undescribed, element_bound, is_tensor_spec, tree_map
-from . import OutputPair, Recipe, Run, RunOptions, Unsupported, conv, devices, dropout, linear_grads, output_bounds
+from . import (
+    OutputPair,
+    Recipe,
+    Run,
+    RunOptions,
+    Unsupported,
+    built_in_references,
+    conv,
+    devices,
+    dropout,
+    linear_grads,
+    output_bounds,
+    registered,
+)
 from .magnitudes import with_magnitudes
 from .recorded_gradients import Attribution, attribute
+from .references import Reference, Registry, describe
 from .torch_engine import (
     CODEC,
     LOW_PRECISION,
@@ -72,12 +86,14 @@ class PyTorch:
     name = "pytorch"
 
     def run(self, dump: Dump, entry: EntryName, options: RunOptions) -> Run:
+        reference = options.references.find(f"{entry.api_type}.{entry.api}")
         call = build_call(
             dump,
             entry,
-            resolve(entry, options.recorded, options.device),
+            resolve(entry, options.recorded, options.device, options.references),
             REAL if options.recorded else options.mode,
             options.seed,
+            reference,
         )
         output_bounds.call_outputs(call, element_bound())  # before anything the call asks is allocated
         sides = (
@@ -87,17 +103,24 @@ class PyTorch:
             sides = judged_as_dropout(sides, call.draw, entry.direction != BACKWARD)
         if options.keep:
             sides.recipe = recipe(call)
-        return run_sides(call, with_magnitudes(sides, entry.api, call), options)
+        modelled = registered.with_registered_magnitude(sides, call)
+        return run_sides(call, modelled or with_magnitudes(sides, entry.api, call), options)
 
 
 def recipe(call: Call) -> Recipe:
     """The call as repro.py rebuilds it: the path apis.py resolved it by (msprobe's list for its
     type, never the dump's words); an NPU op's float64 reference is not rebuilt there."""
     name = call.name
-    path = apis.listed(apis.PYTORCH, name.api_type, name.api).dotted
+    device = None if call.reference is None else call.reference.device
+    if device is not None:
+        path = describe(device)
+    elif registered.custom(name.api_type):
+        path = "torch.ops." + ".".join((name.api_type, name.api))
+    else:
+        path = apis.listed(apis.PYTORCH, name.api_type, name.api).dotted
     bench = (
         ""
-        if name.api_type == "NPU"
+        if registered.fused(name) or (call.reference is not None and call.reference.forward is not None)
         else f'def bench(*args, **kwargs):\n    return resolve("{path}")(*args, **kwargs)\n'
     )
     unscripted = (
@@ -121,30 +144,39 @@ def recipe(call: Call) -> Recipe:
 # -- resolving an entry --------------------------------------------------------
 
 
-def resolve(name: EntryName, recorded: bool, device: str) -> tuple[Callable | None, Callable]:
+def resolve(
+    name: EntryName, recorded: bool, device: str, references: Registry | None = None
+) -> tuple[Callable | None, Callable]:
     """(tested callable, bench callable) of an entry; Unsupported says why there is none."""
     api_type, api = name.api_type, name.api
     if api_type in DISTRIBUTED_TYPES:
         raise Unsupported(f"{api_type} collective: it cannot be re-run alone, on one device")
     if NONDETERMINISTIC.search(api) and not dropout.is_dropout(api_type, api):
         raise Unsupported(f"non-deterministic API {api}: two runs never agree")
+    reference = (references or built_in_references()).find(f"{api_type}.{api}")
     if api_type == "NPU":
-        return resolve_npu(api, recorded, device)
+        return resolve_npu(api, recorded, device, reference)
+    if registered.custom(api_type):
+        return registered.resolve_custom(name, reference, recorded)
     target = resolve_torch(api_type, api)
-    return target, target
+    bench = target if reference is None or reference.forward is None else registered.bench_of(reference, name)
+    return registered.device_of(reference, name) or target, bench
 
 
-def resolve_npu(api: str, recorded: bool, device: str) -> tuple[Callable | None, Callable]:
+def resolve_npu(
+    api: str, recorded: bool, device: str, reference: Reference | None = None
+) -> tuple[Callable | None, Callable]:
     """torch_npu's fused op on the NPU, its float64 CPU reference as the bench."""
-    from . import npu_ops
-
     listed = apis.listed(apis.PYTORCH, "NPU", api)  # before anything else: only msprobe's APIs
-    reference = npu_ops.lookup(api)
-    if reference is None:
+    if reference is None or reference.forward is None:
         raise Unsupported(f"NPU op {api} has no CPU reference to benchmark it with")
-    bench = _skip_unmodelled(api, reference, npu_ops.ReferenceUnsupported)
+    name = EntryName(f"NPU.{api}", "NPU", api, 0, "forward")
+    bench = registered.bench_of(reference, name)
     if recorded:
         return None, bench
+    tested = registered.device_of(reference, name)
+    if tested is not None:
+        return tested, bench
     if not device.startswith("npu"):
         raise Unsupported(
             f"NPU op {api} runs only on an NPU: use --msprobe-device npu, or recorded "
@@ -153,18 +185,6 @@ def resolve_npu(api: str, recorded: bool, device: str) -> tuple[Callable | None,
     import torch_npu
 
     return apis.resolve(torch_npu, listed, f"torch_npu {torch_npu.__version__}"), bench
-
-
-def _skip_unmodelled(api: str, reference: Callable, unsupported: type[Exception]) -> Callable:
-    """A call using a feature the reference does not model is a SKIP, not a bench failure."""
-
-    def bench(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return reference(*args, **kwargs)
-        except unsupported as exc:
-            raise Unsupported(f"NPU op {api}: {exc}") from None
-
-    return bench
 
 
 def resolve_torch(api_type: str, api: str) -> Callable:
@@ -203,11 +223,19 @@ def judged_as_dropout(sides: Sides, draw: dropout.Draw, forward: bool) -> Sides:
     return replace(sides, pair=ruled(sides.pair), probe_pair=ruled(sides.probe_pair))
 
 
-def build_call(dump: Dump, name: EntryName, fns: tuple[Callable | None, Callable], mode: str, seed: int) -> Call:
+def build_call(
+    dump: Dump,
+    name: EntryName,
+    fns: tuple[Callable | None, Callable],
+    mode: str,
+    seed: int,
+    reference: Reference | None = None,
+) -> Call:
     forward_entry = forward_body(dump, name)
     rebuilt = Rebuilder(CODEC, f"{name.prefix}.forward", dump.tensor_dir, mode, seed).rebuild(forward_entry)
     output_specs = flat_specs(forward_entry.get("output", []))
     call = Call(name, fns[0], fns[1], rebuilt.args, rebuilt.kwargs, output_specs, list(rebuilt.notes))
+    call.reference = reference
     call.grad_flags = [
         spec.get("requires_grad") is not False
         for spec in input_tensor_specs(forward_entry)
@@ -283,7 +311,7 @@ def autocast_dtype(call: Call) -> torch.dtype | None:
     an fp32 weight as they are, and an in-place op writes into its own dtype by type promotion.
     torch_npu's own ops (`NPU.`) are in no autocast list: their fp32 side inputs (npu_quant_matmul's
     scales, a norm's weight) beside a bf16/fp16 output are the op's signature, not autocast."""
-    if call.name.api in CASTS or call.inplace or call.name.api_type == "NPU":
+    if call.name.api in CASTS or call.inplace or registered.fused(call.name):
         return None
     inputs = {t.dtype for t in tensors(call.args, call.kwargs) if t.is_floating_point()}
     out = output_dtype(call)
@@ -314,7 +342,9 @@ def forward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
             return outputs
 
     def pair(tested: list, bench: list) -> list[OutputPair]:
-        return skip_uncompared(name, pairs_of(tested, bench), call)
+        # msprobe's post-processing (its YAML's handlers) first, on the outputs as the op gave them.
+        tested, bench, said = registered.postprocessed(call, tested, bench)
+        return registered.left_out(call, pairs_of(tested, bench), bench, said)
 
     def probe() -> list:
         widened = in_fp32(call)
@@ -322,31 +352,10 @@ def forward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
         devices.synchronize(options.probe_device)
         return outputs
 
-    return Sides(
-        lambda side: forward(side, call), tested, pair, call.notes, options.recorded, probe=probe, probe_pair=pair
-    )
+    def bench(side: Any) -> list:
+        return registered.checked_bench(call, side, forward(side, call))
 
-
-def skip_uncompared(name: EntryName, pairs: list[OutputPair], call: Call | None = None) -> list[OutputPair]:
-    """Outputs of NPU references that only keep torch_npu's structure are not compared, nor the
-    padded rows a correct kernel leaves unwritten (beyond a grouped matmul's group_list)."""
-    if name.api_type != "NPU":
-        return pairs
-    from .npu_ops import PADDED_ROWS, UNCOMPARED_OUTPUTS
-
-    why = UNCOMPARED_OUTPUTS.get(name.api, {})
-    pairs = [OutputPair(p.index, skip=why[p.index]) if p.index in why else p for p in pairs]
-    padded = PADDED_ROWS.get(name.api)
-    written = padded(call.args, call.kwargs) if padded is not None and call is not None else {}
-    for pair in pairs:
-        rows = written.get(pair.index)
-        if rows is not None and not pair.skip and pair.tested is not None and pair.bench is not None:
-            total = pair.tested.shape[0]
-            # The bench's padding (zeros) in place of whatever the device left there: equal, not judged.
-            pair.tested = pair.tested.copy()
-            pair.tested[rows:] = pair.bench[rows:]
-            pair.note = f"rows {rows}..{total - 1} of {total} lie beyond group_list (padding): not compared"
-    return pairs
+    return Sides(bench, tested, pair, call.notes, options.recorded, probe=probe, probe_pair=pair)
 
 
 def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
@@ -357,9 +366,13 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
     grad_specs = flat_specs(body.get("output", []))
     notes = call.notes + rebuilder.notes
 
+    explicit = call.reference is not None and call.reference.backward is not None
+
     def bench(side: Any) -> list:
         # A conv's and a linear's from their backward kernels alone (the tested side runs through
-        # autograd, as the step did).
+        # autograd, as the step did); a registered backward where autograd cannot derive one.
+        if explicit:
+            return registered.explicit_gradients(side, call, grad_outputs)
         return (
             conv.bench_gradients(call, grad_outputs, side)
             or linear_grads.bench_gradients(call, grad_outputs, side)
@@ -385,12 +398,14 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
         nodes: list[NodeGradient] = []
         shapes: set[tuple[int, ...]] = (
             set()
-            if name.api_type == "NPU"
+            if registered.fused(name)
             else {tuple(s["shape"]) for s in grad_specs if is_tensor_spec(s) and isinstance(s["shape"], list)}
         )
 
         def watched_bench(side: Any) -> list:
             nodes.clear()
+            if explicit:
+                return registered.explicit_gradients(side, call, grad_outputs)
             return gradients(side, call, grad_outputs, lambda outs, leaves: watch_graph(outs, leaves, shapes, nodes))
 
         def recorded() -> list:

@@ -27,6 +27,7 @@ from ..judging.compare import ExtraRuns
 from ..judging.reductions import finite_nonnegative
 from ..results import BENCH_FALLBACK
 from . import BenchmarkFailed, Kept, OutputPair, Probe, Recipe, Run, RunOptions, Unsupported, index_checks
+from .references import Reference, ReferenceFailed
 
 # Random by design: two runs never agree, so there is nothing to check.
 NONDETERMINISTIC = re.compile(
@@ -111,6 +112,8 @@ class Call:
     grad_flags: list[bool] = field(default_factory=list)  # per floating input: took a gradient
     autocast: torch.dtype | None = None
     draw: Any = None  # a dropout that draws a mask (dropout.Draw): judged by its share dropped
+    # What the reference registry holds for the API (references.py): its masks, model, backward.
+    reference: Reference | None = None
 
     @property
     def inplace(self) -> bool:
@@ -255,6 +258,7 @@ def _clone_tensor(value: Any) -> Any:
 def run_bench(compute: Callable[[Side], list], call: Call) -> tuple[list, Side, str]:
     """(outputs, side, note) of the first bench side that runs; the note says when it is not float64."""
     errors: list[str] = []
+    failed: ReferenceFailed | None = None
     for side in bench_sides(call):
         try:
             return (
@@ -270,6 +274,9 @@ def run_bench(compute: Callable[[Side], list], call: Call) -> tuple[list, Side, 
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of the bench is reported
             errors.append(f"{type(exc).__name__}: {first_line(exc)}")
+            failed = failed or (exc if isinstance(exc, ReferenceFailed) else None)
+    if failed is not None:
+        raise failed  # a user's reference: its error row names it, whatever float32 did
     raise BenchmarkFailed(f"the benchmark cannot run on CPU: {errors[-1]}")
 
 
@@ -491,7 +498,7 @@ class Sides:
     # The tested side again with its fp16/bf16 inputs in fp32, its outputs in the bench's order.
     probe: Callable[[], list] | None = None
     # (probe's outputs, bench) -> pairs: by index, less what the run leaves out of the comparison
-    # (an NPU op's padded rows beyond group_list: pytorch.skip_uncompared).
+    # (an NPU op's padded rows beyond group_list: registered.left_out).
     probe_pair: Callable[[list, list], list[OutputPair]] = pairs_of
     recipe: Recipe | None = None  # how a standalone script rebuilds the call
     # For the standard's extra runs: the magnitude of the terms of each output on a bench side (the
@@ -746,6 +753,10 @@ class ExtraBenchRuns:
         if key not in self.runs:
             try:
                 self.runs[key] = compute()
+            except ReferenceFailed:
+                if key[0] == "magnitude":
+                    raise  # the user's magnitude model that fails: its error row names it
+                self.runs[key] = None  # the reference in another dtype (the low run): an extra
             except Exception:  # noqa: BLE001 - a probe is an extra: the standard judges without it
                 self.runs[key] = None
         outputs = self.runs[key]

@@ -17,7 +17,10 @@ from ..options import Options
 
 CACHE_KEY = "msprobe/verdict_settings"
 # The settings a verdict depends on; where the files go, resume and the like do not change it.
-VERDICT_SETTINGS = ("dumps", "mode", "device", "seed", "standard", "cosine", "max_abs_err", "tolerances", "strict")
+VERDICT_SETTINGS = (
+    "dumps", "mode", "device", "seed", "standard", "cosine", "max_abs_err", "tolerances", "strict",
+    "fusion_config", "postprocess_config", "functions",
+)  # fmt: skip
 
 
 def verdict_settings(options: Options) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from ..dumps import trees as dump_trees
 from ..dumps.dump import Dump, DumpError, find_dump_files, parse_entry_name, peek_framework, peek_task, read_dump
 from ..dumps.folder import companion_given, passed_over_lines
 from ..dumps.notes import header_notes, missing_tensors_line, refusal, without_tensors
-from ..frameworks import RunOptions, Tested, devices
+from ..frameworks import RunOptions, Tested, devices, msprobe_yaml
+from ..frameworks.references import Registry, agree
 from ..judging.precision_compare import Reference
 from ..judging.standards import make_standard
 from ..options import RANDOM, Options
@@ -111,6 +112,7 @@ class MsprobeRun:
         ]
         if options.max_elements < 1:
             raise pytest.UsageError(f"--msprobe-max-elements must be at least 1, not {options.max_elements}")
+        self.references, self.reference_notes = self.registrations(config, options, base, workerinput)
         self.device_notes = [*refused, *notes]
         self.passed_over = refused  # files given and not checked: said again at the end under -q
         self.framework_of = {path: peek_framework(path) for path in self.dump_files}
@@ -150,6 +152,7 @@ class MsprobeRun:
             options.mode,
             options.seed,
             probe=options.probe == "fp32",
+            references=self.references,
         )
         self.checker = Checker(
             run_options,
@@ -177,6 +180,22 @@ class MsprobeRun:
         self.dumps_told = False  # the xdist controller's header lines on the dumps
 
         self.lost_hosts: dict[str, str] = {}  # host -> why no worker could start there (lost_hosts.py)
+
+    def registrations(
+        self, config: pytest.Config, options: Options, base: Path, workerinput: dict | None
+    ) -> tuple[Registry, list[str]]:
+        """The reference registry: the hooks' registrations (the built-ins first), then msprobe's YAML
+        files; a worker's checked against its controller's (references.agree)."""
+        registry = Registry()
+        config.hook.pytest_msprobe_references(registry=registry, config=config)
+        notes = msprobe_yaml.read(
+            options.fusion_config, options.postprocess_config, options.functions, base, self.dump_folders, registry
+        )
+        theirs = (workerinput or {}).get(workers.REFERENCES)
+        if theirs is not None:
+            here = f"worker {workerinput.get('workerid', '?')}" + (f" of host {self.host}" if self.host else "")  # type: ignore[union-attr]
+            agree(registry, theirs, here)
+        return registry, notes
 
     def describe(self, path: Path) -> dict[str, Any]:
         """The manifest of the CSV pair of a dump: the dump, the settings, the shard."""
@@ -271,6 +290,7 @@ class MsprobeRun:
             )
         lines += [f"msprobe: {note}" for note in self.device_notes]
         lines += [f"msprobe: {line}" for line in standard.header_lines()]
+        lines += [f"msprobe: {line}" for line in [*self.references.header_lines(), *self.reference_notes]]
         if self.checker.repro is not None:
             lines.append(f"msprobe: a reproducer of every entry that is not pass in {self.checker.repro}")
         if run.probe:

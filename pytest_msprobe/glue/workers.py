@@ -26,6 +26,7 @@ from . import lost_hosts, remote
 DEVICE_ID = "msprobe_device_id"
 THREADS = "msprobe_threads"
 HOST_WORKERS = "msprobe_host_workers"  # how many workers share the worker's host, and its device ids
+REFERENCES = "msprobe_references"  # the controller's reference registrations, each worker's checked against
 
 
 def distributing(config: pytest.Config) -> bool:
@@ -187,6 +188,7 @@ class Controller:
         node.workerinput[HOST_WORKERS] = self.plan.get(host, 1)
         node.workerinput[remote.HOST] = host
         node.workerinput[remote.DUMPS] = self.dumps_for(hosts.is_remote(spec))
+        node.workerinput[REFERENCES] = self.run.references.signatures()
         where = "" if set(self.plan) == {hosts.LOCAL} else f"host {host}, "
         self.say(f"msprobe: [{worker}] {where}device {self.device(device_id)}, {devices.threads_text(threads)}")
 
