@@ -506,3 +506,16 @@ def test_workers_over_tx_hosts_load_the_same_registrations_and_a_host_with_other
     for api, row in rows.items():
         if api != "myteam.gated_silu.0":
             assert row == results(pytester, "serial")[api]
+
+
+@pytest.mark.slow
+def test_the_repro_of_a_custom_op_compares_what_the_run_compared(pytester, example):
+    import subprocess
+
+    run(pytester, "faulty", "custom_op", "-k", "gated_silu.0.forward", "--msprobe-repro", "repro")
+    script = next((pytester.path / "repro").rglob("myteam.gated_silu.0.forward/repro.py"))
+    done = subprocess.run([sys.executable, str(script)], cwd=script.parent, capture_output=True, text=True,
+                          timeout=600)
+    assert "verdict: error (the run: error)" in done.stdout, done.stdout + done.stderr
+    assert "the float64 reference of this fused op" in done.stdout
+    assert "NaN" not in done.stdout  # the padding rows hold the bench's values, as the run compared them

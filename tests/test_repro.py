@@ -396,7 +396,7 @@ def test_an_npu_op_repro_judges_with_the_run_bench_and_extra_runs(pytester, tmp_
     for folder, report in zip(ordered, run_batch([(folder, tmp_path, ()) for folder in ordered])):
         assert "repro.py" in {p.name for p in folder.iterdir()} and "torch_npu" in (folder / "repro.py").read_text()
         assert report["bench"] == [
-            "the run's: pytest-msprobe's float64 reference of this NPU op (from inputs.pt, with its extra runs)"
+            "the run's: the float64 reference of this fused op (from inputs.pt, with its extra runs)"
         ]
         assert_reproduces(report, details, folder.name)
         assert_same_verdict(report, folder)

@@ -355,7 +355,10 @@ def forward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
     def bench(side: Any) -> list:
         return registered.checked_bench(call, side, forward(side, call))
 
-    return Sides(bench, tested, pair, call.notes, options.recorded, probe=probe, probe_pair=pair)
+    def compared(tested: list, bench: list) -> tuple[list, list]:
+        return registered.compared(call, tested, bench)
+
+    return Sides(bench, tested, pair, call.notes, options.recorded, compared=compared, probe=probe, probe_pair=pair)
 
 
 def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:

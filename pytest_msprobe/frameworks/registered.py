@@ -205,10 +205,7 @@ def left_out(call: Call, pairs: list[OutputPair], bench: list, postprocessed: st
             pair.note = postprocessed if not pair.skip else pair.note
     if reference.unwritten is None:
         return pairs
-    mask_fn = reference.unwritten
-    if user_code(reference, "unwritten"):
-        mask_fn = guarded(mask_fn, "unwritten mask", f"{call.name.api_type}.{call.name.api}")
-    masks = mask_fn(bench, call.args, call.kwargs) or {}
+    masks = _masks(call, bench)
     for pair in pairs:
         given = masks.get(pair.index)
         if given is None or pair.skip or pair.tested is None or pair.bench is None:
@@ -229,6 +226,38 @@ def left_out(call: Call, pairs: list[OutputPair], bench: list, postprocessed: st
         said = unwritten.why or f"{int(mask.sum())} of {mask.size} elements may be left unwritten by a correct kernel"
         pair.note = "; ".join(filter(None, (pair.note, f"{said}: not compared")))
     return pairs
+
+
+def _masks(call: Call, bench: list) -> dict:
+    reference = call.reference
+    assert reference is not None and reference.unwritten is not None
+    mask_fn = reference.unwritten
+    if user_code(reference, "unwritten"):
+        mask_fn = guarded(mask_fn, "unwritten mask", f"{call.name.api_type}.{call.name.api}")
+    return dict(mask_fn(bench, call.args, call.kwargs) or {})
+
+
+def compared(call: Call, tested: list, bench: list) -> tuple[list, list]:
+    """The outputs as they are compared (post-processed, the bench's value where a correct kernel may
+    leave an element unwritten), in their own types: what the error data and the repro keep. A mask
+    that does not fit leaves its output as it is (`left_out` makes it the entry's error)."""
+    tested, bench, _ = postprocessed(call, tested, bench)
+    reference = call.reference
+    if reference is None or reference.unwritten is None:
+        return tested, bench
+    found = list(tested)
+    for index, given in _masks(call, bench).items():
+        value = found[index] if index < len(found) else None
+        benched = bench[index] if index < len(bench) else None
+        if not isinstance(value, torch.Tensor) or not isinstance(benched, torch.Tensor):
+            continue
+        mask = given.mask if isinstance(given, Unwritten) else given
+        try:
+            where = torch.as_tensor(_as_bool_array(mask)).to(value.device)
+            found[index] = torch.where(where, benched.detach().to(device=value.device, dtype=value.dtype), value)
+        except (RuntimeError, ValueError, TypeError):
+            continue
+    return found, bench
 
 
 def _as_bool_array(mask: Any) -> np.ndarray:

@@ -255,10 +255,10 @@ def run_torch(side: Side, call: dict) -> list:
 def run_bench(call: dict, device: str, fp32: bool) -> tuple[list, Side | None, list[str]]:
     """(outputs, the side they ran on, what to say): float64 on the CPU; float32 where float64 has
     no kernel. Where the run's benchmark is not rebuilt here, its values from inputs.pt."""
-    if "bench" in call:  # an NPU op: its float64 reference is pytest-msprobe's own
+    if "bench" in call:  # a fused op (torch_npu's, a team's): its float64 reference the run's
         if fp32 and AUTOCAST:
             raise SystemExit("--fp32 of an autocast NPU op needs its reference without autocast: not here")
-        npu = "the run's: pytest-msprobe's float64 reference of this NPU op (from inputs.pt, with its extra runs)"
+        npu = "the run's: the float64 reference of this fused op (from inputs.pt, with its extra runs)"
         return call["bench"], None, [npu]
     errors: list[str] = []
     autocast = autocast_dtype(fp32)
