@@ -349,6 +349,9 @@ def test_a_reference_that_cannot_model_a_call_is_a_skip_naming_it(pytester, exam
          "conftest.py:2: myteam.gated_silu's forward must be a callable, not str"),
         ("def pytest_msprobe_references(registry):\n    registry.add('gated_silu', print)\n",
          "a reference's pattern is an API name as the dump writes it (<Type>.<api>), not 'gated_silu'"),
+        ("def pytest_msprobe_references(registry):\n    import not_a_module_of_the_team\n",
+         "a pytest_msprobe_references hook raised ModuleNotFoundError: No module named 'not_a_module_of_the_team' "
+         "(*conftest.py:2)"),
     ],
 )
 def test_a_registration_that_cannot_stand_is_a_usage_error(pytester, example, conftest, says):
@@ -356,6 +359,7 @@ def test_a_registration_that_cannot_stand_is_a_usage_error(pytester, example, co
     result = run(pytester, "clean")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{says}*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 
 # -- replacing a built-in reference --------------------------------------------------------------------

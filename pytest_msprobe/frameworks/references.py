@@ -161,7 +161,11 @@ class Reference:
 
     def signature(self) -> str:
         """What a worker compares with its controller's registration: each field and its origin."""
-        fields = (f"{name} {self.origins.get(name, '?')} {describe(getattr(self, name))}" for name in self.given())
+        # The file's name and line, not its folder: each host has its own copy of the team's plugin.
+        fields = (
+            f"{name} {os.path.basename(self.origins.get(name, '?'))} {describe(getattr(self, name))}"
+            for name in self.given()
+        )
         return "; ".join(fields)
 
 

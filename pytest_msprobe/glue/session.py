@@ -8,6 +8,7 @@ below only hand it to pytest.
 from __future__ import annotations
 
 import contextlib
+import traceback
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +22,7 @@ from ..dumps.dump import Dump, DumpError, find_dump_files, parse_entry_name, pee
 from ..dumps.folder import companion_given, passed_over_lines
 from ..dumps.notes import header_notes, missing_tensors_line, refusal, without_tensors
 from ..frameworks import RunOptions, Tested, devices, msprobe_yaml
-from ..frameworks.references import Registry, agree
+from ..frameworks.references import Registry, RegistryError, agree
 from ..judging.precision_compare import Reference
 from ..judging.standards import make_standard
 from ..options import RANDOM, Options
@@ -187,7 +188,15 @@ class MsprobeRun:
         """The reference registry: the hooks' registrations (the built-ins first), then msprobe's YAML
         files; a worker's checked against its controller's (references.agree)."""
         registry = Registry()
-        config.hook.pytest_msprobe_references(registry=registry, config=config)
+        try:
+            config.hook.pytest_msprobe_references(registry=registry, config=config)
+        except RegistryError:
+            raise  # a usage error (usage_errors) naming the registration
+        except Exception as exc:  # noqa: BLE001 - the user's hook: whatever it raises is theirs to fix
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            raise pytest.UsageError(
+                f"a pytest_msprobe_references hook raised {type(exc).__name__}: {exc} ({where.filename}:{where.lineno})"
+            ) from None
         notes = msprobe_yaml.read(
             options.fusion_config, options.postprocess_config, options.functions, base, self.dump_folders, registry
         )
