@@ -84,8 +84,16 @@ def resolve(path: str) -> Any:
     `torch.nn.functional.linear`, `mindspore.mint.exp`."""
     root, *parts = path.split(".")
     target: Any = importlib.import_module(root)
-    for part in parts:
-        target = getattr(target, part)
+    try:
+        for part in parts:
+            target = getattr(target, part)
+    except AttributeError:
+        if path.startswith("torch.ops."):  # a team's own op: defined by the module that registers it
+            raise SystemExit(
+                f"{path} is not defined in this process: run the script after the module that defines it, "
+                "python -c \"import <your ops module>, runpy; runpy.run_path('repro.py', run_name='__main__')\""
+            ) from None
+        raise
     return target
 
 
