@@ -6,7 +6,8 @@ rebuilt (inputs.py); its outputs are asked for by its arguments (`eye(60000)`, `
 output, the float64 bench, their float64 copies for the metrics). So before a call runs:
 
 - the shapes the dump recorded for its outputs (`recorded_outputs`, no framework needed);
-- what the call would make: by its arguments' shapes for the common calls (shape_rules.py), else
+- what the call would make: by its arguments for the common calls (shape_rules.py: by their tensors'
+  shapes; size_rules.py: the factories, repeats, pads and resizes their size arguments size), else
   run on PyTorch's `meta` device (shapes, no data), the tensors and any device it names moved
   there (`call_outputs`); not at all for the calls no larger than their input (NO_LARGER_THAN_INPUT);
 - where no meta kernel exists (data-dependent ops), a rule for the few such APIs whose output
@@ -41,6 +42,9 @@ NO_LARGER_THAN_INPUT = frozenset(
         *("abs", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "erf", "reciprocal", "sign", "square"),
         *("contiguous", "clone", "detach", "float", "half", "bfloat16", "double", "int", "long", "bool"),
         *("to", "type_as", "dropout", "cumsum", "cumprod", "tril", "triu", "__neg__", "__invert__"),
+        *("dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "fill", "zero", "copy"),
+        # the input's shape, whatever the index and the values put into it
+        *("index_add", "index_copy", "index_fill", "index_put", "scatter", "scatter_add", "scatter_reduce"),
         *("view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "t", "transpose", "swapaxes"),
         *("permute", "movedim", "unsqueeze", "squeeze", "narrow", "select", "chunk", "split", "unbind"),
         # reductions with one output (`max`, `sort` and `topk` have two: not here)
@@ -128,9 +132,10 @@ def call_outputs(call: Call, bound: int, framework: str = "pytorch") -> None:
     entry = f"{call.name.prefix}.forward"
     if framework == "pytorch" and _no_larger_than_input(call.name.api):
         return
-    found, sized = None, "sized by its arguments' shapes"
+    found, sized = None, "sized by its arguments"
     if framework == "pytorch":
-        found = shape_rules.output_shapes(call.name.api, call.args, call.kwargs)
+        api = f"{call.name.api_type}.{call.name.api}"  # F.unfold is not Tensor.unfold
+        found = shape_rules.output_shapes(api, call.args, call.kwargs)
     if found is None:
         found, sized = on_meta(call), "sized on PyTorch's meta device"
     if found is not None:

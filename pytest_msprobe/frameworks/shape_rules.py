@@ -4,16 +4,19 @@ The meta device sizes any call (output_bounds.py), but an elementwise op, a `cat
 bias, SDPA or cross_entropy runs a Python reference there, whose first call imports sympy and
 torch._dynamo: 2 s, about as long as importing torch, in every process that checks such a step.
 Their outputs follow from their tensor arguments' shapes by rules everyone knows (broadcasting,
-a GEMM's, attention's, a convolution's), so they are read here; a call a rule does not read as
-it expects (an `out=`, a list where a number goes, shapes that do not fit) answers None and is
-sized on the meta device as before. tests/test_shape_rules.py holds each rule to the meta
-device's answer.
+a GEMM's and addmm's, attention's, a convolution's and a pool's), so they are read here, and
+rule_for finds size_rules.py's for the calls their size arguments size. A call a rule does not
+read as it expects (an `out=`, a list where a number goes, shapes that do not fit) answers None
+and is sized on the meta device as before. tests/test_shape_rules.py holds the first rules to
+the meta device's answer, tests/test_size_rules.py the later ones to the real call's.
 """
 
 from __future__ import annotations
 
 from numbers import Number
 from typing import Any, Callable
+
+from . import size_rules
 
 Shape = list[int]
 
@@ -44,7 +47,7 @@ def output_shapes(api: str, args: list, kwargs: dict) -> list[Shape | None] | No
         return None
     try:
         shape = rule(args, kwargs)
-    except (IndexError, KeyError, TypeError, ValueError):  # arguments out of the rule's form
+    except (IndexError, KeyError, TypeError, ValueError, ArithmeticError):  # arguments out of the rule's form
         return None
     return None if shape is None else [shape]
 
@@ -54,7 +57,9 @@ def rule_for(api: str) -> Callable[[list, dict], Shape | None] | None:
     name = api.rsplit(".", 1)[-1]
     if (name.startswith("__i") and name in BROADCAST) or (name.endswith("_") and name[:-1] in BROADCAST):
         return _in_place
-    return _broadcast if name in BROADCAST else RULES.get(name)
+    if name in BROADCAST:
+        return _broadcast
+    return size_rules.QUALIFIED.get(api) or RULES.get(name) or size_rules.RULES.get(name)
 
 
 def broadcast(*shapes: Shape) -> Shape | None:
@@ -141,6 +146,54 @@ def _mm(args: list, kwargs: dict) -> Shape | None:
 def _bmm(args: list, kwargs: dict) -> Shape | None:
     a, b = _tensor_shape(args[0]), _tensor_shape(_argument(args, kwargs, 1, "mat2"))
     return _matmul(a, b) if len(a) == len(b) == 3 and a[0] == b[0] else None
+
+
+def _added_product(
+    product: Callable[[Shape, Shape], Shape | None], *names: str
+) -> Callable[[list, dict], Shape | None]:
+    """addmm, addmv, addr, baddbmm, addbmm: input + the product of the next two (`names`), the input
+    broadcast to the product's shape (the product's own: the input never widens it)."""
+
+    def rule(args: list, kwargs: dict) -> Shape | None:
+        x, a, b = (_tensor_shape(_argument(args, kwargs, at, name)) for at, name in enumerate(("input", *names)))
+        out = product(a, b)
+        if out is None or 0 in (*a, *b) or broadcast(x, out) != out:
+            return None  # an empty operand is left to the meta device (addmv then returns its input as it is)
+        return out
+
+    return rule
+
+
+def _gemm(a: Shape, b: Shape) -> Shape | None:
+    return [a[0], b[1]] if len(a) == len(b) == 2 and a[1] == b[0] else None
+
+
+def _gemv(a: Shape, b: Shape) -> Shape | None:
+    return a[:1] if len(a) == 2 and len(b) == 1 and a[1] == b[0] else None
+
+
+def _outer_product(a: Shape, b: Shape) -> Shape | None:
+    return [*a, *b] if len(a) == len(b) == 1 else None
+
+
+def _batched_gemm(a: Shape, b: Shape) -> Shape | None:
+    return [a[0], a[1], b[2]] if len(a) == len(b) == 3 and a[0] == b[0] and a[2] == b[1] else None
+
+
+def _summed_gemm(a: Shape, b: Shape) -> Shape | None:
+    out = _batched_gemm(a, b)
+    return None if out is None else out[1:]
+
+
+def _gather(args: list, kwargs: dict) -> Shape | None:
+    """gather(input, dim, index): the index's shape, no wider than the input outside `dim`."""
+    x = _tensor_shape(_argument(args, kwargs, 0, "input"))
+    dim = _argument(args, kwargs, 1, "dim")
+    index = _tensor_shape(_argument(args, kwargs, 2, "index"))
+    if type(dim) is not int or len(index) != len(x) or not x or not -len(x) <= dim < len(x):
+        return None
+    dim %= len(x)
+    return index if all(i <= n for d, (i, n) in enumerate(zip(index, x)) if d != dim) else None
 
 
 def _sdpa(args: list, kwargs: dict) -> Shape | None:
@@ -236,6 +289,57 @@ def _conv(spatial: int) -> Callable[[list, dict], Shape | None]:
     return rule
 
 
+def _pool(spatial: int, max_pool: bool) -> Callable[[list, dict], Shape | None]:
+    """max_pool / avg_pool: the windows of a convolution of the kernel's size, counted up with ceil_mode
+    (a last window that starts in the padding is dropped); max_pool's indices are left to the meta device."""
+
+    def rule(args: list, kwargs: dict) -> Shape | None:
+        x = _tensor_shape(_argument(args, kwargs, 0, "input"))
+        names = ("kernel_size", "stride", "padding", *(("dilation",) if max_pool else ()), "ceil_mode")
+        given = {name: _argument(args, kwargs, at, name) for at, name in enumerate(names, start=1)}
+        if max_pool and _argument(args, kwargs, 6, "return_indices", False):
+            return None
+        kernel = _per_dim(given["kernel_size"], spatial)
+        stride = kernel if given["stride"] in (None, [], ()) else _per_dim(given["stride"], spatial)
+        pads = _per_dim(given["padding"] or 0, spatial)
+        gaps = _per_dim(given.get("dilation") or 1, spatial)
+        ceil = given["ceil_mode"] or False
+        if len(x) not in (spatial + 1, spatial + 2) or min(x[-spatial - 1 :]) < 1 or type(ceil) is not bool:
+            return None
+        if kernel is None or stride is None or pads is None or gaps is None:
+            return None
+        out = []
+        for n, k, s, p, g in zip(x[-spatial:], kernel, stride, pads, gaps):
+            if min(k, s, g) < 1 or not 0 <= p <= k // 2:
+                return None
+            if spatial == 3 and not max_pool and n < k:
+                return None  # avg_pool3d refuses an input smaller than its kernel, padded or not
+            size = (n + 2 * p - g * (k - 1) - 1 + (s - 1 if ceil else 0)) // s + 1
+            if ceil and (size - 1) * s >= n + p:
+                size -= 1
+            out.append(size)
+        return [*x[:-spatial], *out] if min(out) >= 1 else None
+
+    return rule
+
+
+def _adaptive_pool(spatial: int) -> Callable[[list, dict], Shape | None]:
+    """adaptive_avg_pool: `output_size` (None keeps a dim)."""
+
+    def rule(args: list, kwargs: dict) -> Shape | None:
+        x = _tensor_shape(_argument(args, kwargs, 0, "input"))
+        size = _argument(args, kwargs, 1, "output_size")
+        sizes = list(size) if isinstance(size, (list, tuple)) else [size] * spatial
+        if len(x) not in (spatial + 1, spatial + 2) or len(sizes) != spatial or min(x[-spatial - 1 :]) < 1:
+            return None
+        out = [n if s is None else s for n, s in zip(x[-spatial:], sizes)]
+        if not all(type(s) is int and s >= 0 for s in out):
+            return None
+        return [*x[:-spatial], *out]
+
+    return rule
+
+
 def _per_dim(value: Any, spatial: int) -> list[int] | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return [value] * spatial
@@ -262,4 +366,13 @@ RULES: dict[str, Callable[[list, dict], Shape | None]] = {
     "conv1d": _conv(1),
     "conv2d": _conv(2),
     "conv3d": _conv(3),
+    "addmm": _added_product(_gemm, "mat1", "mat2"),
+    "addmv": _added_product(_gemv, "mat", "vec"),
+    "addr": _added_product(_outer_product, "vec1", "vec2"),
+    "baddbmm": _added_product(_batched_gemm, "batch1", "batch2"),
+    "addbmm": _added_product(_summed_gemm, "batch1", "batch2"),
+    "gather": _gather,
+    **{f"max_pool{n}d": _pool(n, max_pool=True) for n in (1, 2, 3)},
+    **{f"avg_pool{n}d": _pool(n, max_pool=False) for n in (1, 2, 3)},
+    **{f"adaptive_avg_pool{n}d": _adaptive_pool(n) for n in (1, 2, 3)},
 }

@@ -258,12 +258,13 @@ class MsprobeRun:
         warm_up(self.selected_apis(session.items), recorded)
 
     def selected_apis(self, items: list[pytest.Item]) -> list[tuple[str, str]]:
-        """(framework, API) of each entry item; an item whose name is no entry name runs nothing."""
+        """(framework, API with its type: `Functional.unfold`) of each entry item; an item whose name
+        is no entry name runs nothing."""
         selected = []
         for item in items:
             name = parse_entry_name(item.entry) if isinstance(item, EntryItem) else None
-            if name is not None:
-                selected.append((self.framework_of[item.path], name.api))  # its collector's dump file
+            if name is not None:  # its collector's dump file
+                selected.append((self.framework_of[item.path], f"{name.api_type}.{name.api}"))
         return selected
 
     @pytest.hookimpl(wrapper=True)
