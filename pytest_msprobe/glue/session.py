@@ -39,7 +39,7 @@ from .items import RUN_KEY, DumpHooks, EntryItem
 from .last_failed import LastFailed
 from .reporter import CsvReporter
 from .selection import Selection
-from .warmup import warm_up
+from .warmup import thaw, warm_up
 
 
 def start(config: pytest.Config, options: Options) -> None:
@@ -53,6 +53,9 @@ def start(config: pytest.Config, options: Options) -> None:
     if options.filter:
         config.pluginmanager.register(CallFilter(), "msprobe-filter")
     workers.register(config, run)
+    # After pytest's own cleanups (they run last first): its unraisable-exception check collects
+    # five times at the end, each pass over torch's objects unless they are still frozen (warmup.py).
+    config.add_cleanup(thaw)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(CsvReporter(config, run), "msprobe-reporter")
         config.pluginmanager.register(LastFailed(config, options), "msprobe-last-failed")
