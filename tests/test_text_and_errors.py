@@ -469,10 +469,10 @@ def test_a_manifest_the_disk_cannot_hold_is_not_written_at_all(tmp_path, room):
 PLUGIN_FAULT = """
 import pytest_msprobe.checking.check
 
-def judge(self, result, name, run):
+def judge(self, result, name, run, *rest):
     if name.full == "Functional.relu.1.forward":
         raise RuntimeError("a fault quoting \\ud800 and \\x1b[2J")
-    return JUDGE(self, result, name, run)
+    return JUDGE(self, result, name, run, *rest)
 
 JUDGE = pytest_msprobe.checking.check.Checker.judge
 pytest_msprobe.checking.check.Checker.judge = judge
