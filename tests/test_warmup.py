@@ -21,16 +21,23 @@ def pytest_runtest_call(item):
 
 def test_the_frameworks_objects_are_frozen_while_entries_run_and_thawed_after(pytester, copy_dump):
     pytester.makeconftest(RECORD_FREEZE)
-    before = gc.get_freeze_count()
     result = run_msprobe(pytester, copy_dump("pt_stats_L1"), "-k", "relu", device="cpu")
     result.assert_outcomes(passed=2)
     counts = [int(line) for line in (pytester.path / "frozen").read_text().split()]
     assert len(counts) == 2 and min(counts) > 10_000  # torch's objects and this process's, at least
-    # In process: the run's session and items are the collector's again, not kept for the process's life.
-    assert gc.get_freeze_count() == before
+    # In process: the run's session, items and dump are the collector's again, not kept for the
+    # process's life (nor what an earlier run in this process left frozen).
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_collect_only_run_leaves_nothing_frozen_either(pytester, copy_dump):
+    result = run_msprobe(pytester, copy_dump("pt_stats_L1"), "--co", device="cpu")  # the dump's parse freezes
+    assert result.ret == 0
+    assert gc.get_freeze_count() == 0
 
 
 def test_the_warm_up_freezes_what_it_imported_and_thaw_hands_it_back():
+    warmup.thaw()  # what an earlier test's run may have left
     warmup.warm_up([], recorded=False)  # nothing selected: nothing imported, nothing frozen
     assert gc.get_freeze_count() == 0
     warmup.warm_up([("pytorch", "Functional.relu")], recorded=False)

@@ -6,8 +6,9 @@ against --msprobe-timeout. Only what the selected entries need: a resume with no
 worker of `-k relu`, imports no more than it uses. No pytest.
 
 What is imported then lives as long as the process, so it is frozen out of the garbage collector's
-sight (gc.freeze) until the run ends: its full collections between entries walk the entries'
-objects alone, not torch's (0.35 s of CPU on a 266-entry GPT dump, bench/timing/results_fixed_costs.md).
+sight (gc.freeze, as the dump's parse freezes its index) until the run ends: its full collections
+between entries walk the entries' objects alone, not torch's (0.35 s of CPU on a 266-entry GPT
+dump, bench/timing/results_fixed_costs.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from collections.abc import Iterable
 
 from ..frameworks import Unsupported, for_framework, output_bounds
 
-_frozen = False  # whether warm_up froze this process's objects
 _freezes_at_exit = False
 
 
@@ -26,7 +26,6 @@ def warm_up(selected: Iterable[tuple[str, str]], recorded: bool) -> None:
     """Import the frameworks of the selected entries, (framework, API) pairs (a framework that
     cannot be had SKIPs its entries, which say why); MindSpore itself only where it runs the
     tested side; and the meta device where one of them is sized there."""
-    global _frozen
     apis: dict[str, set[str]] = {}
     for framework, api in selected:
         apis.setdefault(framework, set()).add(api)
@@ -43,18 +42,17 @@ def warm_up(selected: Iterable[tuple[str, str]], recorded: bool) -> None:
             continue
     if apis:
         gc.freeze()
-        _frozen = True
 
 
 def thaw() -> None:
-    """The run's end: what warm_up froze is the collector's again (an in-process run's session and
-    items must not outlive it), and is frozen anew at the interpreter's exit, whose last collections
-    (after the atexit hooks) would walk every object torch made: 0.4 s of CPU after `import torch`
-    alone, most of a second in a process that checked a dump. The run's files are closed by then."""
-    global _frozen, _freezes_at_exit
-    if not _frozen:
+    """The run's end: what is frozen (by warm_up, by the dump's parse) is the collector's again, so
+    that an in-process run's session, items and dumps do not outlive it, and is frozen anew at the
+    interpreter's exit, whose last collections (after the atexit hooks) would walk every object
+    torch made: 0.4 s of CPU after `import torch` alone, most of a second in a process that checked
+    a dump. The run's files are closed by then."""
+    global _freezes_at_exit
+    if not gc.get_freeze_count():
         return
-    _frozen = False
     gc.unfreeze()
     if not _freezes_at_exit:
         _freezes_at_exit = True
