@@ -172,7 +172,7 @@ def test_a_dump_a_host_cannot_read_fails_the_entries_run_there_naming_host_and_p
     assert set(spread) == set(serial)  # every API has its row, once
     on_host2 = {api for api, row in spread.items() if "on host host2" in row["Message"]}
     assert on_host2, "host2's worker ran entries"
-    reason = (f"the dump cannot be read on host host2: {dump}: cannot read: No such file or directory"
+    reason = (f"the dump cannot be read on host host2: {dump}: cannot be read: No such file or directory"
               if what == "missing" else f"{dump} on host host2 is not the dump the controller read there")
     for api in on_host2:
         assert reason in spread[api]["Message"]
