@@ -26,8 +26,9 @@ from pathlib import Path
 from .. import readback
 from ..dumps.dump import DIRECTIONS
 from ..results import EntryResult
-from . import files
-from .csv_files import RESULT_PREFIX
+from ..untrusted import cut, printable
+from . import files, plain_results
+from .csv_files import RESULT_PREFIX, ReportError
 
 JOURNAL_PREFIX = "accuracy_checking_journal_"
 RUNNING = "running"  # `{"running": {"api": ..., "direction": ..., "dump": ..., "pid": ...}}`
@@ -110,6 +111,10 @@ class JournalContents:
     crashed: Running | None = None
 
 
+class JournalError(ReportError):
+    """A journal line that is no line a run writes: its text names the file, the line and the field."""
+
+
 def read_journal(path: Path) -> list[EntryResult]:
     """The results a journal holds, in the order they came, after cutting a line torn by a kill."""
     return read_contents(path).results
@@ -119,9 +124,11 @@ def read_contents(path: Path) -> JournalContents:
     """What a journal holds, after cutting a line torn by a kill: the results in the order they
     came, and the entry running when the process died, where one was.
 
-    A line that does not read as a result (a torn one, a file edited by hand) is passed over:
-    its entry simply runs again. Raises OSError when the file cannot be read or cut (read as
-    every file read back is: readback; a link at its name is never followed).
+    Only the last line can be torn (a kill while it was written): it is cut, its entry runs again.
+    Any other line that is no result, no `running` line, or holds a field of the wrong kind is a
+    JournalError naming the file, the line and the field: a journal edited or forged is refused,
+    never half read. Raises OSError when the file cannot be read or cut (read as every file read
+    back is: readback; a link at its name is never followed).
     """
     if not os.path.lexists(path):
         return JournalContents()
@@ -130,34 +137,49 @@ def read_contents(path: Path) -> JournalContents:
     if whole < len(data):
         with files.open_existing(path) as handle:
             handle.truncate(whole)
-    return parse(data[:whole])
+    return parse(path, data[:whole])
 
 
 def peek(path: Path) -> JournalContents:
-    """What a journal holds, read only (a report leaves a run's files as they are: a torn last
-    line is passed over, not cut); nothing where there is no journal. Raises OSError (readback)."""
+    """What a journal holds, read only (a report leaves a run's files as they are: a torn last line
+    is passed over, not cut); nothing where there is no journal. Raises OSError (readback),
+    JournalError."""
     if not os.path.lexists(path):
         return JournalContents()
     data = readback.read_bytes(path, readback.MAX_JOURNAL)
-    return parse(data[: data.rfind(b"\n") + 1])
+    return parse(path, data[: data.rfind(b"\n") + 1])
 
 
-def parse(data: bytes) -> JournalContents:
-    """The whole lines of a journal, read."""
+def parse(path: Path, data: bytes) -> JournalContents:
+    """The whole lines of a journal, each checked (plain_results); JournalError at the first that is
+    no line a run writes."""
     contents = JournalContents()
-    for line in data.splitlines():
+    for number, line in enumerate(data.split(b"\n")[:-1], 1):
         try:
             record = json.loads(line)
             if isinstance(record, dict) and RUNNING in record:
-                running = Running(**record[RUNNING])
-                ok = isinstance(running.api, str) and running.direction in DIRECTIONS
-                contents.crashed = running if ok and isinstance(running.dump, str) else None
+                running = _running(record)
+                contents.crashed = running
                 continue
-            result = EntryResult.from_dict(record)
-        except (ValueError, TypeError, KeyError, AttributeError):
-            continue
-        if isinstance(result.api, str) and result.direction in DIRECTIONS:
-            contents.results.append(result)
-            if contents.crashed and contents.crashed.entry == result.entry:
-                contents.crashed = None  # the entry ended after all (its result came)
+            result = plain_results.entry_result(record)
+        except (ValueError, RecursionError) as exc:  # FieldError, JSON's own (a line of 5,000 digits too)
+            why = exc if isinstance(exc, plain_results.FieldError) else f"not JSON ({exc})"
+            raise JournalError(f"{path}: line {number}: {printable(cut(str(why), 500))}: not read") from None
+        contents.results.append(result)
+        if contents.crashed and contents.crashed.entry == result.entry:
+            contents.crashed = None  # the entry ended after all (its result came)
     return contents
+
+
+def _running(record: dict) -> Running:
+    """A `{"running": {"api": ..., "direction": ..., "dump": ..., "pid": ...}}` line, checked."""
+    body = record[RUNNING]
+    kinds = {"api": str, "direction": str, "dump": str, "pid": int}
+    if len(record) != 1 or not isinstance(body, dict) or not {"api", "direction"} <= set(body) <= set(kinds):
+        raise plain_results.FieldError(f"{RUNNING}: not the entry a run was running (api, direction, dump, pid)")
+    for key, value in body.items():
+        if not isinstance(value, kinds[key]) or isinstance(value, bool):
+            raise plain_results.FieldError(f"{RUNNING}.{key}: expected {'an integer' if key == 'pid' else 'a string'}")
+    if body["direction"] not in DIRECTIONS:
+        raise plain_results.FieldError(f"{RUNNING}.direction: expected {' or '.join(DIRECTIONS)}")
+    return Running(**body)

@@ -11,12 +11,14 @@ import dataclasses
 import hashlib
 import json
 import os
+import typing
 from pathlib import Path
 from typing import Any
 
 from .. import __version__, readback
 from ..options import Options
-from . import files
+from ..untrusted import printable
+from . import files, plain_results
 from .csv_files import RESULT_PREFIX, details_path_for
 
 PREFIX = "accuracy_checking_run_"
@@ -85,7 +87,45 @@ def read(result_path: Path) -> dict[str, Any]:
         raise ManifestError(f"{path}: cannot be read as a manifest: {exc}") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ManifestError(f"{path}: not a manifest of format {FORMAT}")
+    try:
+        checked(document)
+    except plain_results.FieldError as exc:
+        raise ManifestError(f"{path}: {printable(str(exc))}: not read") from None
     return document
+
+
+_DUMP: dict[str, Any] = {"path": str, "sha256": str, "api_calls": int | None}
+_TOP: dict[str, Any] = {"plugin": str, "result": str, "details": str, "merged_from": list[str]}
+
+
+def checked(document: dict[str, Any]) -> None:
+    """Every field a reader takes from a manifest, of its kind: its dump (path, sha256, API calls), its
+    settings (each as Options declares it; one it does not know, of a later version, is left alone),
+    the plugin, the shard. FieldError naming the first that is not."""
+    dump = document.get("dump")
+    if not isinstance(dump, dict):
+        raise plain_results.FieldError(f"dump: expected an object, found {plain_results.kind(dump)}")
+    for key in ("path", "sha256"):
+        if key not in dump:
+            raise plain_results.FieldError(f"dump.{key}: missing")
+    for key, hint in _DUMP.items():
+        if key in dump:
+            plain_results.value_of(hint, dump[key], f"dump.{key}")
+    if dump.get("api_calls") is not None and dump["api_calls"] < 0:
+        raise plain_results.FieldError("dump.api_calls: expected a count, 0 or more")
+    settings = document.get("settings", {})
+    if not isinstance(settings, dict):
+        raise plain_results.FieldError(f"settings: expected an object, found {plain_results.kind(settings)}")
+    hints = {**typing.get_type_hints(Options), "tolerances": list[str]}
+    for key, value in settings.items():
+        if key in hints:
+            plain_results.value_of(hints[key], value, f"settings.{key}")
+    for key, hint in _TOP.items():
+        if key in document:
+            plain_results.value_of(hint, document[key], key)
+    shard = document.get("shard")
+    if shard is not None and not isinstance(shard, dict):
+        raise plain_results.FieldError(f"shard: expected an object or null, found {plain_results.kind(shard)}")
 
 
 def row_settings(document: dict[str, Any]) -> dict[str, Any]:
