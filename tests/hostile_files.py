@@ -11,9 +11,19 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from conftest import DUMPS
 
 from pytest_msprobe.reports import manifest
 from pytest_msprobe.reports.csv_files import (
@@ -114,3 +124,476 @@ def forge_strings(out: Path) -> None:
     document = json.loads(manifest_path.read_text())
     document = _strings(document, "", lambda path: path in ("result", "details"))
     manifest_path.write_text(json.dumps(document))
+
+
+# -- the corpus: one case a trick, each run alone under a memory cap and a time limit ----------------
+
+MEMORY = 3 * 1024**3  # address space of each command (torch's own import takes about 1.5 GiB of it)
+SECONDS = 180  # a command past it hung
+
+
+@dataclass
+class Root:
+    """A finished run of pt_stats_L1 (cpu, --msprobe-html) to forge: the dump, its pair, a victim."""
+
+    path: Path
+    before: dict[str, bytes] | None = None  # the run's files once forged
+
+    @property
+    def dump(self) -> Path:
+        return self.path / "dump" / "dump.json"
+
+    @property
+    def out(self) -> Path:
+        return self.path / "out"
+
+    @property
+    def victim(self) -> Path:
+        """Somebody's file outside the run's folders, which no command may change."""
+        return self.path / "victim.txt"
+
+    def files(self) -> tuple[Path, Path, Path, Path]:
+        return pair_files(self.out)
+
+    def result_rows(self) -> list[list[str]]:
+        return read_result_rows(self.files()[0])
+
+
+@dataclass
+class Case:
+    """One trick: the class of the issue it is of, the file it forges, the command it is run through,
+    what that command must end with (its exit status, a line naming the file and the field)."""
+
+    what: str
+    kind: str  # the issue's class: script, host, rows, traceback, hang, bound, message
+    file: str  # result CSV, details CSV, journal, manifest, stack.json, .pt, option
+    command: str  # resume, merge, merge-html, report, run
+    forge: Callable[[Root], Any]
+    exits: tuple[int, ...]
+    says: str = ""  # a regex the command's output must hold
+    check: Callable[[Root, str], None] | None = None
+    args: tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        return f"{self.kind}-{self.file}-{self.what}".replace(" ", "_")
+
+
+def base_run(root: Path) -> Root:
+    """The finished run every case forges a copy of."""
+    shutil.copytree(DUMPS["pt_stats_L1"], root / "dump")
+    found = Root(root)
+    found.victim.write_text("theirs\n")
+    command = ["-p", "no:cacheprovider", "-q", "--msprobe-dump", str(found.dump), "--msprobe-device", "cpu",
+               "--msprobe-out", "out", "--msprobe-html", "run.html"]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "pytest", *command], cwd=root, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 1, done.stdout[-2000:]  # its bf16 rounding errors under basic
+    return found
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every regular file under folder by its relative path, with its bytes (FIFOs and links by kind)."""
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        name = str(path.relative_to(folder))
+        if path.is_symlink():
+            found[name] = b"link to " + os.readlink(path).encode()
+        elif path.is_fifo():
+            found[name] = b"fifo"
+        elif path.is_file():
+            found[name] = path.read_bytes()
+    return found
+
+
+def _limits() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+    resource.setrlimit(resource.RLIMIT_CPU, (SECONDS, SECONDS))
+
+
+def command_line(case: Case, root: Root) -> list[str]:
+    result = root.files()[0] if list(root.out.glob(f"{RESULT_PREFIX}*.csv")) else root.out / "none.csv"
+    pytest_run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rfs", "--msprobe-dump",
+                  str(root.dump), "--msprobe-device", "cpu"]  # fmt: skip
+    return {
+        "run": [*pytest_run, "--msprobe-out", "fresh"],
+        "resume": [*pytest_run, "--msprobe-out", "out", "--msprobe-resume", str(result)],
+        "merge": [sys.executable, "-m", "pytest_msprobe.merge", "out", "--out", "merged"],
+        "merge-html": [sys.executable, "-m", "pytest_msprobe.merge", "out", "--out", "merged", "--html", "m.html"],
+        "report": [sys.executable, "-m", "pytest_msprobe.report", str(result), "--html", "page.html"],
+    }[case.command] + list(case.args)
+
+
+def run_case(case: Case, root: Root) -> str:
+    """The case's forgery on root, its command run alone (a memory cap, a time limit); returns its output,
+    after checking what every case must hold: it ended in time, with one of its exit statuses, no
+    traceback, the line it must say, the victim untouched."""
+    case.forge(root)
+    root.before = snapshot(root.out)
+    try:
+        done = subprocess.run(command_line(case, root), cwd=root.path, capture_output=True, text=True,
+                              timeout=SECONDS, preexec_fn=_limits, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"{case.what}: {case.command} hung past {SECONDS} s") from None
+    output = done.stdout + done.stderr
+    assert "Traceback" not in output and "INTERNALERROR" not in output, output[-6000:]
+    assert "MemoryError" not in output, output[-3000:]
+    assert done.returncode in case.exits, f"exit {done.returncode}, expected {case.exits}:\n{output[-4000:]}"
+    assert not case.says or re.search(case.says, output), f"{case.says!r} not in:\n{output[-4000:]}"
+    assert root.victim.read_text() == "theirs\n"
+    if case.check is not None:
+        case.check(root, output)
+    return output
+
+
+# -- forgeries ---------------------------------------------------------------------------------------
+
+
+def raw_rows(path: Path) -> list[list[str]]:
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        return list(csv.reader(handle))
+
+
+def write_raw(path: Path, rows: list[list[str]]) -> None:
+    """rows (the header first) written as they are: no cell escaped, as a hand or another tool would."""
+    path.unlink()
+    with open(path, "w", newline="", encoding="utf-8-sig") as handle:
+        csv.writer(handle).writerows(rows)
+
+
+def edit_csv(which: int, change: Callable[[list[list[str]]], Any]) -> Callable[[Root], None]:
+    """A forgery of the result (0) or details (1) CSV: change edits its rows in place (the header first)."""
+
+    def forge(root: Root) -> None:
+        path = root.files()[which]
+        rows = raw_rows(path)
+        change(rows)
+        write_raw(path, rows)
+
+    return forge
+
+
+def edit_journal(change: Callable[[list[dict]], Any]) -> Callable[[Root], None]:
+    def forge(root: Root) -> None:
+        path = root.files()[2]
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        change(records)
+        path.write_text("".join(json.dumps(record) + "\n" for record in records))
+
+    return forge
+
+
+def edit_manifest(change: Callable[[dict], Any]) -> Callable[[Root], None]:
+    def forge(root: Root) -> None:
+        path = root.files()[3]
+        document = json.loads(path.read_text())
+        change(document)
+        path.write_text(json.dumps(document))
+
+    return forge
+
+
+def replace_with(which: int, kind: str) -> Callable[[Root], None]:
+    """One of the pair's files (result 0, details 1, journal 2, manifest 3) replaced by a FIFO, or by a
+    link to /dev/zero or to the victim."""
+
+    def forge(root: Root) -> None:
+        path = root.files()[which]
+        path.unlink()
+        if kind == "fifo":
+            os.mkfifo(path)
+        else:
+            path.symlink_to("/dev/zero" if kind == "zero" else root.victim)
+
+    return forge
+
+
+def stack_json(kind: str) -> Callable[[Root], None]:
+    def forge(root: Root) -> None:
+        path = root.dump.parent / "stack.json"
+        if kind == "digits":
+            document = json.loads(path.read_text())
+            for names, frames in document.values():
+                frames[:] = [re.sub(r"line \d+", "line " + "9" * 5000, frame) for frame in frames]
+            path.write_text(json.dumps(document))
+            return
+        path.unlink()
+        if kind == "fifo":
+            os.mkfifo(path)
+        else:
+            path.symlink_to("/dev/zero")
+
+    return forge
+
+
+def first_with(records: list[dict], test: Callable[[dict], bool]) -> dict:
+    return next(record for record in records if "api" in record and test(record))
+
+
+def sampled(record: dict) -> bool:
+    return any(output.get("samples") for output in record.get("outputs", []))
+
+
+def status_of(rows: list[list[str]], api: str) -> list[str]:
+    return next(row for row in rows if row[0] == api)[1:3]
+
+
+def no_merged_pair(root: Root, output: str) -> None:
+    """Whole or not at all: a merge that refused left no file in its --out."""
+    merged = root.path / "merged"
+    assert not merged.exists() or not any(merged.rglob("*")), sorted(merged.rglob("*"))
+
+
+def error_back(api: str, direction: int = 1) -> Callable[[Root, str], None]:
+    """The API a forgery turned to pass is an error again (it ran again), and once."""
+
+    def check(root: Root, output: str) -> None:
+        rows = root.result_rows()
+        assert [row[0] for row in rows].count(api) == 1
+        assert status_of(rows, api)[direction - 1] == "error", status_of(rows, api)
+
+    return check
+
+
+def unchanged(root: Root, output: str) -> None:
+    """A command that refused changed none of the run's files (its forged ones included)."""
+    assert snapshot(root.out) == root.before
+
+
+def merged_cells_are_text(root: Root, output: str) -> None:
+    """Every text cell of the merged pair as a run writes it: no formula start, one line a row."""
+    for path in sorted((root.path / "merged").glob("accuracy_checking_*.csv")):
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+        rows = raw_rows(path)
+        assert len(lines) == len(rows), f"{path.name}: a row spans lines"
+        for row in rows[1:]:
+            for cell in row:
+                assert not cell.startswith(("=", "+", "@")) and not cell.startswith("-") or _number(cell), cell
+                assert "\n" not in cell and "\r" not in cell
+
+
+def _number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def message_cut(root: Root, output: str) -> None:
+    (merged,) = (root.path / "merged").glob(f"{RESULT_PREFIX}*.csv")
+    longest = max(len(row[3]) for row in raw_rows(merged)[1:])
+    assert 30_000 < longest <= 32_000
+
+
+def page_without_payload(page: str) -> Callable[[Root, str], None]:
+    def check(root: Root, output: str) -> None:
+        text = (root.path / page).read_text(encoding="utf-8")
+        assert "<img src=x" not in text and "<script>document" not in text
+        assert "&lt;img src=x" in text  # shown as text
+
+    return check
+
+
+def plant_links_at_merged_names(root: Root) -> None:
+    """A link at every name the merge may give its pair and manifest in the next three minutes."""
+    merged = root.path / "merged"
+    merged.mkdir()
+    now = time.time()
+    for second in range(-5, 180):
+        stamp = time.strftime("%Y%m%d%H%M%S", time.localtime(now + second))
+        for prefix, suffix in ((RESULT_PREFIX, ".csv"), (DETAILS_PREFIX, ".csv"), ("accuracy_checking_run_", ".json")):
+            (merged / f"{prefix}{stamp}{suffix}").symlink_to(root.victim)
+
+
+def fifo_dump_in_manifest(root: Root) -> None:
+    os.mkfifo(root.path / "fifo.json")
+    edit_manifest(lambda d: d["dump"].update(path=str(root.path / "fifo.json")))(root)
+
+
+def second_shard_fifo(root: Root) -> None:
+    """A second shard whose manifest reads, and whose result CSV is a FIFO."""
+    shard = root.out / "shard2"
+    shard.mkdir()
+    os.mkfifo(shard / f"{RESULT_PREFIX}1.csv")
+    shutil.copy(root.files()[3], shard / "accuracy_checking_run_1.json")
+
+
+def foreign_journal_entry(records: list[dict]) -> None:
+    record = json.loads(json.dumps(records[0]))
+    record.update(api="Functional.nothere.0", direction="forward", status="pass")
+    records.append(record)
+
+
+def long_message(rows: list[list[str]]) -> None:
+    rows[1][3] = "x" * 40_000
+
+
+def cases() -> list[Case]:
+    usage, refused = (4,), (2,)
+    journal, result_csv, details_csv, manifest_file = "journal", "result CSV", "details CSV", "manifest"
+    return [
+        # 1. Script in the browser: every text a page takes is escaped (the browser test runs them);
+        # values of the wrong kind never reach it.
+        Case("a payload in every text field", "script", "all", "report", lambda root: forge_strings(root.out), (0,),
+             check=page_without_payload("page.html")),
+        Case("a payload in every text field, merged", "script", "all", "merge-html", lambda root: forge_strings(root.out),
+             (0, 1),
+             check=page_without_payload("m.html")),
+        Case("a payload as an element's index", "script", journal, "report",
+             edit_journal(lambda r: first_with(r, sampled)["outputs"][0]["samples"]["worst"][0].update(
+                 index=[payload("index")])),
+             refused, r"journal_\d+\.jsonl: line \d+: outputs\[0\]\.samples\.worst: expected a list of elements"),
+        Case("a payload as an entry's position", "script", journal, "report",
+             edit_journal(lambda r: first_with(r, sampled).update(position=payload("position"))),
+             refused, r"journal_\d+\.jsonl: line \d+: position: expected an integer, found str"),
+        Case("a payload in a resumed run's own page", "script", journal, "resume",
+             edit_journal(lambda r: [x.update(reason=payload("reason")) for x in r if "api" in x]), (1,),
+             check=page_without_payload("resumed.html"), args=("--msprobe-html", "resumed.html")),
+        # 2. Files on the host.
+        Case("links at the merged pair's names", "host", "merged pair", "merge", plant_links_at_merged_names,
+             refused, r"merged/accuracy_checking_\w+\.\w+: a symbolic link to .*victim\.txt"),
+        Case("formula cells in a shard", "host", result_csv, "merge",
+             edit_csv(0, lambda rows: rows[1].__setitem__(3, '=HYPERLINK("http://evil","x")')), (0, 1),
+             check=merged_cells_are_text),
+        Case("formula cells in a shard's details", "host", details_csv, "merge",
+             edit_csv(1, lambda rows: [rows[1].__setitem__(i, "+cmd|' /C calc'!A0") for i in (1, 2, 8)]), (0, 1),
+             check=merged_cells_are_text),
+        Case("a raw newline in a shard's Message", "host", result_csv, "merge",
+             edit_csv(0, lambda rows: rows[1].__setitem__(3, "one\nrow\r\n=1+2")), (0, 1),
+             check=merged_cells_are_text),
+        # 3. Rows added, doubled or dropped.
+        Case("a journal entry the dump lacks", "rows", journal, "resume", edit_journal(foreign_journal_entry),
+             usage, r"journal_\d+\.jsonl: line \d+: Functional\.nothere\.0\.forward is no entry of", check=unchanged),
+        Case("a details row twice in one shard", "rows", details_csv, "merge",
+             edit_csv(1, lambda rows: rows.insert(2, list(rows[1]))), refused,
+             r"details_\d+\.csv: row 3: .* also in row 2", check=no_merged_pair),
+        Case("a result row twice in one shard", "rows", result_csv, "merge",
+             edit_csv(0, lambda rows: rows.append(list(rows[1]))), refused,
+             r"result_\d+\.csv: row \d+: .* also in row 2", check=no_merged_pair),
+        Case("an error edited to pass, its journal gone", "rows", result_csv, "resume",
+             lambda root: (edit_csv(0, lambda rows: [row.__setitem__(1, "pass") for row in rows
+                                                     if row[0] == "Torch.matmul.1"])(root), root.files()[2].unlink()),
+             (1,), r"1 rows? that disagree", check=error_back("Torch.matmul.1")),
+        Case("an error edited to pass beside its journal", "rows", result_csv, "resume",
+             edit_csv(0, lambda rows: [row.__setitem__(1, "pass") for row in rows if row[0] == "Torch.matmul.1"]),
+             (1,), r"1 rows? that disagree", check=error_back("Torch.matmul.1")),
+        Case("an unknown status word", "rows", result_csv, "resume",
+             edit_csv(0, lambda rows: [row.__setitem__(1, "passed") for row in rows if row[0] == "Torch.matmul.1"]),
+             (1,), r"1 rows? that disagree", check=error_back("Torch.matmul.1")),
+        Case("an unknown status word, merged", "rows", result_csv, "merge",
+             edit_csv(0, lambda rows: rows[1].__setitem__(1, "passed")), refused,
+             r"result_\d+\.csv: row 2: Forward Test Success: 'passed' is not one of", check=no_merged_pair),
+        Case("an unknown status word, reported", "rows", result_csv, "report",
+             edit_csv(0, lambda rows: rows[1].__setitem__(1, "passed")), refused,
+             r"result_\d+\.csv: row 2: Forward Test Success: 'passed' is not one of"),
+        Case("a result row that disagrees with its details", "rows", result_csv, "merge",
+             edit_csv(0, lambda rows: [row.__setitem__(1, "pass") for row in rows if row[0] == "Torch.matmul.1"]),
+             refused, r"result_\d+\.csv: row \d+: 'Torch\.matmul\.1' forward: pass in the result row, and its details rows hold error",
+             check=no_merged_pair),
+        Case("a malformed details row", "rows", details_csv, "merge",
+             edit_csv(1, lambda rows: rows.__setitem__(5, rows[5][:3])), refused,
+             r"details_\d+\.csv: row 6: 3 cells, not 9", check=no_merged_pair),
+        # 4. Tracebacks.
+        Case("a severity that is a word", "traceback", journal, "report",
+             edit_journal(lambda r: first_with(r, sampled)["outputs"][0].update(severity="high")), refused,
+             r"journal_\d+\.jsonl: line \d+: outputs\[0\]\.severity: expected a number"),
+        Case("a severity that is a word, resumed", "traceback", journal, "resume",
+             edit_journal(lambda r: first_with(r, sampled)["outputs"][0].update(severity="high")), usage,
+             r"journal_\d+\.jsonl: line \d+: outputs\[0\]\.severity: expected a number", check=unchanged),
+        Case("a manifest without its dump", "traceback", manifest_file, "merge",
+             edit_manifest(lambda d: d.pop("dump")), refused, r"run_\d+\.json: dump: expected an object",
+             check=no_merged_pair),
+        Case("a manifest without its dump, reported", "traceback", manifest_file, "report",
+             edit_manifest(lambda d: d.pop("dump")), refused, r"run_\d+\.json: dump: expected an object"),
+        Case("a threshold that is text", "traceback", manifest_file, "report",
+             edit_manifest(lambda d: d["settings"].update(max_abs_err="tiny")), refused,
+             r"run_\d+\.json: settings\.max_abs_err: expected a number"),
+        Case("a count of calls that is text", "traceback", manifest_file, "merge",
+             edit_manifest(lambda d: d["dump"].update(api_calls="many")), refused,
+             r"run_\d+\.json: dump\.api_calls: expected an integer"),
+        Case("a timeout past the alarm's range", "traceback", "option", "run", lambda root: None, usage,
+             r"--msprobe-timeout must be a number of seconds from 0 \(no limit\) up to", args=("--msprobe-timeout",
+                                                                                             "1e10")),
+        Case("a device range of 10**11 ids", "traceback", "option", "run", lambda root: None, usage,
+             r"--msprobe-devices: '0-99999999999' is not an id or a range of ids from 0 to 65,535",
+             args=("--msprobe-devices", "0-99999999999")),
+        Case("a line number of 5,000 digits", "traceback", "stack.json", "run", stack_json("digits"), (1,),
+             check=lambda root, output: _failures_as_ever(root)),
+        Case("a shape of 40 dimensions", "traceback", "dump.json", "run",
+             with_entries({"Functional.relu.990.forward": relu_of([1] * 40)}), (1,),
+             check=row_says("Functional.relu.990", "SKIP", "input_args[0].shape")),
+        Case("a shape past numpy's size", "traceback", "dump.json", "run",
+             with_entries({"Functional.relu.991.forward": relu_of([0, 2**62, 2**62])}), (1,),
+             check=row_says("Functional.relu.991", "SKIP", "input_args[0].shape")),
+        Case("a shape of one dimension past 2**63", "traceback", "dump.json", "run",
+             with_entries({"Functional.relu.992.forward": relu_of([0, 2**70])}), (1,),
+             check=row_says("Functional.relu.992", "SKIP", "output[0].shape: not a list of sizes")),
+        # 5. Hangs and unbounded reads.
+        Case("a manifest naming a FIFO as its dump", "hang", manifest_file, "merge", fifo_dump_in_manifest, (0, 1)),
+        Case("a manifest naming a FIFO as its dump, reported", "hang", manifest_file, "report",
+             fifo_dump_in_manifest, (0,)),
+        Case("a shard's result CSV a FIFO", "hang", result_csv, "merge", second_shard_fifo, refused,
+             r"shard2/accuracy_checking_result_1\.csv: not a regular file \(a FIFO\)", check=no_merged_pair),
+        Case("a result CSV a FIFO, resumed", "hang", result_csv, "resume", replace_with(0, "fifo"), usage,
+             r"result_\d+\.csv: not a regular file \(a FIFO\)"),
+        Case("details linked to /dev/zero", "hang", details_csv, "merge", replace_with(1, "zero"), refused,
+             r"details_\d+\.csv: a symbolic link to /dev/zero: not followed", check=no_merged_pair),
+        Case("details linked to /dev/zero, reported", "hang", details_csv, "report", replace_with(1, "zero"),
+             refused, r"details_\d+\.csv: a symbolic link to /dev/zero: not followed"),
+        Case("a journal linked to /dev/zero", "hang", journal, "resume", replace_with(2, "zero"), usage,
+             r"journal_\d+\.jsonl: a symbolic link to /dev/zero: not followed"),
+        Case("a journal a FIFO, reported", "hang", journal, "report", replace_with(2, "fifo"), refused,
+             r"journal_\d+\.jsonl: not a regular file \(a FIFO\)"),
+        Case("a manifest linked to /dev/zero", "hang", manifest_file, "merge", replace_with(3, "zero"), refused,
+             r"run_\d+\.json: a symbolic link to /dev/zero: not followed", check=no_merged_pair),
+        Case("stack.json a FIFO", "hang", "stack.json", "run", stack_json("fifo"), (1,),
+             check=lambda root, output: _failures_as_ever(root, sites=False)),
+        Case("stack.json a FIFO under --msprobe-timeout", "hang", "stack.json", "run", stack_json("fifo"), (1,),
+             check=lambda root, output: _failures_as_ever(root, sites=False), args=("--msprobe-timeout", "20")),
+        Case("stack.json linked to /dev/zero", "hang", "stack.json", "run", stack_json("zero"), (1,),
+             check=lambda root, output: _failures_as_ever(root, sites=False)),
+        # 7. Messages.
+        Case("a Message of 40,000 characters, merged", "message", result_csv, "merge", edit_csv(0, long_message),
+             (0, 1), check=message_cut),
+    ]
+
+
+def _failures_as_ever(root: Root, sites: bool = True) -> None:
+    """A fresh run beside a forged stack.json: the rows of the finished run (verdicts, Messages), call
+    sites aside."""
+    (fresh,) = (root.path / "fresh").glob(f"{RESULT_PREFIX}*.csv")
+    ours = {row[0]: row[:3] for row in read_result_rows(fresh)}
+    assert ours == {row[0]: row[:3] for row in root.result_rows()}
+    assert all("Traceback" not in row[3] and "fault" not in row[3] for row in read_result_rows(fresh))
+
+
+def with_entries(entries: dict[str, dict]) -> Callable[[Root], None]:
+    """Entries added to the dump (statistics: random data), each an argument of the given shape."""
+
+    def forge(root: Root) -> None:
+        document = json.loads(root.dump.read_text())
+        document["data"].update(entries)
+        root.dump.write_text(json.dumps(document))
+
+    return forge
+
+
+def tensor(shape: list[int]) -> dict:
+    return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": shape, "Max": 1.0, "Min": -1.0,
+            "Mean": 0.0, "Norm": 1.0, "requires_grad": False}  # fmt: skip
+
+
+def relu_of(shape: list[int]) -> dict:
+    return {"input_args": [tensor(shape)], "input_kwargs": {}, "output": [tensor(shape)]}
+
+
+def row_says(api: str, status: str, text: str) -> Callable[[Root, str], None]:
+    """The fresh run's row of api: its forward status, and text in its Message."""
+
+    def check(root: Root, output: str) -> None:
+        (fresh,) = (root.path / "fresh").glob(f"{RESULT_PREFIX}*.csv")
+        row = next(row for row in read_result_rows(fresh) if row[0] == api)
+        assert row[1] == status and text in row[3], row
+
+    return check

@@ -13,7 +13,7 @@ import pytest
 
 from pytest_msprobe import readback
 from pytest_msprobe.dumps import stack
-from pytest_msprobe.reports import journal, manifest, merge, resume
+from pytest_msprobe.reports import journal, manifest, pair_rows, resume
 from pytest_msprobe.reports.baseline import Baseline
 from pytest_msprobe.reports.csv_files import DETAILS_COLUMNS, RESULT_COLUMNS, ReportError, read_result_rows
 
@@ -113,7 +113,7 @@ def readers(result: Path) -> dict:
         "result CSV": (result, lambda: read_result_rows(result)),
         "result CSV (resume)": (result, lambda: resume.prepare(result)),
         "result CSV (baseline)": (result, lambda: Baseline.read(result)),
-        "details CSV (merge)": (details, lambda: merge.read_details(details)),
+        "details CSV (merge)": (details, lambda: pair_rows.details_rows(details)),
         "details CSV (resume)": (details, lambda: resume.read_details_outputs(details)),
         "journal": (journal.journal_path_for(result), lambda: journal.read_contents(journal.journal_path_for(result))),
         "journal (report)": (journal.journal_path_for(result), lambda: journal.peek(journal.journal_path_for(result))),

@@ -103,6 +103,9 @@ def _torch_and_mindspore(frameworks: Iterable[str]) -> tuple[bool, bool]:
     return bool(names - {"mindspore"}), "mindspore" in names
 
 
+MAX_DEVICE_ID = 65_535  # far past any host's devices: a range beyond it is a typo, not 10**11 ids in memory
+
+
 def parse_ids(text: str | None) -> list[int]:
     """`0,1,2,3`, `0-7` or `0-3,6` -> [ids]."""
     ids: list[int] = []
@@ -112,11 +115,15 @@ def parse_ids(text: str | None) -> list[int]:
         try:
             if "-" in part:
                 first, last = (int(x) for x in part.split("-", 1))
-                ids.extend(range(first, last + 1))
             else:
-                ids.append(int(part))
+                first = last = int(part)
         except ValueError:
-            raise DeviceError(f"--msprobe-devices: {part!r} is not an id or a range like 0-7") from None
+            raise DeviceError(f"--msprobe-devices: {part[:40]!r} is not an id or a range like 0-7") from None
+        if not 0 <= first <= last <= MAX_DEVICE_ID:
+            raise DeviceError(
+                f"--msprobe-devices: {part[:40]!r} is not an id or a range of ids from 0 to {MAX_DEVICE_ID:,}"
+            )
+        ids.extend(range(first, last + 1))
     if len(set(ids)) != len(ids):
         raise DeviceError(f"--msprobe-devices names an id twice: {text!r}")
     return ids

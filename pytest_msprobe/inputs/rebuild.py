@@ -31,7 +31,33 @@ TENSOR_TYPE_SUFFIXES = ("Tensor", "Parameter", "StubTensor")
 # grad_outputs) inside element_budget: a shape of 10**15 elements is a SKIP of its entry, not a
 # process killed for memory. Outside one, each Rebuilder counts against the default alone.
 _budget: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("element_budget", default=None)
-MAX_DIMS = 64  # numpy's limit
+
+
+def _numpy_max_dims() -> int:
+    """numpy's own limit on an array's dimensions: 32 before numpy 2, 64 from it."""
+    try:
+        np.empty((1,) * 64)
+    except ValueError:
+        return 32
+    return 64
+
+
+MAX_DIMS = _numpy_max_dims()
+# What numpy and torch hold: sizes whose product, in bytes of the widest dtype (complex128: 16), fits
+# an index (np.intp); one dimension past it is "array is too big" even where another is 0.
+MAX_BYTES = 2**63 - 1
+
+
+def shape_fault(shape: list[int]) -> str:
+    """Why no array of this shape can be made ("" where one can): more dimensions than numpy holds,
+    or sizes whose product no index holds (whatever the element count: a 0 beside them too)."""
+    if len(shape) > MAX_DIMS:
+        return f"{len(shape)} dimensions, more than numpy's arrays hold ({MAX_DIMS})"
+    if math.prod(d for d in shape if d) * 16 > MAX_BYTES:
+        return f"{_short(shape)}: sizes whose product no array holds (numpy's and torch's index is 64 bits)"
+    return ""
+
+
 # The largest finite value of each floating dtype, the range of each integer one: a statistic
 # beyond it cannot come from a tensor of that dtype.
 FLOAT_MAX: dict[str, float] = {
@@ -292,8 +318,9 @@ class Rebuilder:
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
         ):
             raise self.error(f"{field_path}.shape", f"not a list of sizes: {_short(shape)}")
-        if len(shape) > MAX_DIMS:
-            raise self.error(f"{field_path}.shape", f"{len(shape)} dimensions, more than any tensor has ({MAX_DIMS})")
+        why = shape_fault(shape)
+        if why:
+            raise self.error(f"{field_path}.shape", why)
         path = self.tensor_path(spec, field_path)
         if path is not None:
             return self.load(path, shape, dtype, field_path)

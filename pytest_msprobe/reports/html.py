@@ -27,12 +27,11 @@ from .. import __version__
 from ..dumps.dump import BACKWARD, FORWARD, DumpError, read_dump
 from ..results import ERROR, PASS, SKIP, WARNING, EntryResult, OutputResult, Status
 from ..untrusted import cut
-from . import files, html_figures, journal, manifest
-from .csv_files import DETAILS_HEADERS, ReportError, details_path_for, read_result_rows
+from . import files, html_figures, journal, manifest, pair_rows
+from .csv_files import ReportError, details_path_for
 from .html_markup import Html, escape, json_script, script, style, tag, url
 from .journal import journal_path_for
 from .messages import call_site_text, join, notes, output_findings, output_text, probe_text, split_message
-from .resume import complete_records, read_details_outputs
 from .summary import dump_labels, floor_line
 
 STATUS_ORDER = (ERROR, WARNING, PASS, SKIP)
@@ -105,7 +104,7 @@ def from_pairs(result_paths: Sequence[Path], sources: Sequence[Path] = ()) -> Re
         if document and all(m["dump"].get("sha256") != document["dump"].get("sha256") for m in manifests):
             manifests.append(document)
         order = _entry_order(document)
-        for entry in _pair_entries(result_path):
+        for entry in _pair_entries(result_path, manifest.sides(document)):
             entry.result.dump = dump
             if entry.result.position is None:
                 entry.result.position = order.get(entry.result.entry)
@@ -113,29 +112,29 @@ def from_pairs(result_paths: Sequence[Path], sources: Sequence[Path] = ()) -> Re
     return _placed(list(entries.values()), manifests, [str(p) for p in sources or result_paths])
 
 
-def _pair_entries(result_path: Path) -> list[Entry]:
+def _pair_entries(result_path: Path, sides: int = 1) -> list[Entry]:
+    """The entries a pair holds, its rows checked (pair_rows: a row of another kind, rows that disagree,
+    are a ReportError naming the file and the row), each from its journal line where the journal holds
+    it with the row's status."""
     if not os.path.lexists(result_path):
         raise ReportError(f"{result_path}: no such result CSV")
-    rows = read_result_rows(result_path)
     details = details_path_for(result_path)
     if not os.path.lexists(details):
         raise ReportError(f"{details}: no details CSV beside the result CSV {result_path.name}")
-    complete_records(details, DETAILS_HEADERS)  # its header checked: ReportError naming it
-    outputs = read_details_outputs(details)
+    pair = pair_rows.read(result_path, details, sides)
+    results, outputs = pair.results, pair.outputs()
     journal = _journal(journal_path_for(result_path))
     found = []
-    for row in rows:
-        api, forward, backward, message = [*row, "", "", ""][:4]
-        texts = split_message(message, forward, backward)
-        for direction, status, text in ((FORWARD, forward, texts[0]), (BACKWARD, backward, texts[1])):
-            if status not in {s.value for s in Status}:
-                continue
-            known = journal.get((api, direction))
+    for row in results:
+        forward, backward = row.statuses.get(FORWARD, ""), row.statuses.get(BACKWARD, "")
+        texts = dict(zip((FORWARD, BACKWARD), split_message(row.message, forward, backward)))
+        for direction, status in row.statuses.items():
+            known = journal.get((row.api, direction))
             if known is not None and known.status.value == status:
                 found.append(Entry(known, table_message(known)))
             else:
-                rows_of = outputs.get((api, direction), [])
-                found.append(Entry(EntryResult(api, direction, Status(status), "", rows_of), text))
+                rows_of = outputs.get((row.api, direction), [])
+                found.append(Entry(EntryResult(row.api, direction, Status(status), "", rows_of), texts[direction]))
     return found
 
 
@@ -285,7 +284,11 @@ def build(report: Report) -> str:
 def write(path: Path, report: Report) -> Path:
     """The page at path, whole or not at all: made beside it and moved over it (a link at the
     name is replaced, never written through). Raises OSError, PlottingMissing."""
-    text = build(report)
+    return write_page(path, build(report))
+
+
+def write_page(path: Path, text: str) -> Path:
+    """A page built (build) at path, as `write` writes it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     files.write_new(temporary, text.encode("utf-8"))

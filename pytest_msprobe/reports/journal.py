@@ -109,6 +109,8 @@ class Running:
 class JournalContents:
     results: list[EntryResult] = field(default_factory=list)  # in the order they came
     crashed: Running | None = None
+    lines: list[int] = field(default_factory=list)  # the line of each result, for a message naming it
+    crashed_line: int = 0
 
 
 class JournalError(ReportError):
@@ -158,14 +160,14 @@ def parse(path: Path, data: bytes) -> JournalContents:
         try:
             record = json.loads(line)
             if isinstance(record, dict) and RUNNING in record:
-                running = _running(record)
-                contents.crashed = running
+                contents.crashed, contents.crashed_line = _running(record), number
                 continue
             result = plain_results.entry_result(record)
         except (ValueError, RecursionError) as exc:  # FieldError, JSON's own (a line of 5,000 digits too)
             why = exc if isinstance(exc, plain_results.FieldError) else f"not JSON ({exc})"
             raise JournalError(f"{path}: line {number}: {printable(cut(str(why), 500))}: not read") from None
         contents.results.append(result)
+        contents.lines.append(number)
         if contents.crashed and contents.crashed.entry == result.entry:
             contents.crashed = None  # the entry ended after all (its result came)
     return contents

@@ -66,10 +66,14 @@ def describe(dump: Path, options: Options, device: str, api_calls: int | None, s
 def write(result_path: Path, description: dict[str, Any]) -> Path:
     """The manifest, a new file: anything already at its name (a link) is refused (files.FileTaken)."""
     path = path_for(result_path)
-    document = {**description, "result": result_path.name, "details": details_path_for(result_path).name}
-    text = json.dumps(document, indent=1) + "\n"
-    files.write_new(path, text)
+    files.write_new(path, render(result_path, description))
     return path
+
+
+def render(result_path: Path, description: dict[str, Any]) -> str:
+    """The manifest's text for the pair of result_path."""
+    document = {**description, "result": result_path.name, "details": details_path_for(result_path).name}
+    return json.dumps(document, indent=1) + "\n"
 
 
 def read(result_path: Path) -> dict[str, Any]:
@@ -126,6 +130,14 @@ def checked(document: dict[str, Any]) -> None:
     shard = document.get("shard")
     if shard is not None and not isinstance(shard, dict):
         raise plain_results.FieldError(f"shard: expected an object or null, found {plain_results.kind(shard)}")
+
+
+def sides(document: dict[str, Any] | None) -> int:
+    """The rows an output of the pair has: 2 where its run judged each entry twice (recorded,<device>);
+    2 too where no manifest says (an older pair's reader takes either), else 1."""
+    if document is None:
+        return 2
+    return 2 if "," in str(document.get("settings", {}).get("device", "")) else 1
 
 
 def row_settings(document: dict[str, Any]) -> dict[str, Any]:

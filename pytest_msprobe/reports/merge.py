@@ -13,35 +13,33 @@ once. The terminal summary is the one a single run prints, rebuilt from the CSVs
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
+import os
 import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..dumps.dump import BACKWARD, FORWARD, DumpError, read_dump
+from ..dumps.dump import BACKWARD, DIRECTIONS, FORWARD, DumpError, read_dump
+from ..readback import what_is_at
 from ..results import ERROR, EntryResult, OutputResult, Status
-from ..untrusted import printable
-from . import manifest, summary
+from ..untrusted import cut, printable
+from . import files, manifest, pair_rows, provenance, summary
+from .cells import MAX_CELL, untext
 from .csv_files import (
-    DETAILS_PREFIX,
-    ENCODING,
     RESULT_PREFIX,
     ReportError,
-    any_field_size,
+    cells,
     details_path_for,
     output_of_row,
-    read_csv_text,
-    read_result,
     text_cell,
     timestamp,
-    untext,
 )
-from .layouts import DEFAULT, Layout, of_details_header
+from .layouts import DEFAULT, Layout
 from .messages import api_message, split_message
-from .resume import api_of_output
 
 _FLOOR = re.compile(r"within the (\S+) rounding budget \(--msprobe-standard dtype passes it\)")
 
@@ -64,7 +62,7 @@ class Half:
 
     status: str
     text: str  # its part of the result row's Message
-    details: list[list[str]]
+    details: list[list[str]]  # its outputs' details rows, cells as written (checked: pair_rows)
     source: Path
     layout: Layout = DEFAULT
 
@@ -76,6 +74,7 @@ class Merged:
     pairs: list[Pair]
     apis: dict[str, dict[str, Half]] = field(default_factory=dict)  # in order of first appearance
     layout: Layout | None = None  # the pairs' one layout, written again
+    dump_read: tuple[dict[str, int], set[tuple[str, str]] | None] | None = None  # dump_of's, once read
 
     def blank(self) -> str:
         return (self.layout or DEFAULT).blank
@@ -121,12 +120,14 @@ def group(pairs: Sequence[Pair]) -> list[Merged]:
 
 
 def read_pair(pair: Pair, merged: Merged) -> None:
+    """The pair's rows into merged: each row checked, the two files against each other and, where the
+    dump is here as the shards read it, against the dump (pair_rows); MergeError naming the file and
+    the row otherwise, or where two shards that ran one entry disagree."""
     try:
-        layout, rows = read_result(pair.result)
-        details = read_details(details_path_for(pair.result), layout or DEFAULT)
+        read = pair_rows.read(pair.result, details_path_for(pair.result), manifest.sides(pair.manifest))
     except ReportError as exc:
         raise MergeError(str(exc)) from None
-    pair.layout = layout or DEFAULT
+    pair.layout = read.layout or DEFAULT
     if merged.layout is None:
         merged.layout = pair.layout
     elif merged.layout is not pair.layout:
@@ -135,66 +136,127 @@ def read_pair(pair: Pair, merged: Merged) -> None:
             f"{pair.result} is in the {pair.layout.name} CSV layout, {first} in the {merged.layout.name} one: "
             "shards of one run are written in one layout (--msprobe-csv-layout)"
         )
-    for api, forward, backward, message, *_ in rows:
-        texts = split_message(message, forward, backward)
-        halves = merged.apis.setdefault(api, {})
-        for direction, status, text in ((FORWARD, forward, texts[0]), (BACKWARD, backward, texts[1])):
-            if not status:
-                continue
-            half = Half(status, text, details.get((api, direction), []), pair.result, pair.layout)
+    outputs = pair_rows.by_entry(read.details)
+    entries = dump_of(merged)[1]
+    for row in read.results:
+        forward, backward = row.statuses.get(FORWARD, ""), row.statuses.get(BACKWARD, "")
+        texts = dict(zip(DIRECTIONS, split_message(row.message, forward, backward)))
+        halves = merged.apis.setdefault(row.api, {})
+        for direction, status in row.statuses.items():
+            if entries is not None and (row.api, direction) not in entries:
+                raise MergeError(
+                    f"{pair.result}: row {row.number}: {_shown(row.api)} {direction} is no entry of the dump "
+                    f"{merged.dump['path']}: rows of another dump"
+                )
+            raw = [output.raw for output in outputs.get((row.api, direction), [])]
+            half = Half(status, texts[direction], raw, pair.result, pair.layout)
             seen = halves.get(direction)
             if seen is not None and (seen.status, seen.text, seen.details) != (half.status, half.text, half.details):
                 raise MergeError(
-                    f"{api}.{direction} has different rows in {seen.source} and {pair.result}: "
+                    f"{_shown(row.api)}.{direction} has different rows in {seen.source} and {pair.result}: "
                     "shards that ran the same entry disagree"
                 )
             halves[direction] = half
 
 
-def read_details(path: Path, layout: Layout = DEFAULT) -> dict[tuple[str, str], list[list[str]]]:
-    """The rows of a details CSV in `layout` (its result CSV's), by (api, direction), as written."""
-    text = read_csv_text(path)
-    try:
-        with any_field_size():
-            rows = list(csv.reader(io.StringIO(text, newline="")))
-    except csv.Error as exc:
-        raise ReportError(f"{path}: cannot be read as a details CSV: {exc}") from None
-    if not rows or of_details_header(rows[0]) is None:
-        raise ReportError(f"{path}: not an accuracy_checking_details CSV")
-    if of_details_header(rows[0]) is not layout:
-        raise ReportError(f"{path}: not in the {layout.name} CSV layout its result CSV is written in")
-    by_entry: dict[tuple[str, str], list[list[str]]] = {}
-    for row in rows[1:]:
-        if row:
-            entry = untext(row[0]).rsplit(".output.", 1)[0]
-            by_entry.setdefault((api_of_output(untext(row[0])), entry.rsplit(".", 1)[-1]), []).append(row)
-    return by_entry
+def _shown(text: str) -> str:
+    return cut(printable(text), 200)
 
 
-def write(merged: Merged, out: Path, stamp: str) -> Path:
-    folder = out / merged.folder
-    folder.mkdir(parents=True, exist_ok=True)
-    result_path = folder / f"{RESULT_PREFIX}{stamp}.csv"
-    details_path = folder / f"{DETAILS_PREFIX}{stamp}.csv"
+def texts(merged: Merged) -> tuple[str, str]:
+    """The merged pair's result and details CSVs, in the shards' layout, every text cell written as a
+    run writes it (cells.py: formula starts neutralised, control characters escaped, a Message cut)."""
     layout = merged.layout or DEFAULT
     blank = layout.blank
-    with (
-        open(result_path, "w", newline="", encoding=ENCODING) as result,
-        open(details_path, "w", newline="", encoding=ENCODING) as details,
-    ):
-        result_rows, details_rows = csv.writer(result), csv.writer(details)
-        result_rows.writerow(layout.result_columns)
-        details_rows.writerow(layout.details_columns)
-        for api, halves in merged.apis.items():
-            forward, backward = halves.get(FORWARD), halves.get(BACKWARD)
-            for half in (forward, backward):
-                details_rows.writerows(half.details if half else [])
-            message = api_message(as_result(api, FORWARD, forward), as_result(api, BACKWARD, backward))
-            statuses = [half.status if half else blank for half in (forward, backward)]
-            result_rows.writerow([text_cell(api), *statuses, text_cell(message) if message else blank])
-    first = merged.pairs[0].manifest
-    manifest.write(result_path, {**first, "shard": None, "merged_from": [str(p.result) for p in merged.pairs]})
-    return result_path
+    result, details = io.StringIO(newline=""), io.StringIO(newline="")
+    result_rows, details_rows = csv.writer(result), csv.writer(details)
+    result.write("\ufeff")
+    details.write("\ufeff")
+    result_rows.writerow(layout.result_columns)
+    details_rows.writerow(layout.details_columns)
+    for api, halves in merged.apis.items():
+        forward, backward = halves.get(FORWARD), halves.get(BACKWARD)
+        for half in (forward, backward):
+            details_rows.writerows(_details_cells(layout, raw) for raw in (half.details if half else []))
+        message = api_message(as_result(api, FORWARD, forward), as_result(api, BACKWARD, backward))
+        statuses = [half.status if half else blank for half in (forward, backward)]
+        cut_note = " cut: every output's message is in its details row"
+        result_rows.writerow([text_cell(api), *statuses, text_cell(message, MAX_CELL, cut_note) if message else blank])
+    return result.getvalue(), details.getvalue()
+
+
+def _details_cells(layout: Layout, raw: list[str]) -> list[str]:
+    """A details row written again: its text cells escaped as a run escapes them, its numbers (checked
+    to be numbers) and its status as they were."""
+    text = cells(layout, raw)
+    status_at, message_at = layout.column("Status"), layout.column("Message")
+    written = [text_cell(cell) if cell else layout.blank for cell in text[:4]]
+    written += raw[4 : status_at + 1]
+    written.append(text_cell(text[message_at], MAX_CELL, " cut") if text[message_at] else layout.blank)
+    return written
+
+
+def write(groups: Sequence[Merged], out: Path, stamp: str, page: tuple[Path, str] | None = None) -> list[Path]:
+    """Every group's merged pair and manifest in out (its folder below), whole or not at all: each file
+    made new beside its name and moved there once all are written; anything at a name (a link, an
+    earlier file) is refused, never written through. page: the HTML report, written last of all
+    before the moves. Raises MergeError."""
+    made: list[tuple[files.Folder, str, str]] = []  # (folder, temporary, name)
+    folders: list[files.Folder] = []
+    moved: list[tuple[files.Folder, str]] = []
+    paths = []
+    try:
+        for merged in groups:
+            folder = files.Folder.make(out, merged.folder.parts)
+            folders.append(folder)
+            result_path = folder.path / f"{RESULT_PREFIX}{stamp}.csv"
+            result, details = texts(merged)
+            description = {
+                **merged.pairs[0].manifest,
+                "shard": None,
+                "merged_from": [str(p.result) for p in merged.pairs],
+            }
+            contents = {
+                result_path.name: result,
+                details_path_for(result_path).name: details,
+                manifest.path_for(result_path).name: manifest.render(result_path, description),
+            }
+            for name, text in contents.items():
+                made.append((folder, _temporary(folder, name, text), name))
+            paths.append(result_path)
+        if page is not None:
+            from . import html  # plotly only where a page is asked for
+
+            html.write_page(*page)
+        for folder, temporary, name in made:
+            os.replace(temporary, name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+            moved.append((folder, name))
+    except OSError as exc:
+        for folder, name in [*((f, t) for f, t, _ in made), *moved]:
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=folder.fd)
+        raise MergeError(
+            f"the merged pair is not written: {exc if isinstance(exc, files.FileRefused) else exc.strerror or exc}"
+        ) from None
+    finally:
+        for folder in folders:
+            folder.close()
+    return paths
+
+
+def _temporary(folder: files.Folder, name: str, text: str) -> str:
+    """text in a new file beside name (refused where anything has name: a link, an earlier file)."""
+    if os.path.lexists(folder.path / name):
+        raise files.FileRefused(
+            folder.path / name, f"{what_is_at(name, folder.fd)} is already there: not written through"
+        )
+    temporary = f".{name}.{os.getpid()}.tmp"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temporary, dir_fd=folder.fd)  # one a killed merge left
+    fd = files.create(temporary, folder.fd, folder.path / temporary)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(text.encode("utf-8"))
+    return temporary
 
 
 def as_result(api: str, direction: str, half: Half | None, with_outputs: bool = False) -> EntryResult | None:
@@ -243,13 +305,22 @@ def summary_lines(groups: Sequence[Merged]) -> list[str]:
 def entry_order(merged: Merged) -> dict[str, int]:
     """The position of each entry in the dump, where the dump is readable here as the shards read it:
     failures of equal severity then list in the order a serial run checks them (else in CSV order)."""
-    path = Path(merged.dump["path"])
-    try:
-        if manifest.sha256(path) != merged.dump["sha256"]:
-            return {}
-        return {name: i for i, name in enumerate(read_dump(path).entries)}
-    except (OSError, DumpError):
-        return {}
+    return dump_of(merged)[0]
+
+
+def dump_of(merged: Merged) -> tuple[dict[str, int], set[tuple[str, str]] | None]:
+    """(each entry's position, every (API Name, direction) of the dump) where the dump is readable here
+    as the shards read it (its sha256 the manifest's), else ({}, None); read once."""
+    if merged.dump_read is None:
+        merged.dump_read = {}, None
+        path = Path(merged.dump["path"])
+        try:
+            if manifest.sha256(path) == merged.dump["sha256"]:
+                dump = read_dump(path)
+                merged.dump_read = {name: i for i, name in enumerate(dump.entries)}, provenance.entries_of(dump)
+        except (OSError, DumpError):
+            pass
+    return merged.dump_read
 
 
 def _floored(half: Half) -> list[OutputResult]:
@@ -280,13 +351,16 @@ def coverage_lines(groups: Sequence[Merged]) -> list[str]:
 def merge(out_dirs: Sequence[Path], out: Path, html_path: Path | None = None) -> tuple[list[str], bool]:
     """Merge; the lines to print, and whether the run it makes passes (no error, no API missing).
     html_path: the HTML report of the merged run too, from the shards' pairs and journals (the
-    journals hold what the columns do not); MergeError where it cannot be written."""
+    journals hold what the columns do not). Every pair is read and checked, and the page built,
+    before anything is written: MergeError, and nothing written, where one cannot be."""
     groups = group(find_pairs(out_dirs))
     for merged in groups:
         for pair in merged.pairs:
             read_pair(pair, merged)
     stamp = timestamp()
-    paths = [write(merged, out, stamp) for merged in groups]
+    finals = [out / merged.folder / f"{RESULT_PREFIX}{stamp}.csv" for merged in groups]
+    page = None if html_path is None else (html_path, build_html(html_path, groups, finals))
+    paths = write(groups, out, stamp, page)
     lines = [f"{' msprobe ':=^80}", *summary_lines(groups)]
     missing = coverage_lines(groups)
     lines += missing
@@ -295,17 +369,16 @@ def merge(out_dirs: Sequence[Path], out: Path, html_path: Path | None = None) ->
         lines.append(f"merged {sources} pair(s) of {merged.dump['path']}")
         lines += [f"result:  {path}", f"details: {details_path_for(path)}"]
     if html_path is not None:
-        lines.append(f"html:    {write_html(html_path, groups, paths)}")
+        lines.append(f"html:    {html_path}")
     failed = any(half.status == ERROR for m in groups for halves in m.apis.values() for half in halves.values())
     return lines, not failed and not missing
 
 
-def write_html(path: Path, groups: Sequence[Merged], merged: Sequence[Path]) -> Path:
+def build_html(path: Path, groups: Sequence[Merged], merged: Sequence[Path]) -> str:
     from . import html  # plotly only where a page is asked for
 
     try:
-        report = html.from_pairs([pair.result for m in groups for pair in m.pairs], sources=merged)
-        return html.write(path, report)
+        return html.build(html.from_pairs([pair.result for m in groups for pair in m.pairs], sources=merged))
     except (ReportError, OSError, ImportError) as exc:
         raise MergeError(f"the HTML report {path} is not written: {html.why(exc)}") from None
 

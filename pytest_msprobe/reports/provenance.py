@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..dumps.dump import FORWARD, DumpError, entry_kind, parse_entry_name, read_dump
+from ..dumps.dump import FORWARD, Dump, DumpError, entry_kind, parse_entry_name, read_dump
 from ..untrusted import escape
 
 # Below this share of its APIs in the dump, a result CSV is taken for another dump's.
@@ -26,6 +26,11 @@ def dump_entries(path: Path) -> set[tuple[str, str]] | None:
         dump = read_dump(path)
     except DumpError:
         return None
+    return entries_of(dump)
+
+
+def entries_of(dump: Dump) -> set[tuple[str, str]]:
+    """dump_entries of a dump already read."""
     found = set()
     for name in dump.entries:
         if entry_kind(name) == "module":

@@ -25,21 +25,22 @@ from .. import readback
 from ..dumps.dump import BACKWARD, FORWARD
 from ..results import ERROR, EntryResult, OutputResult, Status
 from ..untrusted import cut, printable
-from . import files
+from . import files, pair_rows
 from .csv_files import (
     DETAILS_HEADERS,
     RESULT_HEADERS,
     STATUS_WORDS,
     ReportError,
     any_field_size,
+    cells,
     details_path_for,
     output_of_row,
     read_finished_apis,
     read_result_rows,
     untext,
 )
-from .journal import Journal, journal_path_for, read_contents, read_journal
-from .layouts import of_details_header, of_result_header
+from .journal import Journal, JournalContents, JournalError, journal_path_for, read_contents, read_journal
+from .layouts import Layout, of_details_header, of_result_header
 
 
 def prepare(result_path: Path) -> set[str]:
@@ -162,6 +163,7 @@ class Resumed:
     # entries they lack have run, as an uninterrupted run writes them.
     waiting: dict[str, dict[str, EntryResult]] = field(default_factory=dict)
     reopened: list[str] = field(default_factory=list)  # APIs whose rows lacked a direction the dump has
+    rerun: dict[str, str] = field(default_factory=dict)  # APIs whose rows cannot stand, and why: run again
     earlier: list[EntryResult] = field(default_factory=list)  # every entry not run again, for the verdict
     # The entry the resumed run was running when its process died (the journal's open `running`
     # line): an error now, not run again.
@@ -207,11 +209,23 @@ def _resume(result_path: Path, dump_entries: set[tuple[str, str]] | None) -> Res
     journal_path = journal_path_for(result_path)
     try:
         contents = read_contents(journal_path)
-        journal = _latest(contents.results)
         rows = read_result_rows(result_path)
     except OSError as exc:
         raise ReportError(f"{result_path}: cannot resume into it: {exc}") from None
+    if dump_entries is not None:
+        _check_journal_entries(journal_path, contents, dump_entries)
     state = Resumed(result_path)
+    # Rows that cannot stand (a status that is no word, a row twice, a row better than its details or
+    # other than its journal): their API runs again, whole; details rows of no API's row are cut.
+    journal = _latest(contents.results)
+    layout, details = _details_cells(result_path)
+    faults, orphans = pair_rows.faults_by_api(
+        layout, rows, details, {key: result.status for key, result in journal.items()}
+    )
+    state.rerun = {api: why for api, why in faults.items() if api in kept_apis}
+    kept_apis -= set(state.rerun)
+    journal = {key: result for key, result in journal.items() if key[0] not in state.rerun}
+    rows = [row for row in rows if row[0] not in state.rerun]
     crashed = contents.crashed
     if crashed is not None and crashed.api not in kept_apis and (crashed.api, crashed.direction) not in journal:
         result = EntryResult(crashed.api, crashed.direction, ERROR, crash_message(journal_path), dump=crashed.dump)
@@ -245,10 +259,36 @@ def _resume(result_path: Path, dump_entries: set[tuple[str, str]] | None) -> Res
             state.waiting.setdefault(api, {})[direction] = result
     for api, results in state.waiting.items():
         state.finished |= {(api, direction) for direction in results}
-    if state.reopened:
-        _cut_apis(result_path, set(state.reopened))
+    if state.reopened or state.rerun or orphans:
+        _cut_apis(result_path, set(state.reopened) | set(state.rerun) | orphans)
     state.earlier = _earlier(result_path, state, statuses, rows, journal)
     return state
+
+
+def _check_journal_entries(journal_path: Path, contents: JournalContents, dump_entries: set[tuple[str, str]]) -> None:
+    """A journal names only the dump's entries: a line of another's would add a row the dump has not."""
+    named = [(line, result.api, result.direction) for line, result in zip(contents.lines, contents.results)]
+    if contents.crashed is not None:
+        named.append((contents.crashed_line, contents.crashed.api, contents.crashed.direction))
+    for line, api, direction in named:
+        if (api, direction) not in dump_entries:
+            raise JournalError(
+                f"{journal_path}: line {line}: {printable(cut(api, 200))}.{direction} is no entry of the dump: "
+                "a journal of another dump, or edited; not resumed"
+            )
+
+
+def _details_cells(result_path: Path) -> tuple[Layout | None, list[list[str]]]:
+    """The layout of the details rows beside a result CSV (after prepare) and the rows, cells as
+    read (csv_files.cells), without the header."""
+    details = details_path_for(result_path)
+    if not os.path.lexists(details):
+        return None, []
+    rows, _ = complete_records(details, DETAILS_HEADERS)
+    layout = of_details_header(rows[0]) if rows else None
+    if layout is None:
+        return None, []
+    return layout, [cells(layout, row) for row in rows[1:] if row]
 
 
 def describe(state: Resumed) -> str:
@@ -260,6 +300,10 @@ def describe(state: Resumed) -> str:
     text += " are not run again"
     if state.reopened:
         text += f"; {len(state.reopened)} rows without a direction the dump has are written again, whole"
+    if state.rerun:
+        named = "; ".join(f"{printable(cut(api, 200))}: {why}" for api, why in list(state.rerun.items())[:3])
+        more = f"; and {len(state.rerun) - 3} more" if len(state.rerun) > 3 else ""
+        text += f"; {len(state.rerun)} rows that disagree with their details or journal run again ({named}{more})"
     for result in state.crashed:  # a name from the dump, through the journal: escaped, cut
         text += f"; {cut(printable(result.entry), 1000)} is an error, not run again: {result.reason}"
     return text
