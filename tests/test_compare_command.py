@@ -6,6 +6,8 @@ slow tests in test_compare_msprobe.py feed the same pairs to msprobe's own tool.
 
 from __future__ import annotations
 
+import json
+
 import math
 import shutil
 from pathlib import Path
@@ -221,7 +223,8 @@ def test_base_metrics_pass_against_themselves() -> None:
 def by_this_plugin(details: Path) -> None:
     """A manifest beside the pair's result CSV, as this plugin writes one."""
     stamp = details.stem.rsplit("_", 1)[-1]
-    (details.parent / f"accuracy_checking_run_{stamp}.json").write_text('{"format": 1, "plugin": "0.1.0"}\n')
+    manifest = {"format": 1, "plugin": "0.1.0", "dump": {"path": "dump.json", "sha256": "00" * 32}}
+    (details.parent / f"accuracy_checking_run_{stamp}.json").write_text(json.dumps(manifest) + "\n")
 
 
 def test_where_both_runs_are_this_plugins_each_output_says_which_is_nearer_float64(
