@@ -128,6 +128,30 @@ def test_dropout_is_compared_as_msprobe_judges_it(pytester, copy_dump, device):
     result.assert_outcomes(passed=17)
 
 
+def test_in_msprobes_layout_a_drawing_dropouts_metric_cells_are_blank_saying_why(pytester, copy_dump):
+    """Its metrics would compare two masks element by element: msprobe's acc_check writes no details row
+    for a dropout, and its api_precision_compare reads a blank as no metric."""
+    result = run_msprobe(pytester, copy_dump("select_tensor"), "-k", "dropout", "--msprobe-csv-layout",
+                         "msprobe-pytorch", device="recorded")
+    assert result.ret == 0
+    details = rows_of(pytester, "details")
+    metrics = list(details["Functional.dropout.0.forward.output.0"])[4:21]
+    assert metrics[0] == "余弦相似度" and metrics[-1] == "ULP误差大于阈值占比"
+    for api in RANDOM:
+        for direction in ("forward", "backward"):
+            row = details[f"{api}.{direction}.output.0"]
+            assert [row[column] for column in metrics] == [" "] * 17, (api, direction)
+            assert (row["DEVICE Dtype"], row["Status"]) == ("torch.float32", "pass")
+            assert (
+                "draws over 256 " in row["Message"]
+                and "; msprobe's metrics left blank: each side drew its own mask, so they would compare two "
+                "masks element by element (msprobe's acc_check writes no details row for a dropout)" in row["Message"]
+            ), row["Message"]
+    for api in DETERMINISTIC:  # one mask, or none: compared as any API, every metric written
+        row = details[f"{api}.forward.output.0"]
+        assert (row["余弦相似度"], row["最大绝对误差"], row["Message"]) == ("1.00000000000000", "0.00000000000000", " ")
+
+
 def planted(dump, name, change):
     path = dump.parent / "dump_tensor_data" / f"{name}.pt"
     torch.save(change(torch.load(path, weights_only=True)), path)

@@ -145,9 +145,11 @@ class Checker:
         output's number as msprobe's rows name it (a backward's counts every positional tensor)."""
         if pair.skip or pair.tested is None or pair.bench is None:
             return OutputResult(pair.index, SKIP, pair.bench_dtype, pair.tested_dtype, pair.shape, reasons=[pair.skip])
+        # A dropout that draws compares two masks element by element: msprobe's metrics of it mean
+        # nothing (acc_check writes no details row for a dropout), so they stay blank.
         msprobe = (
             None
-            if fp8_input is None
+            if fp8_input is None or pair.dropout is not None
             else msprobe_metrics(pair.tested, pair.bench, pair.tested_dtype, api=name.api, fp8_input=fp8_input)
         )
         comparison = Comparison(
@@ -162,6 +164,8 @@ class Checker:
         )
         if pair.dropout is not None:
             metrics, verdict = dropout.judge(comparison, pair.dropout, self.standard)
+            if self.msprobe:  # the CSV in msprobe's layout: say why its metric cells are blank
+                verdict.reasons.append(dropout.NO_MSPROBE_METRICS)
         else:
             metrics, verdict = compare(comparison, self.standard)
         return OutputResult(

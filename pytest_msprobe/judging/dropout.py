@@ -38,6 +38,11 @@ MAX_SHARE_GAP = 0.1  # msprobe: the shares of the two sides may differ by less t
 # How near alpha dropout's constant a dropped element is, relatively: bf16 rounds it by 2^-8. A kept
 # element is that near only where its input is within a hundredth of -1.758 (on both sides alike).
 DROPPED_TOLERANCE = 0.01
+# The Message of a dropout's row in msprobe's PyTorch layout, whose 17 metric cells are left blank.
+NO_MSPROBE_METRICS = (
+    "msprobe's metrics left blank: each side drew its own mask, so they would compare two masks element by "
+    "element (msprobe's acc_check writes no details row for a dropout)"
+)
 
 
 @dataclass(frozen=True)
