@@ -154,3 +154,52 @@ def test_a_filtered_runs_files_read_back_as_filtered(pytester, copy_dump, capsys
         assert "forward  100 pass, 0 error, 0 warning, 0 SKIP, 26 filtered" in lines
         assert "SKIP reasons:" not in lines
     assert any(line.startswith("26 entries not compared: ") and "which 13 checked entries" in line for line in out)
+
+
+def resume_rows(pytester):
+    return {row["API Name"]: row for row in read_csv(pytester.path / "out", "result")}
+
+
+@pytest.mark.parametrize("journal", ["kept", "deleted"])
+def test_a_resume_without_the_filter_checks_the_calls_it_left_unchecked(pytester, copy_dump, journal):
+    """Each filtered row is written again, whole, with its entry's own verdict; the other direction of its
+    API keeps the journal's result (where the journal is gone, the row's Message still says it was
+    filtered, and the API runs whole, as any API the journal lacks)."""
+    dump = copy_dump("select_stats")
+    first = run_msprobe(pytester, dump, "--msprobe-filter", "-k", "softmax", device="cpu")
+    assert first.ret == 0
+    (result_csv,) = (pytester.path / "out").glob("accuracy_checking_result_*.csv")
+    before = resume_rows(pytester)
+    assert [before[f"Functional.softmax.{n}"]["Forward Test Success"] for n in range(3)] == ["pass", "SKIP", "SKIP"]
+    if journal == "deleted":
+        for path in (pytester.path / "out").glob("accuracy_checking_journal_*.jsonl"):
+            path.unlink()
+
+    resumed = run_msprobe(pytester, dump, "-k", "softmax", "--msprobe-resume", str(result_csv), device="cpu")
+    assert resumed.ret == 0
+    resumed.stdout.fnmatch_lines(["*2 rows with entries --msprobe-filter left unchecked are checked now and "
+                                  "written again, whole*"])
+    # softmax.1 and softmax.2 forward (without the journal, their backward too); nothing else runs again
+    resumed.assert_outcomes(passed=2 if journal == "kept" else 4)
+    after = resume_rows(pytester)
+    assert sorted(after) == sorted(before)  # one row an API, as before
+    for n in range(3):
+        row = after[f"Functional.softmax.{n}"]
+        assert (row["Forward Test Success"], row["Backward Test Success"]) == ("pass", "pass"), row
+        assert "--msprobe-filter" not in row["Message"]
+    details = {row["API Name"]: row for row in read_csv(pytester.path / "out", "details")}
+    assert details["Functional.softmax.2.forward.output.0"]["Status"] == "pass"  # compared now
+    assert details["Functional.softmax.2.backward.output.0"]["Status"] == "pass"  # kept, once
+    assert len(details) == len(read_csv(pytester.path / "out", "details"))
+
+
+def test_a_resume_with_the_filter_keeps_the_filtered_rows(pytester, copy_dump):
+    dump = copy_dump("select_stats")
+    assert run_msprobe(pytester, dump, "--msprobe-filter", "-k", "softmax", device="cpu").ret == 0
+    (result_csv,) = (pytester.path / "out").glob("accuracy_checking_result_*.csv")
+    before = result_csv.read_bytes()
+    resumed = run_msprobe(pytester, dump, "--msprobe-filter", "-k", "softmax", "--msprobe-resume", str(result_csv),
+                          device="cpu")
+    assert resumed.ret == 0
+    resumed.assert_outcomes()  # every entry finished: the filtered ones stood for already
+    assert result_csv.read_bytes() == before

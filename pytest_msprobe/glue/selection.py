@@ -77,7 +77,8 @@ class Selection:
             try:
                 if worker is None:
                     _check("--msprobe-resume", resumed_path, dumps, entries, notes)
-                    state = resume.resume(resumed_path, entries)
+                    # Without --msprobe-filter, the entries a filtered run left unchecked are checked now.
+                    state = resume.resume(resumed_path, entries, filtering=bool(options and options.filter))
                     finished = state.finished
                 else:
                     finished = _finished(resumed_path, worker)

@@ -23,7 +23,7 @@ from typing import Callable
 
 from .. import readback
 from ..dumps.dump import BACKWARD, FORWARD
-from ..results import ERROR, EntryResult, OutputResult, Status
+from ..results import ERROR, SKIP, EntryResult, OutputResult, Status
 from ..untrusted import cut, printable
 from . import files, pair_rows
 from .csv_files import (
@@ -41,6 +41,7 @@ from .csv_files import (
 )
 from .journal import Journal, JournalContents, JournalError, journal_path_for, read_contents, read_journal
 from .layouts import Layout, of_details_header, of_result_header
+from .messages import split_message
 
 
 def prepare(result_path: Path) -> set[str]:
@@ -164,6 +165,8 @@ class Resumed:
     waiting: dict[str, dict[str, EntryResult]] = field(default_factory=dict)
     reopened: list[str] = field(default_factory=list)  # APIs whose rows lacked a direction the dump has
     rerun: dict[str, str] = field(default_factory=dict)  # APIs whose rows cannot stand, and why: run again
+    # APIs with an entry --msprobe-filter left unchecked, checked now (a run without the filter): also reopened
+    unfiltered: list[str] = field(default_factory=list)
     earlier: list[EntryResult] = field(default_factory=list)  # every entry not run again, for the verdict
     # The entry the resumed run was running when its process died (the journal's open `running`
     # line): an error now, not run again.
@@ -176,7 +179,7 @@ class Resumed:
             self.lock.release()
 
 
-def resume(result_path: Path, dump_entries: set[tuple[str, str]] | None = None) -> Resumed:
+def resume(result_path: Path, dump_entries: set[tuple[str, str]] | None = None, filtering: bool = False) -> Resumed:
     """Make a killed or partial run's files ready to append to, and say what is left to run.
 
     `dump_entries`, the (api, direction) of the dump's entries (None where the dump cannot be
@@ -184,7 +187,9 @@ def resume(result_path: Path, dump_entries: set[tuple[str, str]] | None = None) 
     row is cut from both files and written again, whole, once the entries it lacks have run;
     the results it held come back from the journal (an API the journal lacks runs whole).
     Details rows go first, so a kill between the two rewrites leaves a row whose details a
-    next resume writes again.
+    next resume writes again. Unless the resuming run `filtering` (--msprobe-filter), an entry
+    the filter left unchecked is not finished: its row is written again the same way, with its
+    own verdict.
 
     The pair and its journal are locked first, for the whole run (Resumed.lock: release it at the
     end): a second run that writes them is refused. Raises ReportError (resuming cannot start).
@@ -196,7 +201,7 @@ def resume(result_path: Path, dump_entries: set[tuple[str, str]] | None = None) 
     except OSError as exc:  # LockHeld names the holder, FileRefused the link
         raise ReportError(f"cannot resume into it: {exc}" if isinstance(exc, files.LockHeld) else str(exc)) from None
     try:
-        state = _resume(result_path, dump_entries)
+        state = _resume(result_path, dump_entries, filtering)
     except BaseException:
         lock.release()
         raise
@@ -204,7 +209,7 @@ def resume(result_path: Path, dump_entries: set[tuple[str, str]] | None = None) 
     return state
 
 
-def _resume(result_path: Path, dump_entries: set[tuple[str, str]] | None) -> Resumed:
+def _resume(result_path: Path, dump_entries: set[tuple[str, str]] | None, filtering: bool) -> Resumed:
     kept_apis = prepare(result_path)
     journal_path = journal_path_for(result_path)
     try:
@@ -241,21 +246,27 @@ def _resume(result_path: Path, dump_entries: set[tuple[str, str]] | None) -> Res
     for api, direction in dump_entries or ():
         directions.setdefault(api, set()).add(direction)
     statuses: dict[str, dict[str, str]] = {}
+    messages: dict[str, str] = {}
     for row in rows:
         row = row + [""] * (4 - len(row))
         statuses[row[0]] = {d: s for d, s in ((FORWARD, row[1]), (BACKWARD, row[2])) if s}
+        messages[row[0]] = row[3]
     for api in (api for api in statuses if api in kept_apis):  # in file order
         held = statuses[api]
         lacking = directions.get(api, set()) - set(held) if dump_entries is not None else set()
-        if not lacking:
+        unfiltered = set() if filtering else _filtered(api, held, journal, messages[api])
+        if not lacking | unfiltered:
             state.complete.add(api)
             state.finished |= {(api, FORWARD), (api, BACKWARD)}
             continue
         state.reopened.append(api)
-        if all((api, d) in journal for d in held):
-            state.waiting[api] = {d: journal[(api, d)] for d in held}
+        if unfiltered:
+            state.unfiltered.append(api)
+        kept = [d for d in held if d not in unfiltered]
+        if all((api, d) in journal for d in kept):
+            state.waiting[api] = {d: journal[(api, d)] for d in kept}
     for (api, direction), result in journal.items():
-        if api not in kept_apis:
+        if api not in kept_apis and (filtering or not result.filtered):
             state.waiting.setdefault(api, {})[direction] = result
     for api, results in state.waiting.items():
         state.finished |= {(api, direction) for direction in results}
@@ -291,6 +302,20 @@ def _details_cells(result_path: Path) -> tuple[Layout | None, list[list[str]]]:
     return layout, [cells(layout, row) for row in rows[1:] if row]
 
 
+def _filtered(api: str, held: dict[str, str], journal: dict[tuple[str, str], EntryResult], message: str) -> set[str]:
+    """The directions of an API's row that --msprobe-filter left unchecked: a SKIP naming the entry
+    that stood for it, in the journal, or in the row's Message where the journal lacks it."""
+    texts = dict(zip((FORWARD, BACKWARD), split_message(message, held.get(FORWARD, ""), held.get(BACKWARD, ""))))
+    found = set()
+    for direction, status in held.items():
+        result = journal.get((api, direction))
+        if result is None and status == SKIP.value:
+            result = EntryResult(api, direction, SKIP, texts[direction])  # its entry read from the Message
+        if result is not None and result.filtered:
+            found.add(direction)
+    return found
+
+
 def describe(state: Resumed) -> str:
     """For the report header: what is not run again, and which rows are written again."""
     entries = sum(len(results) for results in state.waiting.values())
@@ -298,8 +323,14 @@ def describe(state: Resumed) -> str:
     if entries:
         text += f" and {entries} entries of APIs without a row (its journal)"
     text += " are not run again"
-    if state.reopened:
-        text += f"; {len(state.reopened)} rows without a direction the dump has are written again, whole"
+    lacking = len(state.reopened) - len(state.unfiltered)
+    if lacking:
+        text += f"; {lacking} rows without a direction the dump has are written again, whole"
+    if state.unfiltered:
+        text += (
+            f"; {len(state.unfiltered)} rows with entries --msprobe-filter left unchecked are checked now and "
+            "written again, whole"
+        )
     if state.rerun:
         named = "; ".join(f"{printable(cut(api, 200))}: {why}" for api, why in list(state.rerun.items())[:3])
         more = f"; and {len(state.rerun) - 3} more" if len(state.rerun) > 3 else ""
