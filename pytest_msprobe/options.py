@@ -251,7 +251,8 @@ OPTIONS = (
     Option(
         "reference",
         "--msprobe-standard benchmark: the reference run (a GPU's) each output's msprobe metrics are compared "
-        "with, as msprobe's api_precision_compare does: its details CSV or run folder in msprobe's PyTorch layout",
+        "with, as msprobe's api_precision_compare does: its details CSV or run folder in msprobe's PyTorch layout "
+        "(a run of several dumps: the reference run's folder of the same dumps, rank0/, ... matched by name)",
         metavar="PATH",
     ),
     Option(

@@ -149,7 +149,50 @@ def test_a_reference_that_cannot_be_used_is_a_usage_error(pytester, copy_dump, a
     result.stderr.fnmatch_lines([says])
 
 
-def test_one_reference_is_one_dumps(pytester, copy_dump, reference) -> None:
+def errors_of(folder: Path) -> set[tuple[str, str]]:
+    return {
+        (row["API Name"], direction)
+        for row in read_csv(folder, "result")
+        for direction, status in (("forward", row["Forward Test Success"]), ("backward", row["Backward Test Success"]))
+        if status == "error"
+    }
+
+
+def test_a_run_of_several_dumps_judges_each_against_the_reference_folder_of_its_name(pytester, faulty) -> None:
+    """The reference run of a folder of ranks has a folder per rank (rank0/, rank1/): each rank's entries
+    are judged against their own. Here rank0's reference is the clean run and rank1's the faulty run
+    itself, both ranks the faulty dump: rank0 fails where the deficits are planted, rank1 passes."""
+    for rank in ("rank0", "rank1"):
+        shutil.copytree(faulty.parent, pytester.path / "ranks" / rank)
+        shutil.copytree(DUMPS["pt_tensor_L1"] if rank == "rank0" else faulty.parent, pytester.path / "gpu" / rank)
+    layout = ("--msprobe-csv-layout", "msprobe-pytorch")
+    gpu = run_msprobe(pytester, pytester.path / "gpu", "-k", ENTRIES, *layout, out="reference", device="recorded")
+    assert sorted(p.name for p in (pytester.path / "reference").iterdir()) == ["rank0", "rank1"], gpu.stdout.str()
+    benchmark = ("--msprobe-standard", "benchmark", "--msprobe-reference", "reference")
+    result = run_msprobe(pytester, pytester.path / "ranks", "-k", ENTRIES, *benchmark, device="recorded")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert errors_of(pytester.path / "out" / "rank0") == {
+        tuple(entry.rsplit(".", 1)) for entry, kind in PLANTED if kind != "welford"
+    }
+    assert errors_of(pytester.path / "out" / "rank1") == set()
+    for rank in ("rank0", "rank1"):
+        result.stdout.fnmatch_lines([f"*reference run: *reference/{rank}/accuracy_checking_details_*.csv (* outputs)"])
+
+    # A reference run without rank1's folder: rank1's outputs SKIP, saying so; rank0's are judged as before.
+    shutil.rmtree(pytester.path / "reference" / "rank1")
+    result = run_msprobe(pytester, pytester.path / "ranks", "-k", ENTRIES, *benchmark, out="half", device="recorded")
+    assert errors_of(pytester.path / "half" / "rank0") == errors_of(pytester.path / "out" / "rank0")
+    rank1 = read_csv(pytester.path / "half" / "rank1", "details")
+    assert {row["Status"] for row in rank1} == {"SKIP"}
+    says = (
+        f"the reference run {pytester.path / 'reference'} has no folder rank1: nothing to compare this dump's "
+        "outputs with"
+    )
+    assert says in {row["Message"] for row in rank1}
+    result.stdout.fnmatch_lines([f"*reference run: {says}"])
+
+
+def test_a_reference_without_a_folder_of_the_dumps_is_a_usage_error(pytester, copy_dump, reference) -> None:
     second = copy_dump("pt_tensor_L1", "rank1")
     result = run_msprobe(
         pytester,
@@ -161,7 +204,10 @@ def test_one_reference_is_one_dumps(pytester, copy_dump, reference) -> None:
         device="recorded",
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--msprobe-reference takes the reference run of one dump, and 2 were given*"])
+    result.stderr.fnmatch_lines([
+        f"*--msprobe-reference {reference}: a run of 2 dumps takes the reference run of the same dumps, a folder "
+        "with one of theirs (theirs: pt_tensor_L1, rank1; it holds: .)*"
+    ])
 
 
 def test_a_reference_folder_of_several_runs_is_a_usage_error(pytester, copy_dump, reference) -> None:

@@ -19,7 +19,7 @@ from ..judging import dropout
 from ..judging.compare import Comparison, compare
 from ..judging.msprobe_metrics import msprobe_metrics
 from ..judging.samples import figure_samples
-from ..judging.standards import Standard, Verdict
+from ..judging.standards import Standard, Verdict, for_dump
 from ..options import DEFAULT_MAX_ELEMENTS, DEFAULT_TIMEOUT
 from ..reports.fallbacks import explain_bench
 from ..reports.msprobe_pytorch import backward_numbering, has_fp8_input, msprobe_numbers
@@ -50,6 +50,9 @@ class Checker:
 
     def check(self, dump: Dump, name: EntryName, position: int | None = None) -> EntryResult:
         """The entry's result; an `error` naming the limit where its check ran past --msprobe-timeout."""
+        standard = for_dump(self.standard, dump.path)
+        if standard is not self.standard:  # judged against its own dump's reference run
+            return replace(self, standard=standard).check(dump, name, position)
         result: EntryResult | None = None
         limit = TimeLimit(self.timeout)
         stopped_in()  # a check before this one that stopped in a user's function: forgotten

@@ -27,8 +27,8 @@ from ..judging.precision_compare import Reference
 from ..judging.standards import make_standard
 from ..options import RANDOM, Options
 from ..reports import layouts, manifest
-from ..reports.compare import CompareError, read_reference
-from ..reports.csv_files import ReportError, result_layout
+from ..reports.compare import CompareError, read_reference, read_references
+from ..reports.csv_files import ReportError, dump_folders, result_layout
 from ..reports.summary import metric_properties
 from ..results import REPORT_ATTRIBUTE
 from ..untrusted import printable
@@ -352,7 +352,7 @@ class MsprobeRun:
         return report
 
 
-def reference_run(options: Options, base: Path, dump_files: list[Path]) -> Reference | None:
+def reference_run(options: Options, base: Path, dump_files: list[Path]) -> Reference | dict[Path, Reference] | None:
     """--msprobe-reference's rows, read for the benchmark standard (judging reads no CSV)."""
     if not options.reference:
         return None  # the benchmark standard without one: make_standard says what is missing
@@ -361,12 +361,9 @@ def reference_run(options: Options, base: Path, dump_files: list[Path]) -> Refer
             f"--msprobe-reference {options.reference} is read by --msprobe-standard benchmark only "
             f"(this run's standard is {options.standard})"
         )
-    if len(dump_files) > 1:
-        raise pytest.UsageError(
-            f"--msprobe-reference takes the reference run of one dump, and {len(dump_files)} were given: run them "
-            "one at a time, each with its own reference"
-        )
     try:
+        if len(dump_files) > 1:  # each dump against the folder of the same name in the reference run
+            return read_references(base / options.reference, dump_folders(dump_files))
         return read_reference(base / options.reference)
     except CompareError as exc:
         raise pytest.UsageError(str(exc)) from None

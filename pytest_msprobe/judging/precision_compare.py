@@ -113,6 +113,7 @@ class Reference:
 
     rows: Mapping[str, Row]
     source: str
+    missing: str = ""  # why it has no rows at all (a run of several dumps: no folder for this dump)
 
 
 # The columns a rule names (api_precision_compare's ApiPrecisionCompareColumn, as its files spell them).

@@ -20,7 +20,7 @@ import csv
 import io
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -268,7 +268,32 @@ def read_reference(path: Path) -> rules.Reference:
     return rules.Reference({name: output.row for name, output in run.outputs.items()}, ", ".join(map(str, files)))
 
 
-def _names(found: dict[Path, list[Path]]) -> str:
+def read_references(path: Path, folders: Mapping[Path, Path]) -> dict[Path, rules.Reference]:
+    """--msprobe-reference of a run over several dumps: a folder holding a reference run of the same
+    dumps, each dump's rows in the folder of the same name as its CSVs' (`folders`: each dump's
+    folder under --msprobe-out, `rank0/`), as python -m pytest_msprobe.compare matches two runs'
+    folders. A dump whose folder it lacks gets a Reference without rows saying so; none in common,
+    or a file, is a CompareError."""
+    found = details_files(path)
+    if not path.is_dir() or set(found).isdisjoint(folders.values()):
+        raise CompareError(
+            f"--msprobe-reference {path}: a run of {len(folders)} dumps takes the reference run of the same "
+            f"dumps, a folder with one of theirs (theirs: {_names(dict.fromkeys(folders.values()))}; it holds: "
+            f"{_names(found)})"
+        )
+    references = {}
+    for dump, folder in folders.items():
+        if folder in found:
+            run = read_run(folder, found[folder], "--msprobe-reference")
+            rows = {name: output.row for name, output in run.outputs.items()}
+            references[dump] = rules.Reference(rows, ", ".join(map(str, found[folder])))
+        else:
+            missing = f"the reference run {path} has no folder {folder}: nothing to compare this dump's outputs with"
+            references[dump] = rules.Reference({}, str(path / folder), missing)
+    return references
+
+
+def _names(found: Mapping[Path, object]) -> str:
     names = [str(folder) for folder in found]
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 

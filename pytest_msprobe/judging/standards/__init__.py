@@ -10,7 +10,9 @@ or error, with its reasons as data.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ...results import Status
@@ -62,15 +64,23 @@ class Standard(Protocol):
     def judge(self, c: Comparison, m: Metrics) -> Verdict: ...
 
 
+def for_dump(standard: Standard, path: Path) -> Standard:
+    """The standard that judges the dump at path's entries: the run's, or (a standard judging against a
+    reference run of several dumps) the one bound to that dump's reference."""
+    bind = getattr(standard, "for_dump", None)
+    return standard if bind is None else bind(path)
+
+
 def standard_class(name: str) -> type[Standard]:
     module, _, cls = STANDARDS[name].partition(":")
     standard: type[Standard] = getattr(importlib.import_module(f"{__name__}.{module}"), cls)
     return standard
 
 
-def make_standard(options: Options, reference: Reference | None = None) -> Standard:
-    """The run's standard; `reference`, a reference run's rows, for a standard judging against one
-    (the benchmark standard: the glue reads --msprobe-reference, judging knows no CSV)."""
+def make_standard(options: Options, reference: Reference | Mapping[Path, Reference] | None = None) -> Standard:
+    """The run's standard; `reference`, a reference run's rows (a run over several dumps: each dump's,
+    by its path), for a standard judging against one (the benchmark standard: the glue reads
+    --msprobe-reference, judging knows no CSV)."""
     cls = standard_class(options.standard)
     if getattr(cls, "uses_reference", False) and reference is not None:
         standard: Standard = cls.from_reference(options, reference)  # type: ignore[attr-defined]
