@@ -240,6 +240,23 @@ CASES: list[Case] = [
         "error",
         msprobe="pass",
     ),
+    # a dropout that draws a mask: both rows without metrics (two masks), the NPU's share rule failed and
+    # the GPU's did not: msprobe reads 0.0 on both sides, passes it
+    Case(
+        "Functional.dropout.0.forward.output.0",
+        Side(status="error", message="dropout p=0.1 draws over 512 elements: 31.0% dropped on the tested side"),
+        Side(message="dropout p=0.1 draws over 512 elements: 9.0% dropped on the tested side"),
+        "error",
+        msprobe="pass",
+    ),
+    # ... and one whose share rule failed on both sides: nothing to tell them apart by (msprobe: pass)
+    Case(
+        "Functional.dropout.1.forward.output.0",
+        Side(status="error", message="dropout p=0.1 draws over 512 elements: 31.0% dropped on the tested side"),
+        Side(status="error", message="dropout p=0.1 draws over 512 elements: 30.0% dropped on the tested side"),
+        "SKIP",
+        msprobe="pass",
+    ),
     # a Python int output that differs: its mismatch rate blank; msprobe raises on it and skips
     Case(
         "Tensor.item.0.forward.output.0",
@@ -273,6 +290,8 @@ API_RESULTS = {
     "Functional.conv2d.0": (("error", " "), [("pass", " ")]),
     "Tensor.item.0": (("error", " "), []),  # msprobe: a row of the output's name, SKIP SKIP
     "Torch.log.0": (("error", " "), [("pass", " ")]),
+    "Functional.dropout.0": (("error", " "), [("pass", " ")]),
+    "Functional.dropout.1": (("SKIP", " "), [("pass", " ")]),
     "Torch.max.0": (("error", " "), [("SKIP", "SKIP")]),
 }
 

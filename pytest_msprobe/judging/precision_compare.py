@@ -260,14 +260,18 @@ def judge(api_name: str, npu: Row, gpu: Row, sides: Sides = Sides()) -> Judged:
 
 def _blank(npu: Row, gpu: Row | None, needed: tuple[str, ...], sides: Sides) -> Judged | None:
     """A metric the rule needs, blank in a row: msprobe reads it as 0.0 (and passes the output) or
-    raises (and skips it). Here: an error where the NPU's own check failed before its metrics (and
-    the GPU's did not), else SKIP naming the column."""
+    raises (and skips it). Here: an error where the NPU's own check failed before its metrics, or
+    where both rows are blank (a dropout that draws a mask: its rows have no metrics) and the NPU's
+    own check failed but the GPU's did not; else SKIP naming the column."""
     npu_blank = [COLUMN[name] for name in needed if getattr(npu.metrics, name) is None]
     gpu_blank = [COLUMN[name] for name in needed if getattr(gpu.metrics, name) is None] if gpu else []
     if not npu_blank and not gpu_blank:
         return None
-    if npu_blank and not gpu_blank and npu.status == ERROR:
-        why = f"the {sides.npu} run's own check failed before its metrics"
+    if npu_blank and npu.status == ERROR and (not gpu_blank or (gpu is not None and gpu.status != ERROR)):
+        if gpu_blank:
+            why = f"the {sides.npu} run's own check failed where the {sides.gpu} run's did not"
+        else:
+            why = f"the {sides.npu} run's own check failed before its metrics"
         message = f"ERROR: {why} ({', '.join(npu_blank)} blank){_said(npu)}"
         return Judged(ERROR, message=message, failures=[Failure(why, None, npu.message)])
     parts = []
