@@ -7,14 +7,13 @@ the difference is asserted, case by case. msprobe runs in its own environment (t
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from compare_cases import API_RESULTS, CASES, read_rows, write_pair
+from compare_runs import msprobe_compare, only, ours, results, run_plugin, statuses
 from msprobe_venv import MsprobeVenv
 
 from pytest_msprobe.reports import compare
@@ -23,32 +22,6 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 DUMP = ROOT / "examples" / "pt_tensor_L1" / "dump.json"
 FAULTY = ("gelu", "softmax", "matmul")  # msprobe's names of the APIs the faulty device gets wrong
-
-
-def only(folder: Path, pattern: str) -> Path:
-    (path,) = sorted(folder.glob(pattern))
-    return path
-
-
-def msprobe_compare(msprobe_venv: MsprobeVenv, npu: Path, gpu: Path, out: Path) -> subprocess.CompletedProcess:
-    done = msprobe_venv.msprobe("api_precision_compare", "-npu", str(npu), "-gpu", str(gpu), "-o", str(out))
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "Analyse csv Error" not in done.stdout + done.stderr  # it read both files to the end
-    return done
-
-
-def ours(npu: Path, gpu: Path, out: Path) -> tuple[int, Path]:
-    status = compare.main(["--npu", str(npu), "--gpu", str(gpu), "-o", str(out)])
-    return status, out
-
-
-def statuses(folder: Path) -> dict[str, str]:
-    return {row["API Name"]: row["比对结果"] for row in read_rows(only(folder, "api_precision_compare_details_*.csv"))}
-
-
-def results(folder: Path) -> list[tuple[str, str, str]]:
-    rows = read_rows(only(folder, "api_precision_compare_result_*.csv"))
-    return [(row["API Name"], row["Forward Test Success"], row["Backward Test Success"]) for row in rows]
 
 
 def test_msprobe_gives_the_cases_our_status_but_where_it_hides_a_fault(
@@ -160,17 +133,6 @@ def faulty_dump(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("faulty") / "dump"  # build_corpus makes the folder
     deficits.build_corpus(DUMP.parent, root, [(entry, kind) for entry, kind, *_ in PLANTED])
     return root / "dump.json"
-
-
-def run_plugin(dump: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
-    """pytest with this plugin on a dump, --msprobe-device recorded, in a fresh process."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
-    command += ["--rootdir", str(out.parent), "--msprobe-dump", str(dump), "--msprobe-device", "recorded"]
-    command += ["--msprobe-out", str(out), *args]
-    done = subprocess.run(command, cwd=out.parent, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
-    return done
 
 
 @pytest.fixture(scope="module")
