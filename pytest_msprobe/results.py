@@ -36,6 +36,9 @@ RANDOM_DATA = "random data used"  # `input_args[0]: tensor file x.pt missing, ra
 # The note of every input of a tensor dump copied without its dump_tensor_data/ folder.
 NO_TENSOR_FOLDER = f"dump_tensor_data: the tensor folder is missing, {RANDOM_DATA}"
 BENCH_FALLBACK = "benchmark ran in"  # `benchmark ran in torch.float32: float64 raised ...`
+# What a recorded-mode SKIP of a gradient msprobe took where no input's is (the one arriving at the output,
+# through a view: 3-D linear, matmul) says to run instead (recorded_gradients.py); the summary counts them.
+RUN_THE_CALL = "--msprobe-device recorded,cpu judges it by running the call"
 # The attribute of a pytest report that carries an entry's result (to_dict) to the xdist controller.
 REPORT_ATTRIBUTE = "msprobe"
 _SEVERITY = {PASS: 0, WARNING: 1, ERROR: 2}

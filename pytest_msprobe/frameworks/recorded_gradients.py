@@ -15,12 +15,15 @@ float64 graph.
 
 A recorded gradient proven to be the gradient arriving at the output (equal to
 it bit for bit, as it is or through a view) is a SKIP saying so, unless an
-input's gradient fits it (a pass-through API's does). Otherwise one closest to
-its own input's gradient is judged there, however far (a gross deficit is a
-finding); one closer to another gradient is judged there only when it fits it
-(within FIT), or when that is the one node of its shape and the gradient is
-nearer it than zero is (UNRELATED), and said so; one that fits nothing is a
-SKIP saying what it is: a misattributed gradient is never an error.
+input's gradient fits it (a pass-through API's does): the one thing attribution
+may explain away. Any other is judged. One that fits a gradient of its shape
+(within FIT) is judged there, at a node of the graph said so. One that fits
+none is judged in the place msprobe records it, its own input's row (at the
+nearest of that input's gradient and the nodes flowing to it alone), or, where
+no input of its shape sits at its position, at the nearest of all: a gradient
+too wrong to fit anything is a deficit to report, never a reason to look away
+(the worse the fault, the surer it would hide). Only a shape that no input or
+node has leaves nothing to judge it against.
 """
 
 from __future__ import annotations
@@ -31,16 +34,14 @@ from typing import Any
 
 import torch
 
+from ..results import RUN_THE_CALL
 from .torch_engine import NodeGradient, input_of, shapes_of
 
-# How close (relative L2 distance) a recorded gradient must be to a float64 gradient other than
-# its own input's to be judged there: recorded gradients of correct kernels sit within 0.015 of
+# How close (relative L2 distance) a recorded gradient must be to a float64 gradient to fit it, and be
+# judged there rather than in its own input's place: recorded gradients of correct kernels sit within 0.015 of
 # their node (bf16), two different gradients of one shape 0.53 and more apart (layer_norm's
 # weight and bias): bench/studies/gradient_attribution.md.
 FIT = 0.1
-# A recorded gradient at least this far from a node's float64 gradient is no closer to it than zero
-# is: nothing of it proves it was taken there (a tensor of another place is about 1.4 away).
-UNRELATED = 1.0
 
 
 @dataclass
@@ -89,18 +90,19 @@ def attribute(recorded: list, specs: list, bench: list, nodes: list[NodeGradient
         candidates = candidates_of(position, list(value.shape), bench, nodes, found.matched)
         distances = [distance(value, c.value) for c in candidates]
         best = min(range(len(candidates)), key=distances.__getitem__, default=None)  # a tie: the input's own
+        fits = best is not None and distances[best] <= FIT
         incoming = passed_on_as(value, passed_on)
-        if incoming and (best is None or distances[best] > FIT):
+        if incoming and not fits:
             # Proven to be the gradient arriving at the output, not the gradient of any input (those
             # that fit it, as a pass-through API's do, are judged): never judged as an input's.
             found.strays.append(incoming)
             continue
-        if best is None or distances[best] > FIT:
-            why = _unfitting(value, candidates, distances, best)
-            if why:  # several places and none fits, or nowhere: no guess
-                found.strays.append(why)
-                continue
-        assert best is not None
+        if best is None:
+            found.strays.append(f"{list(value.shape)}, which no input or node of the float64 graph has")
+            continue
+        unfitting = ""
+        if not fits:
+            best, unfitting = _place(value, candidates, distances)
         chosen = candidates[best]
         found.matched[chosen.index] = value
         if chosen.node is not None:
@@ -108,8 +110,10 @@ def attribute(recorded: list, specs: list, bench: list, nodes: list[NodeGradient
             found.elsewhere[chosen.index] = (
                 chosen.value,
                 f"msprobe recorded this gradient at {chosen.node.describe()} inside the API, not at its input: "
-                "judged against the float64 gradient there",
+                "judged against the float64 gradient there" + (f"; {unfitting}" if unfitting else ""),
             )
+        elif unfitting:
+            found.elsewhere[chosen.index] = (chosen.value, unfitting)
     return found
 
 
@@ -131,18 +135,16 @@ def candidates_of(
     return candidates
 
 
-def _unfitting(value: torch.Tensor, candidates: list[Candidate], distances: list[float], best: int | None) -> str:
-    """What a recorded gradient that fits no candidate is, or "" to judge it at its only candidate."""
-    shape = list(value.shape)
-    if best is None:
-        return f"{shape}, which no input or node of the float64 graph has"
-    if candidates[best].own:
-        return ""  # closest to its own input, where msprobe records it: a gross deficit is a finding
-    if len(candidates) == 1 and distances[best] < UNRELATED:
-        return ""  # the one place it can be, and it carries that gradient: a gross deficit is a finding
-    return (
-        f"{shape}, which fits none of the {len(candidates)} float64 gradients of that shape "
-        f"(nearest: {candidates[best].describe()}, at a relative distance of {distances[best]:.2g})"
+def _place(value: torch.Tensor, candidates: list[Candidate], distances: list[float]) -> tuple[int, str]:
+    """Where a recorded gradient that fits no candidate is judged, and what to say: the nearest
+    candidate in its own input's row (where msprobe records it), else the nearest of all."""
+    own = next((c.index for c in candidates if c.own), None)
+    row = [i for i, c in enumerate(candidates) if own is None or c.index == own]
+    best = min(row, key=distances.__getitem__)
+    where = "in its own input's place" if own is not None else "at the nearest"
+    return best, (
+        f"it fits none of the {len(candidates)} float64 gradients of its shape {list(value.shape)} (the nearest at a "
+        f"relative distance of {min(distances):.2g}): judged {where}, {candidates[best].describe()}"
     )
 
 
@@ -153,11 +155,11 @@ def passed_on_as(value: torch.Tensor, passed_on: list) -> str:
     shape = list(value.shape)
     for index, g in enumerate(passed_on):
         if same_values(value, g):
-            return f"{shape} equal to the gradient arriving at the output (its hook passed it on)"
+            return f"{shape} equal to the gradient arriving at the output (its hook passed it on): {RUN_THE_CALL}"
         if value.numel() == g.numel() and same_values(value.reshape(-1), g.reshape(-1)):
             return (
                 f"{shape}: the gradient arriving at output {index} {list(g.shape)} through a view, "
-                "bit for bit (its hook passed it on), no input's gradient"
+                f"bit for bit (its hook passed it on), no input's gradient: {RUN_THE_CALL}"
             )
     return ""
 
