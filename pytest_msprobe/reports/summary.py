@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from collections.abc import Collection, Sequence
 
 from ..dumps.dump import BACKWARD, DUMP_FILE_NAME, FORWARD
-from ..results import ERROR, PASS, SKIP, WARNING, EntryResult, Status
+from ..results import ERROR, PASS, RUN_THE_CALL, SKIP, WARNING, EntryResult, Status
 from ..untrusted import cut, printable
 from .fallbacks import fallback_lines
 from .messages import call_site_text, entry_findings, entry_message, notes, output_text, probe_text
@@ -210,11 +210,25 @@ def summary_lines(results: Sequence[EntryResult], strict: bool = False) -> list[
         lines += ["", "fallbacks:", *fallbacks]
     skips = skip_lines(results)
     if skips:
-        lines += ["", "SKIP reasons:", *skips]
+        lines += ["", "SKIP reasons:", *skips, *run_the_call_lines(results)]
     filtered = filtered_lines(results)
     if filtered:
         lines += ["", "filtered (--msprobe-filter):", *filtered]
     return lines
+
+
+def run_the_call_lines(results: Sequence[EntryResult]) -> list[str]:
+    """Once: how many SKIPped entries hold no input's gradient (msprobe took the one arriving at the
+    output) and what judges them instead."""
+    held = [r for r in results if r.status == SKIP and RUN_THE_CALL in entry_message(r)]
+    if not held:
+        return []
+    one = len(held) == 1
+    return [
+        f"{len(held)} SKIPped backward {'entry holds' if one else 'entries hold'} msprobe's record of the "
+        f"gradient arriving at the output, no input's gradient: --msprobe-device recorded,cpu judges "
+        f"{'it' if one else 'them'} by running the calls"
+    ]
 
 
 def inherited_lines(earlier: Sequence[EntryResult], strict: bool = False) -> list[str]:
