@@ -9,8 +9,9 @@ executes each as a module of its own (templates/repro.py, `package_module`).
 - standards/budget.py, whole: the per-element budget (numpy only);
 - frameworks/references.py, the exception a reference raises for a call it does not model;
 - frameworks/npu_reference.py, npu_fusion_attention's layouts and masks as scaled_dot_product_attention's;
+- frameworks/coordinates.py, whole: what rounding a resampling's source coordinates moves its outputs by;
 - frameworks/magnitudes.py, its formulas (softmax, layer_norm, group_norm, instance_norm, batch_norm, gelu,
-  cross_entropy, attention, multi_head_attention_forward),
+  cross_entropy, attention, multi_head_attention_forward, affine_grid),
   the structural term (`structural`), the list of sums and products and a contraction's float32
   lower bound; not `with_magnitudes`,
   which wires them to the engine;
@@ -66,6 +67,7 @@ PARTS = (
     # The exception the references raise for what they do not model (the registry's, references.py).
     Part("references", "pytest_msprobe.frameworks.references", frozenset({"ReferenceUnsupported"})),
     Part("npu_reference", "pytest_msprobe.frameworks.npu_reference", FUSED_ATTENTION, uses=("references",)),
+    Part("coordinates", "pytest_msprobe.frameworks.coordinates"),
     Part(
         "magnitudes",
         "pytest_msprobe.frameworks.magnitudes",
@@ -98,6 +100,7 @@ PARTS = (
                 "_gelu",
                 "_cross_entropy",
                 "_attention",
+                "_affine_grid",
                 "ROUTES",
                 "terms_of",
                 "FORMULAS",
@@ -115,7 +118,7 @@ PARTS = (
                 "_unit",
             }
         ),
-        uses=("npu_reference",),
+        uses=("npu_reference", "coordinates"),
     ),
     Part("dtype", "pytest_msprobe.judging.standards.dtype", frozenset({"CONSTANTS", "_message"}), uses=("budget",)),
 )

@@ -67,6 +67,7 @@ from typing import Any, Callable
 import torch
 
 from . import conv, linear_grads
+from .coordinates import ATEN_UPSAMPLE, coordinate_rounding, resampled_magnitude, resamples, separable
 from .npu_reference import AttentionInBnsd, fusion_attention_in_bnsd
 from .torch_engine import Call, Side, Sides, absolute, flat_outputs, floating
 
@@ -86,7 +87,7 @@ SUMS_AND_PRODUCTS = frozenset({
 ROUTES = frozenset({
     "max_pool1d", "max_pool2d", "max_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
     "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
-    "interpolate", "upsample", "upsample_nearest", "upsample_bilinear",
+    "interpolate", "upsample", "upsample_nearest", "upsample_bilinear", *ATEN_UPSAMPLE,
 })  # fmt: skip
 
 CONTRACTIONS = frozenset({
@@ -112,6 +113,7 @@ PARAMETERS: dict[str, tuple[tuple[str, Any], ...]] = {
         ("input", None), ("target", None), ("weight", None), ("size_average", None), ("ignore_index", -100),
         ("reduce", None), ("reduction", "mean"), ("label_smoothing", 0.0),
     ),
+    "affine_grid": (("theta", None), ("size", None), ("align_corners", None)),
     "scaled_dot_product_attention": (
         ("query", None), ("key", None), ("value", None), ("attn_mask", None), ("dropout_p", 0.0),
         ("is_causal", False), ("scale", None), ("enable_gqa", False),
@@ -377,6 +379,22 @@ def _cross_entropy(p: dict[str, Any], g: torch.Tensor | None) -> list:
     return [found.mul_(per_row).mul_(kept[:, None]).mul_(scale)]
 
 
+def _affine_grid(p: dict[str, Any], g: torch.Tensor | None) -> list:
+    """theta (N, k, k + 1) times the base grid's coordinates (x, y[, z], 1), built in the kernel's dtype
+    (linspace, then scaled by (size - 1) / size): the grid's magnitude |base| |theta|^T; theta's
+    gradient sums |g| |base| over the grid's positions."""
+    theta, size = p["theta"], [int(n) for n in p["size"]]
+    k = theta.shape[-2]
+    if theta.dim() != 3 or theta.shape[-1] != k + 1 or len(size) != k + 2:
+        raise ValueError("affine_grid of a theta that is not (N, k, k + 1) for a size of k spatial dimensions")
+    identity = torch.eye(k, k + 1, dtype=theta.dtype)[None]
+    coordinates = torch.nn.functional.affine_grid(identity, [1, *size[1:]], align_corners=bool(p["align_corners"]))[0]
+    base = torch.cat([coordinates.abs(), torch.ones(*coordinates.shape[:-1], 1, dtype=theta.dtype)], -1)
+    if g is None:
+        return [torch.einsum("...j,nkj->n...k", base, theta.abs())]
+    return [torch.einsum("...j,n...k->nkj", base, g.abs())]
+
+
 def _probabilities(p: dict[str, Any]) -> tuple[torch.Tensor, float]:
     """(softmax(Q K^T scale + mask), |scale|) of scaled_dot_product_attention's call; raises
     without a model (dropout, grouped heads)."""
@@ -608,6 +626,7 @@ FORMULAS: dict[str, Callable[[dict[str, Any], torch.Tensor | None], list]] = {
     "scaled_dot_product_attention": _attention,
     "npu_fusion_attention": _fusion_attention,
     "multi_head_attention_forward": _multi_head_attention,
+    "affine_grid": _affine_grid,
 }
 
 
@@ -684,6 +703,8 @@ def structural(
     an API without a model. `autocast`: the dtype the call ran under autocast in, which its attention
     and its composites' intermediates (projections, attention) are computed and rounded in, whatever
     the dtype of the inputs it was given."""
+    if resamples(api):
+        return coordinate_rounding(api, args, kwargs, grad_outputs)
     name = _base(api.rsplit(".", 1)[-1])
     tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor) and t.is_floating_point()]
     g = next((t for t in grad_outputs or () if isinstance(t, torch.Tensor)), None)
@@ -809,6 +830,9 @@ def terms_of(
         return None
     if (forward and name in ("sum", "mean")) or (not forward and name in NORMS and index > 0):
         found = x.numel() // numel
+    elif name == "affine_grid" and not forward and grad_outputs and isinstance(grad_outputs[0], torch.Tensor):
+        g = grad_outputs[0]  # (N, *spatial, k): theta's gradient sums the positions
+        found = g.numel() // max(1, g.shape[0] * g.shape[-1])
     elif name == "linear" and len(inputs) >= 2:
         rows = x.numel() // max(1, x.shape[-1])
         found = x.shape[-1] if forward else inputs[1].shape[0] if index == 0 else rows
@@ -848,12 +872,18 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
     grad_outputs = None if sides.grad_outputs is None else flat_outputs(sides.grad_outputs)
     normaliser = normaliser_terms(api, call.args, call.kwargs, grad_outputs is None)
     sides = replace(sides, terms=lambda index, numel: terms_of(api, inputs, grad_outputs, index, numel) or normaliser)
+    if resamples(api):  # interpolate, upsample_*, grid_sample: their source coordinates' rounding
+        sides = replace(sides, structural=lambda side: coordinate_rounding(api, call.args, call.kwargs, grad_outputs))
     low = call.autocast or max((t.dtype for t in inputs), key=_unit, default=torch.float64)
     if grad_outputs is None and _base(api.rsplit(".", 1)[-1]) in BIASED_GEMMS and low.itemsize < 4:
         sides = replace(
             sides,
             alternative=replace(call, bench_fn=rounded_before_bias(api, low)),
             alternative_kernel=f"the product rounded to {_SHORT.get(low, low)} before the bias is added",
+        )
+    if separable(api):  # its weights' magnitudes (a cubic's cancel in the bench on |x|), no extra bench run
+        return replace(
+            sides, magnitude=lambda side: resampled_magnitude(api, call.args, call.kwargs, grad_outputs), spread=False
         )
     if kind == "sum" or (kind == "routes" and grad_outputs is None):
         exact = replace(sides, magnitude=lambda side: sides.compared_run(absolute(side)), spread=False)
