@@ -254,8 +254,11 @@ def build_call(
             "and by the elements both sides kept"
         )
     call.autocast = autocast_dtype(call)
-    if call.autocast is not None:
+    if call.autocast is not None and call.autocast in LOW_PRECISION:
         call.notes.append(f"autocast to {call.autocast} applied: recorded inputs are wider than the output")
+    elif call.autocast is not None:
+        low = "/".join(low_inputs(call))
+        call.notes.append(f"its {low} inputs taken in {call.autocast}, as its output: autocast's fp32 ops")
     return call
 
 
@@ -302,6 +305,12 @@ AUTOCAST_TO_LOW = frozenset((
 # fmt: on
 
 
+def low_inputs(call: Call) -> list[str]:
+    """The short names of the call's bf16/fp16 floating input dtypes."""
+    found = {t.dtype for t in tensors(call.args, call.kwargs) if t.is_floating_point() and t.dtype in LOW_PRECISION}
+    return sorted(str(dtype).replace("torch.", "") for dtype in found)
+
+
 def autocast_dtype(call: Call) -> torch.dtype | None:
     """Wider floating inputs but a bf16/fp16 output: the call ran under autocast.
 
@@ -310,13 +319,19 @@ def autocast_dtype(call: Call) -> torch.dtype | None:
     autocast casts to its low dtype: layer_norm's and batch_norm's CPU kernels take a bf16 input with
     an fp32 weight as they are, and an in-place op writes into its own dtype by type promotion.
     torch_npu's own ops (`NPU.`) are in no autocast list: their fp32 side inputs (npu_quant_matmul's
-    scales, a norm's weight) beside a bf16/fp16 output are the op's signature, not autocast."""
+    scales, a norm's weight) beside a bf16/fp16 output are the op's signature, not autocast. An fp32
+    output of bf16/fp16 inputs: float32, autocast's fp32 policy (the low inputs cast up, exactly)."""
     if call.name.api in CASTS or call.inplace or registered.fused(call.name):
         return None
     inputs = {t.dtype for t in tensors(call.args, call.kwargs) if t.is_floating_point()}
     out = output_dtype(call)
     if out is None or not inputs:
         return None
+    if out == torch.float32 and inputs.intersection(LOW_PRECISION):
+        # An fp32 output of bf16/fp16 inputs: autocast's fp32 list (grid_sample of an autocast model's
+        # bf16 grid) or type promotion; either computes in fp32 what the low inputs hold exactly, and the
+        # first needs them cast (its kernel takes one dtype).
+        return out
     wider = {d for d in inputs if d not in LOW_PRECISION and d.itemsize > out.itemsize}
     if out not in LOW_PRECISION or not wider:
         return None
