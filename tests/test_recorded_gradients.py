@@ -15,6 +15,7 @@ import torch
 from conftest import read_csv, run_msprobe
 from pytest_msprobe.frameworks.recorded_gradients import attribute
 from pytest_msprobe.frameworks.torch_engine import NodeGradient
+from pytest_msprobe.results import RUN_THE_CALL
 
 
 def recorded(pytester, copy_dump, name, *args, standard="dtype"):
@@ -37,9 +38,18 @@ def test_a_clean_dump_has_no_error_and_each_odd_gradient_says_where_it_was_judge
     assert (weight["Status"], weight["Shape"]) == ("pass", "[1024, 256]")
     assert "AddmmBackward0 (its input 2)" in weight["Message"]
     assert "MmBackward0 (its input 1)" in details["Functional.linear.4.backward.output.1"]["Message"]
-    for matmul in ("Torch.matmul.0", "Torch.matmul.1"):
-        assert rows[matmul]["Backward Test Success"] == "SKIP"
-        assert "equal to the gradient arriving at the output" in rows[matmul]["Message"]
+    # 3-D matmul records the gradient arriving at its output: Q.K^T's inputs are slices of one projection
+    # (no gradient of them anywhere: a SKIP saying what to run); P.V's P is softmax's whole output, read by
+    # it alone, so softmax's recorded incoming gradient is P's, judged (V's stays a SKIP).
+    assert rows["Torch.matmul.0"]["Backward Test Success"] == "SKIP"
+    assert "equal to the gradient arriving at the output" in rows["Torch.matmul.0"]["Message"]
+    assert RUN_THE_CALL in rows["Torch.matmul.0"]["Message"]
+    assert rows["Torch.matmul.1"]["Backward Test Success"] == "pass"
+    taken = details["Torch.matmul.1.backward.output.0"]
+    assert (
+        taken["Status"] == "pass" and "judged Torch.softmax.0.backward's recorded incoming gradient" in taken["Message"]
+    )
+    assert details["Torch.matmul.1.backward.output.1"]["Status"] == "SKIP"
 
 
 def scale_recorded(dump, data_name, factor):
@@ -156,26 +166,29 @@ def test_a_pass_through_apis_gradient_equal_to_the_incoming_one_is_its_inputs():
 
 # Where msprobe 26.2.0 recorded the gradients of GEMMs on the real LLaMA-style and MoE dumps
 # (make/llama_dump.py): on 3-D and 4-D inputs the gradient arriving at the output through a view to the
-# shape of the GEMM that ran (a SKIP naming it, never an error, square weight or not); on 2-D and 3-D
-# bmm inputs the inputs' own (judged there).
-THROUGH_A_VIEW, JUDGED = "SKIP", "pass"
+# shape of the GEMM that ran (a SKIP naming it and what to run, never an error, square weight or not),
+# but where another entry recorded the input's gradient bit for bit (the producer of the input, read by
+# this call alone: borrowed_gradients.py), judged from there; on 2-D and 3-D bmm inputs the inputs' own.
+VIEW, TAKEN, JUDGED = "view", "taken", "judged"
 GEMM_CASES = {
     "llama_bf16": {
-        "Functional.linear.0": THROUGH_A_VIEW,  # q: (1, 16, 32) input, square 32x32 weight, no bias
-        "Functional.linear.1": THROUGH_A_VIEW,  # k: non-square 16x32 weight (GQA)
-        "Functional.linear.3": THROUGH_A_VIEW,  # o: square, after SDPA
-        "Functional.linear.14": THROUGH_A_VIEW,  # the head: 64x32
-        "Torch.matmul.0": THROUGH_A_VIEW,  # 4-D Q.K^T, recorded viewed as bmm's (4, 16, 16)
-        "Torch.matmul.1": THROUGH_A_VIEW,  # 4-D P.V: its (4, 16, 8) has V's flattened shape
-        "Functional.scaled_dot_product_attention.0": JUDGED,  # 4-D q, k, v: their own gradients
+        # q and k read one RMSNorm output with v: its incoming gradient sums three; nothing to take
+        "Functional.linear.0": {0: VIEW, 1: VIEW},
+        "Functional.linear.1": {0: VIEW, 1: VIEW},
+        "Functional.linear.3": {0: TAKEN, 1: VIEW},  # o: SDPA's output, permuted and reshaped
+        "Functional.linear.14": {0: TAKEN, 1: VIEW},  # the head, after the final norm
+        "Torch.matmul.0": {0: TAKEN, 1: VIEW},  # 4-D Q.K^T: Q is RoPE's sum, K^T a slice
+        "Torch.matmul.1": {0: VIEW, 1: TAKEN},  # 4-D P.V: P a cast of softmax's (not recorded), V expand's
+        "Functional.scaled_dot_product_attention.0": {0: JUDGED, 1: JUDGED, 2: JUDGED},
     },
     "moe_bf16": {
-        "Functional.linear.0": THROUGH_A_VIEW,  # q with bias, square
-        "Functional.linear.1": THROUGH_A_VIEW,  # k with bias, non-square
-        "Torch.einsum.0": THROUGH_A_VIEW,  # btd,vd->btv: recorded as (1, 16, 64, 1)
-        "Torch.baddbmm.0": JUDGED,  # 3-D: the scores, the mask its additive input
-        "Torch.bmm.0": JUDGED,  # 3-D P.V
-        "Functional.linear.5": JUDGED,  # an expert's gate on its gathered 2-D tokens: mm's
+        "Functional.linear.0": {0: VIEW, 1: VIEW, 2: VIEW},  # q with bias, square, one of three readers
+        "Functional.linear.1": {0: VIEW, 1: VIEW, 2: VIEW},  # k with bias, non-square
+        "Functional.linear.3": {0: TAKEN, 1: VIEW},
+        "Torch.einsum.0": {0: TAKEN, 1: VIEW},  # btd,vd->btv: recorded as (1, 16, 64, 1)
+        "Torch.baddbmm.0": {1: JUDGED, 2: JUDGED},  # 3-D: the scores, the mask its additive input
+        "Torch.bmm.0": {0: JUDGED, 1: JUDGED},  # 3-D P.V
+        "Functional.linear.5": {0: JUDGED, 1: JUDGED},  # an expert's gate on its gathered 2-D tokens: mm's
     },
 }
 
@@ -186,12 +199,21 @@ def test_gemm_gradients_recorded_through_a_view_are_never_an_error(pytester, cop
     selected = " or ".join(f"{entry}.backward" for entry in cases)
     _, result, rows, details = recorded(pytester, copy_dump, name, "-k", selected)
     assert result.ret == 0, result.stdout.str()[-3000:]
-    assert {entry: rows[entry]["Backward Test Success"] for entry in cases} == cases
-    for entry, verdict in cases.items():
-        outputs = [row for key, row in details.items() if key.startswith(f"{entry}.backward.output.")]
-        assert outputs and all(row["Status"] == verdict for row in outputs), entry
-        if verdict == THROUGH_A_VIEW:
-            assert all("through a view, bit for bit" in row["Message"] for row in outputs), entry
+    for entry, outputs in cases.items():
+        found = {
+            int(key.rsplit(".", 1)[1]): row for key, row in details.items() if key.startswith(f"{entry}.backward.")
+        }
+        assert sorted(found) == sorted(outputs), entry
+        for index, how in outputs.items():
+            row = found[index]
+            if how == VIEW:
+                assert row["Status"] == "SKIP" and "bit for bit" in row["Message"], (entry, index)
+                assert RUN_THE_CALL in row["Message"]
+            else:
+                assert row["Status"] == "pass", (entry, index, row["Message"])
+                assert ("recorded incoming gradient" in row["Message"]) is (how == TAKEN), (entry, index)
+        expected = "SKIP" if set(outputs.values()) == {VIEW} else "pass"
+        assert rows[entry]["Backward Test Success"] == expected, entry
 
 
 @pytest.mark.parametrize("scale", [1.3, -1.0])

@@ -29,6 +29,7 @@ from . import (
     output_bounds,
     registered,
 )
+from .borrowed_gradients import Borrowed, borrowed
 from .magnitudes import with_magnitudes
 from .recorded_gradients import Attribution, attribute
 from .references import Reference, Registry, describe
@@ -431,9 +432,17 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
 
         attributed: list[Attribution] = []  # the last one, for the extra runs
 
+        lent: dict[int, Borrowed] = {}
+
         def attribution(tested: list, bench: list) -> Attribution:
-            attributed[:] = [attribute(tested, grad_specs, bench, nodes, flat_outputs(grad_outputs))]
-            return attributed[0]
+            found = attribute(tested, grad_specs, bench, nodes, flat_outputs(grad_outputs))
+            if found.strays:  # what msprobe recorded here is no input's gradient: another entry's may be
+                missing = [i for i, g in enumerate(bench) if isinstance(g, torch.Tensor) and i not in found.matched]
+                if not lent:
+                    lent.update(borrowed(CODEC, dump, name, floating(call.args, call.kwargs), missing))
+                lend(found, lent, bench, call.autocast)
+            attributed[:] = [found]
+            return found
 
         def compared_bench_run(side: Any) -> list:
             found = watched_bench(side)
@@ -471,6 +480,22 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
         return promoted(call, [p for p in pairs_of(tested, bench) if p.index < len(expected) and expected[p.index]])
 
     return Sides(bench, tested, pair, notes, False, grad_outputs, probe=probe)
+
+
+def lend(found: Attribution, lent: dict[int, Borrowed], bench: list, autocast: torch.dtype | None) -> None:
+    """The inputs' gradients other entries recorded, judged where this entry recorded none (in the
+    autocast dtype the call computed them in, where they hold its values exactly)."""
+    for index, taken in lent.items():
+        value, reference = taken.value, bench[index] if index < len(bench) else None
+        if index in found.matched or not isinstance(reference, torch.Tensor) or value.shape != reference.shape:
+            continue
+        if autocast is not None and value.dtype.itemsize > autocast.itemsize:
+            narrowed = value.to(autocast)
+            if not torch.equal(narrowed.to(value.dtype), value):
+                continue
+            value = narrowed
+        found.matched[index] = value
+        found.elsewhere[index] = (reference, f"msprobe recorded no gradient of this input here: judged {taken.source}")
 
 
 def compared_gradients_only(call: Call, grad_specs: list) -> Call:

@@ -218,17 +218,25 @@ def summary_lines(results: Sequence[EntryResult], strict: bool = False) -> list[
 
 
 def run_the_call_lines(results: Sequence[EntryResult]) -> list[str]:
-    """Once: how many SKIPped entries hold no input's gradient (msprobe took the one arriving at the
-    output) and what judges them instead."""
-    held = [r for r in results if r.status == SKIP and RUN_THE_CALL in entry_message(r)]
+    """Once: how many backward entries SKIP a gradient msprobe recorded only as the one arriving at the
+    output (no input's: results.RUN_THE_CALL in its reason), and what judges them instead."""
+    held = [r for r in results if _held_at_a_view(r)]
     if not held:
         return []
     one = len(held) == 1
     return [
-        f"{len(held)} SKIPped backward {'entry holds' if one else 'entries hold'} msprobe's record of the "
-        f"gradient arriving at the output, no input's gradient: --msprobe-device recorded,cpu judges "
+        f"{len(held)} backward {'entry SKIPs' if one else 'entries SKIP'} gradients msprobe recorded only as the "
+        f"gradient arriving at the output, no input's: --msprobe-device recorded,cpu judges "
         f"{'it' if one else 'them'} by running the calls"
     ]
+
+
+def _held_at_a_view(result: EntryResult) -> bool:
+    judged = {o.index for o in result.outputs if o.status != SKIP}  # another side's row (recorded,cpu)
+    skipped = [o for o in result.outputs if o.status == SKIP and o.index not in judged]
+    return any(RUN_THE_CALL in output_text(o) for o in skipped) or (
+        result.status == SKIP and RUN_THE_CALL in (result.reason or "")
+    )
 
 
 def inherited_lines(earlier: Sequence[EntryResult], strict: bool = False) -> list[str]:
