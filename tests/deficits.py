@@ -23,7 +23,7 @@ import json
 import math
 import shutil
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -981,6 +981,11 @@ def run(kernel: Kernel, entry: Entry) -> list[torch.Tensor | None]:
     dtype = F64 if kernel.exact else entry.dtype
     if dtype is None:
         raise NotApplicable("no floating output")
+    floating = {a.dtype for a in flat([*entry.args, *entry.kwargs.values()]) if _floating(a)}
+    if family in _NORMS and len(floating) > 1:
+        # batch_norm of a bf16 activation with fp32 parameters (an autocast model's): its kernel keeps the
+        # parameters and their gradients in fp32, each output in its own dtype
+        raise NotApplicable("a norm of mixed dtypes (a low-precision input, fp32 parameters) is not modelled")
     cast = _autocast(entry.dtype) if not kernel.exact else _f64
     p = bind(family, [cast(a) for a in entry.args], {k: cast(v) for k, v in entry.kwargs.items()})
     ar = Arith(kernel, dtype)
@@ -1107,11 +1112,17 @@ class Kernels:
         self._reference: list[torch.Tensor | None] | None = None
         self._correct: list[list[torch.Tensor | None]] | None = None
 
-    def outputs(self, kind: str, seed: int = 0) -> list[torch.Tensor | None]:
-        """compute(kind, entry, seed), once."""
+    def outputs(self, kind: str, seed: int = 0, factor: float = 1.0) -> list[torch.Tensor | None]:
+        """compute(kind, entry, seed), once; with `factor`, each output the kind changes that many times
+        as far from the benchmark (amplified), the others as they are."""
         if (kind, seed) not in self._outputs:
             self._outputs[(kind, seed)] = compute(kind, self.entry, seed)
-        return self._outputs[(kind, seed)]
+        values = self._outputs[(kind, seed)]
+        if factor == 1.0:
+            return values
+        changed = set(self.changed(kind, values))
+        moved = amplified(values, self.exact, factor)
+        return [moved[i] if i in changed else value for i, value in enumerate(values)]
 
     @property
     def exact(self) -> list[torch.Tensor | None]:
@@ -1171,6 +1182,8 @@ class Planted:
     # Each of `outputs` as a report numbers it: forward, its position; backward, the floating input whose
     # gradient it is (`<entry>.output.i` of the details CSV; linear on 2-D inputs records bias, input, weight).
     reported: tuple[int, ...] = ()
+    factor: float = 1.0  # the kind's outputs that many times as far from the benchmark (amplified)
+    unamplified: tuple[float, ...] = ()  # amplified: the separation of each of `outputs` before
 
 
 def plan_all(dump_dir: Path, kinds: Iterable[str] | None = None) -> list[tuple[str, str]]:
@@ -1185,6 +1198,66 @@ def plan_all(dump_dir: Path, kinds: Iterable[str] | None = None) -> list[tuple[s
     return plan
 
 
+def amplified(
+    values: Sequence[torch.Tensor | None], exact: Sequence[torch.Tensor | None], factor: float
+) -> list[torch.Tensor | None]:
+    """Each value `factor` times as far from the exact one, in its own dtype: a kernel ten times as
+    deficient (exact + factor (value - exact), rounded once)."""
+    found: list[torch.Tensor | None] = []
+    for value, reference in zip(values, exact):
+        if value is None or reference is None:
+            found.append(value)
+            continue
+        moved = reference.to(F64) + factor * (value.to(F64) - reference.to(F64))
+        found.append(moved.to(value.dtype))
+    return found
+
+
+# The older study's fault injections (bench/studies/kernel_bounds.py), on a recorded output.
+def _scaled(t: torch.Tensor) -> torch.Tensor:
+    return (t.double() * 1.03).to(t.dtype)
+
+
+def _noisy(t: torch.Tensor) -> torch.Tensor:
+    signs = torch.randint(0, 2, t.shape, generator=torch.Generator().manual_seed(0)).double() * 2 - 1
+    return (t.double() * (1 + 0.03 * signs)).to(t.dtype)
+
+
+def _cut(t: torch.Tensor) -> torch.Tensor:
+    return round_mantissa(t.double(), 3).to(t.dtype)  # 3 explicit mantissa bits, to nearest
+
+
+def _swapped(t: torch.Tensor) -> torch.Tensor:
+    flat = t.clone().reshape(t.shape[0], -1) if t.dim() and t.shape[0] > 1 else t.clone().reshape(-1, 1)
+    if flat.shape[0] > 1:
+        flat[[0, 1]] = flat[[1, 0]]
+    return flat.reshape(t.shape)
+
+
+def _one_off(t: torch.Tensor) -> torch.Tensor:
+    out = t.double().clone().reshape(-1)
+    if out.numel():
+        out[0] += 1.0
+    return out.reshape(t.shape).to(t.dtype)
+
+
+FAULTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "fault x1.03": _scaled,
+    "fault 3% noise": _noisy,
+    "fault 3-bit mantissa": _cut,
+    "fault swapped rows": _swapped,
+    "fault one element +1.0": _one_off,
+}
+
+
+def faulty(fault: str, recorded: torch.Tensor, factor: float = 1.0) -> torch.Tensor:
+    """A recorded output with one of FAULTS injected, `factor` times as far from it."""
+    injected = FAULTS[fault](recorded)
+    if factor == 1.0:
+        return injected
+    return (recorded.double() + factor * (injected.double() - recorded.double())).to(recorded.dtype)
+
+
 def build_corpus(source: Path, target: Path, plan: Iterable[tuple[str, str]], seed: int = 0) -> list[Planted]:
     """Copy the dump at source to target and replace, for each (entry, kind) of plan, the entry's
     recorded outputs (backward: recorded gradients) with kind's; one kind per entry. Returns what was
@@ -1193,14 +1266,21 @@ def build_corpus(source: Path, target: Path, plan: Iterable[tuple[str, str]], se
 
 
 def build_corpora(
-    source: Path, folder: Path, plan: Iterable[tuple[str, str]], seed: int = 0, cpu_threads: Sequence[int] = ()
+    source: Path,
+    folder: Path,
+    plan: Iterable[tuple[str, str]],
+    seed: int = 0,
+    cpu_threads: Sequence[int] = (),
+    factor: float = 1.0,
 ) -> list[Corpus]:
     """Every (entry, kind) of plan planted, in as few copies of the dump (folder/0, folder/1, ...) as
     one kind per entry allows: copy j holds the j-th kind of each entry, its deficits first (so the
     first copies hold every deficit). Each entry's kernels are computed once for all copies.
 
     cpu_threads: PyTorch's own bf16/fp16 CPU kernel at these thread counts is a correct kernel too,
-    for the separations (a clean dump may have been written by it at any of them)."""
+    for the separations (a clean dump may have been written by it at any of them).
+
+    factor: each kind's outputs that many times as far from the benchmark (amplified)."""
     kinds: dict[str, list[str]] = {}
     for name, kind in plan:
         kinds.setdefault(name, []).append(kind)
@@ -1212,7 +1292,7 @@ def build_corpora(
     for j in range(count):
         target = Path(folder) / str(j)
         copy = [(name, names[j]) for name, names in kinds.items() if j < len(names)]
-        corpora.append(Corpus(target, _plant(source, target, copy, seed, memo, cpu_threads)))
+        corpora.append(Corpus(target, _plant(source, target, copy, seed, memo, cpu_threads, factor)))
     return corpora
 
 
@@ -1229,6 +1309,7 @@ def _plant(
     seed: int,
     memo: dict[str, Kernels],
     cpu_threads: Sequence[int],
+    factor: float = 1.0,
 ) -> list[Planted]:
     source, target = Path(source), Path(target)
     shutil.copytree(source, target)
@@ -1245,7 +1326,7 @@ def _plant(
             memo[name] = Kernels(load_entry(source, name, data), cpu_threads)
         kernels = memo[name]
         entry = kernels.entry
-        values = kernels.outputs(kind, seed)
+        values = kernels.outputs(kind, seed, factor)
         replaced = kernels.changed(kind, values)
         for position in replaced:
             spec, value = data_spec(data, name, position), values[position]
@@ -1253,6 +1334,7 @@ def _plant(
             torch.save(value.clone(), target / "dump_tensor_data" / spec["data_name"])
             _restat(spec, value)  # spec is the dict inside `data`: the json is updated in place
         separations = kernels.separations(kind, values)
+        before = kernels.separations(kind, kernels.outputs(kind, seed)) if factor != 1.0 else {}
         margin = max(separations.values(), default=0.0)
         expected = ERROR if margin > SEPARABLE else PASS
         planted.append(
@@ -1264,6 +1346,8 @@ def _plant(
                 margin,
                 tuple(separations.get(i, 0.0) for i in replaced),
                 tuple(reported_index(entry, i) for i in replaced),
+                factor,
+                tuple(before.get(i, 0.0) for i in replaced) if before else (),
             )
         )
     (target / "dump.json").write_text(json.dumps(dump, indent=1))
@@ -1583,6 +1667,20 @@ def _sdpa_torch(dtype: torch.dtype, peak: float = 1.0) -> Recorded:
     return Recorded([q, k, v], {"is_causal": True}, outs, [g], grads)
 
 
+def _sdpa_missing_rowsum(dtype: torch.dtype) -> Recorded:
+    """PyTorch's CPU attention forward; backward as a kernel that drops the rowsum(dO O) correction
+    from dS = P (dP - D): dQ = P dP scale K and dK = (P dP)^T scale Q, exact otherwise (dV as PyTorch's)."""
+    q, k, v = _attention_inputs(dtype)
+    g = _grad_output(20, q)
+    outs, grads = _torch_backward(F.scaled_dot_product_attention, [q, k, v], {"is_causal": True}, g)
+    q64, k64, v64, g64 = (t.to(F64) for t in (q, k, v, g))
+    scale = 1 / math.sqrt(q.shape[-1])
+    p = torch.softmax(_causal(q64 @ k64.transpose(-1, -2) * scale), -1)
+    ds = p * (g64 @ v64.transpose(-1, -2)) * scale  # without - rowsum(dO O)
+    grads[:2] = [(ds @ k64).to(dtype), (ds.transpose(-1, -2) @ q64).to(dtype)]
+    return Recorded([q, k, v], {"is_causal": True}, outs, [g], grads)
+
+
 def _rope_parts() -> tuple[torch.Tensor, torch.Tensor]:
     """LLaMA's rotary inputs: inv_freq (1, 32, 1) and positions (1, 1, seq) from POSITION on, fp32."""
     half = LLAMA_HEAD_DIM // 2
@@ -1773,6 +1871,17 @@ LLAMA_CASES: list[Case] = [
     ),
     *(
         _case(
+            f"sdpa_missing_rowsum_{short}",
+            True,
+            "sdpa",
+            BACKWARD,
+            "attention's dQ and dK without the rowsum(dO O) correction of dS",
+            lambda dtype=dtype: _sdpa_missing_rowsum(dtype),
+        )
+        for short, dtype in (("fp32", F32), ("bf16", BF16))
+    ),
+    *(
+        _case(
             f"fusion_attention_pv_{short}",
             True,
             "fusion_attention",
@@ -1865,6 +1974,33 @@ LLAMA_CASES: list[Case] = [
         )
     ),
 ]
+
+
+# Each backward deficit of LLAMA_CASES and the correct kernel of the same inputs.
+LLAMA_PAIRS = {
+    **{f"silu_missing_term_{short}": f"silu_{short}" for short in ("fp32", "bf16")},
+    **{f"rms_norm_missing_term_{short}": f"rms_norm_{short}" for short in ("fp32", "bf16")},
+    **{f"sdpa_missing_rowsum_{short}": f"sdpa_torch_{short}" for short in ("fp32", "bf16")},
+    **{f"{api}_sums_bf16": f"{api}_bf16" for api in ("repeat_interleave", "expand")},
+}
+
+
+def amplified_case(deficit: Case, correct: Case, factor: float) -> Case:
+    """The deficit's backward case with its gradients `factor` times as far from the correct kernel's
+    (same inputs): correct + factor (deficit - correct), in the recorded dtypes."""
+
+    def build() -> Recorded:
+        found, right = deficit.build(), correct.build()
+        assert found.grads is not None and right.grads is not None
+        grads = [
+            None if g is None or r is None else (r.to(F64) + factor * (g.to(F64) - r.to(F64))).to(g.dtype)
+            for g, r in zip(found.grads, right.grads)
+        ]
+        return replace(found, grads=grads)
+
+    return Case(
+        f"{deficit.name}_x{factor:g}", True, deficit.api, deficit.direction, f"{deficit.what}, x{factor:g}", build
+    )
 
 
 def _spec(value: Any, folder: Path, name: str) -> Any:

@@ -126,41 +126,8 @@ ROUTES = {"max_pool2d", "adaptive_avg_pool2d"}
 NO_SPREAD = SUMS_AND_PRODUCTS | ROUTES
 
 
-def _scaled(t: torch.Tensor) -> torch.Tensor:
-    return (t.double() * 1.03).to(t.dtype)
-
-
-def _noisy(t: torch.Tensor) -> torch.Tensor:
-    signs = torch.randint(0, 2, t.shape, generator=torch.Generator().manual_seed(0)).double() * 2 - 1
-    return (t.double() * (1 + 0.03 * signs)).to(t.dtype)
-
-
-def _cut(t: torch.Tensor) -> torch.Tensor:
-    return d.round_mantissa(t.double(), 3).to(t.dtype)  # 3 explicit mantissa bits, to nearest
-
-
-def _swapped(t: torch.Tensor) -> torch.Tensor:
-    flat = t.clone().reshape(t.shape[0], -1) if t.dim() and t.shape[0] > 1 else t.clone().reshape(-1, 1)
-    if flat.shape[0] > 1:
-        flat[[0, 1]] = flat[[1, 0]]
-    return flat.reshape(t.shape)
-
-
-def _one_off(t: torch.Tensor) -> torch.Tensor:
-    out = t.double().clone().reshape(-1)
-    if out.numel():
-        out[0] += 1.0
-    return out.reshape(t.shape).to(t.dtype)
-
-
 # The older study's fault injections (bench/dtype_standard_study.py), on the recorded outputs: errors all.
-FAULTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "fault x1.03": _scaled,
-    "fault 3% noise": _noisy,
-    "fault 3-bit mantissa": _cut,
-    "fault swapped rows": _swapped,
-    "fault one element +1.0": _one_off,
-}
+FAULTS = d.FAULTS
 
 
 def is_deficit(name: str) -> bool:
