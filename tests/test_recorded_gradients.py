@@ -111,16 +111,14 @@ def test_a_gradient_that_fits_nothing_is_judged_in_its_own_inputs_place_not_at_a
     bench = [grad(1.0, 0.0, 0.0), grad(0.0, 1.0, 0.0), grad(0.0, 0.2, 1.0)]
     wrong_dq = torch.tensor([0.2, 0.4, 1.0])  # nearer input 2's gradient than input 0's, fits neither
     found = attribute([wrong_dq, None, None], [{"shape": [3]}, None, None], bench, [], [grad(1.0, 1.0)])
-    assert list(found.matched) == [0] and not found.strays
-    assert "judged in its own input's place, the gradient of input 0" in found.elsewhere[0][1]
+    assert list(found.matched) == [0] and not found.strays and not found.elsewhere
 
 
 def test_a_gradient_nearest_its_own_input_is_judged_there_however_far():
     bench = [grad(1.0, 2.0), grad(-3.0, 1.0)]
     gross = torch.tensor([2.0, 3.0])  # far from input 0, farther from input 1
     found = attribute([gross], [{"shape": [2]}], bench, [], [])
-    assert list(found.matched) == [0] and torch.equal(found.elsewhere[0][0], bench[0])
-    assert "judged in its own input's place, the gradient of input 0" in found.elsewhere[0][1]
+    assert list(found.matched) == [0] and not found.elsewhere and not found.strays
 
 
 def test_a_gradient_closer_to_a_node_is_judged_at_that_node():
@@ -140,8 +138,7 @@ def test_batch_norms_gradients_are_its_inputs_that_take_one_however_far():
     recorded = [torch.ones(3, 2), torch.tensor([1.5, 2.5]), torch.tensor([-3.0, 1.0])]
     specs = [{"shape": [3, 2]}, {"shape": [2]}, {"shape": [2]}]
     found = attribute(recorded, specs, bench, [], [])
-    assert sorted(found.matched) == [0, 3, 4] and not found.strays
-    assert list(found.elsewhere) == [3] and torch.equal(found.elsewhere[3][0], bench[3])  # a note, no other place
+    assert sorted(found.matched) == [0, 3, 4] and not found.strays and not found.elsewhere
     assert torch.equal(found.matched[3], recorded[1])
 
 

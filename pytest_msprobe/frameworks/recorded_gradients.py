@@ -112,7 +112,9 @@ def attribute(recorded: list, specs: list, bench: list, nodes: list[NodeGradient
                 f"msprobe recorded this gradient at {chosen.node.describe()} inside the API, not at its input: "
                 "judged against the float64 gradient there" + (f"; {unfitting}" if unfitting else ""),
             )
-        elif unfitting:
+        elif unfitting and not chosen.own:
+            # Its own input's gradient, where msprobe records one, needs no word (a dropout's, whose mask is
+            # random, fits nothing either); another input's does.
             found.elsewhere[chosen.index] = (chosen.value, unfitting)
     return found
 
