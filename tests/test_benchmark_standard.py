@@ -27,6 +27,7 @@ PLANTED = [
     ("Functional.layer_norm.0.backward", "missing_term"),
     ("Functional.layer_norm.0.forward", "welford"),  # a correct kernel that computes otherwise
 ]
+PLANTED_ERRORS = {tuple(entry.rsplit(".", 1)) for entry, kind in PLANTED if kind != "welford"}
 
 
 @pytest.fixture
@@ -47,25 +48,27 @@ def faulty(pytester: pytest.Pytester) -> Path:
     return pytester.path / "faulty" / "dump.json"
 
 
-def test_the_planted_deficits_fail_by_their_ratios_to_the_reference(pytester, reference, faulty) -> None:
-    result = run_msprobe(
-        pytester,
-        faulty,
-        "-k",
-        ENTRIES,
-        "--msprobe-standard",
-        "benchmark",
-        "--msprobe-reference",
-        str(reference),
-        device="recorded",
-    )
-    errors = {
+def judged(pytester: pytest.Pytester, dumps, reference, *args: str, out: str = "out") -> pytest.RunResult:
+    """A run of dumps under --msprobe-standard benchmark against reference, their recorded outputs judged."""
+    benchmark = ("--msprobe-standard", "benchmark", "--msprobe-reference", str(reference))
+    return run_msprobe(pytester, dumps, *benchmark, *args, out=out, device="recorded")
+
+
+def errors_of(folder: Path) -> set[tuple[str, str]]:
+    """(API, direction) of every entry whose result row in folder says error."""
+    return {
         (row["API Name"], direction)
-        for row in read_csv(pytester.path / "out", "result")
+        for row in read_csv(folder, "result")
         for direction, status in (("forward", row["Forward Test Success"]), ("backward", row["Backward Test Success"]))
         if status == "error"
     }
-    assert errors == {tuple(entry.rsplit(".", 1)) for entry, kind in PLANTED if kind != "welford"}
+
+
+def test_the_planted_deficits_fail_by_their_ratios_to_the_reference(pytester, reference, faulty) -> None:
+    result = judged(pytester, faulty, reference, "-k", ENTRIES)
+    assert errors_of(pytester.path / "out") == {
+        tuple(entry.rsplit(".", 1)) for entry, kind in PLANTED if kind != "welford"
+    }
     assert result.parseoutcomes()["failed"] == 5
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     details = {row["API Name"]: row for row in read_csv(pytester.path / "out", "details")}
@@ -79,35 +82,14 @@ def test_the_planted_deficits_fail_by_their_ratios_to_the_reference(pytester, re
 
 def test_the_reference_run_judged_against_itself_passes(pytester, reference, copy_dump) -> None:
     dump = pytester.path / "pt_tensor_L1" / "dump.json"
-    result = run_msprobe(
-        pytester,
-        dump,
-        "-k",
-        ENTRIES,
-        "--msprobe-standard",
-        "benchmark",
-        "--msprobe-reference",
-        str(reference),
-        device="recorded",
-    )
+    result = judged(pytester, dump, reference, "-k", ENTRIES)
     outcomes = result.parseoutcomes()
     assert result.ret == pytest.ExitCode.OK and outcomes["passed"] >= 10 and "failed" not in outcomes
 
 
 def test_an_output_the_reference_lacks_is_a_skip_naming_its_file(pytester, reference) -> None:
     dump = pytester.path / "pt_tensor_L1" / "dump.json"
-    result = run_msprobe(
-        pytester,
-        dump,
-        "-k",
-        "relu.0 or gelu.0",
-        "--msprobe-standard",
-        "benchmark",
-        "--msprobe-reference",
-        str(reference),
-        device="recorded",
-        out="judged",
-    )
+    result = judged(pytester, dump, reference, "-k", "relu.0 or gelu.0", out="judged")
     (details,) = sorted(reference.glob("accuracy_checking_details_*.csv"))
     rows = {row["API Name"]: row for row in read_csv(pytester.path / "judged", "details")}
     relu = rows["Functional.relu.0.forward.output.0"]
@@ -149,15 +131,6 @@ def test_a_reference_that_cannot_be_used_is_a_usage_error(pytester, copy_dump, a
     result.stderr.fnmatch_lines([says])
 
 
-def errors_of(folder: Path) -> set[tuple[str, str]]:
-    return {
-        (row["API Name"], direction)
-        for row in read_csv(folder, "result")
-        for direction, status in (("forward", row["Forward Test Success"]), ("backward", row["Backward Test Success"]))
-        if status == "error"
-    }
-
-
 def test_a_run_of_several_dumps_judges_each_against_the_reference_folder_of_its_name(pytester, faulty) -> None:
     """The reference run of a folder of ranks has a folder per rank (rank0/, rank1/): each rank's entries
     are judged against their own. Here rank0's reference is the clean run and rank1's the faulty run
@@ -168,19 +141,16 @@ def test_a_run_of_several_dumps_judges_each_against_the_reference_folder_of_its_
     layout = ("--msprobe-csv-layout", "msprobe-pytorch")
     gpu = run_msprobe(pytester, pytester.path / "gpu", "-k", ENTRIES, *layout, out="reference", device="recorded")
     assert sorted(p.name for p in (pytester.path / "reference").iterdir()) == ["rank0", "rank1"], gpu.stdout.str()
-    benchmark = ("--msprobe-standard", "benchmark", "--msprobe-reference", "reference")
-    result = run_msprobe(pytester, pytester.path / "ranks", "-k", ENTRIES, *benchmark, device="recorded")
+    result = judged(pytester, pytester.path / "ranks", "reference", "-k", ENTRIES)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    assert errors_of(pytester.path / "out" / "rank0") == {
-        tuple(entry.rsplit(".", 1)) for entry, kind in PLANTED if kind != "welford"
-    }
+    assert errors_of(pytester.path / "out" / "rank0") == PLANTED_ERRORS
     assert errors_of(pytester.path / "out" / "rank1") == set()
     for rank in ("rank0", "rank1"):
         result.stdout.fnmatch_lines([f"*reference run: *reference/{rank}/accuracy_checking_details_*.csv (* outputs)"])
 
     # A reference run without rank1's folder: rank1's outputs SKIP, saying so; rank0's are judged as before.
     shutil.rmtree(pytester.path / "reference" / "rank1")
-    result = run_msprobe(pytester, pytester.path / "ranks", "-k", ENTRIES, *benchmark, out="half", device="recorded")
+    result = judged(pytester, pytester.path / "ranks", "reference", "-k", ENTRIES, out="half")
     assert errors_of(pytester.path / "half" / "rank0") == errors_of(pytester.path / "out" / "rank0")
     rank1 = read_csv(pytester.path / "half" / "rank1", "details")
     assert {row["Status"] for row in rank1} == {"SKIP"}
@@ -194,29 +164,21 @@ def test_a_run_of_several_dumps_judges_each_against_the_reference_folder_of_its_
 
 def test_a_reference_without_a_folder_of_the_dumps_is_a_usage_error(pytester, copy_dump, reference) -> None:
     second = copy_dump("pt_tensor_L1", "rank1")
-    result = run_msprobe(
-        pytester,
-        [pytester.path / "pt_tensor_L1", second.parent],
-        "--msprobe-standard",
-        "benchmark",
-        "--msprobe-reference",
-        str(reference),
-        device="recorded",
-    )
+    result = judged(pytester, [pytester.path / "pt_tensor_L1", second.parent], reference)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([
-        f"*--msprobe-reference {reference}: a run of 2 dumps takes the reference run of the same dumps, a folder "
-        "with one of theirs (theirs: pt_tensor_L1, rank1; it holds: .)*"
-    ])
+    result.stderr.fnmatch_lines(
+        [
+            f"*--msprobe-reference {reference}: a run of 2 dumps takes the reference run of the same dumps, a folder "
+            "with one of theirs (theirs: pt_tensor_L1, rank1; it holds: .)*"
+        ]
+    )
 
 
 def test_a_reference_folder_of_several_runs_is_a_usage_error(pytester, copy_dump, reference) -> None:
     dump = pytester.path / "pt_tensor_L1" / "dump.json"
     for rank in ("rank0", "rank1"):
         shutil.copytree(reference, pytester.path / "both" / rank)
-    result = run_msprobe(
-        pytester, dump, "--msprobe-standard", "benchmark", "--msprobe-reference", "both", device="recorded"
-    )
+    result = judged(pytester, dump, "both")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*the runs of 2 folders are in it (rank0, rank1)*"])
 

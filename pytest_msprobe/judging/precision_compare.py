@@ -19,7 +19,8 @@ Where msprobe's code hides a fault, this does the right thing (docs/compare.md l
 
 - a metric the rule needs left blank reads 0.0 there, so an output whose own check failed before
   its metrics (shapes or dtypes that differ) passes: here it is an `error` where the NPU's own
-  check says error, else SKIP naming the column;
+  check says error (a dropout's rows, blank on both sides: where the GPU's does not), else SKIP
+  naming the column;
 - the benchmark ratios leave inf and NaN elements out, so an NPU output with NaN where the GPU's has
   none passes: here the NaN cosine or non-finite MaxAbsErr of the NPU's row against a finite one in
   the GPU's is an `error`.
