@@ -108,7 +108,7 @@ class Run:
     folder: Path
     files: list[Path]
     outputs: dict[str, Output] = field(default_factory=dict)
-    ours: bool = True  # every file is this plugin's: its manifest is beside its result CSV
+    by_this_plugin: bool = True  # every file is this plugin's: its manifest is beside its result CSV
 
 
 @dataclass
@@ -123,7 +123,9 @@ class Compared:
 
 
 @dataclass
-class Folder:
+class FolderPair:
+    """The two runs' CSVs of one folder (".", or a dump's `rank0/`), and the NPU run's outputs judged."""
+
     folder: Path
     npu: Run
     gpu: Run | None
@@ -160,7 +162,7 @@ def read_run(folder: Path, files: list[Path], side: str, named: bool = False) ->
                     "one run's files hold each output once (two runs in one folder? give one run's CSV)"
                 )
             run.outputs[output.name] = output
-        run.ours = run.ours and _by_this_plugin(path)
+        run.by_this_plugin = run.by_this_plugin and _by_this_plugin(path)
     return run
 
 
@@ -233,7 +235,7 @@ def _output(path: Path, line: int, columns: dict[str, int], cells: list[str]) ->
     return Output(cell("API Name").strip(), row, cell("Bench Dtype").strip(), path, line, fault)
 
 
-def pair_runs(npu: Path, gpu: Path) -> tuple[list[Folder], list[Path]]:
+def pair_runs(npu: Path, gpu: Path) -> tuple[list[FolderPair], list[Path]]:
     """The folders to compare: A's, each with B's folder of the same name (None where B lacks it);
     and B's folders that A lacks."""
     npu_files, gpu_files = details_files(npu), details_files(gpu)
@@ -244,7 +246,7 @@ def pair_runs(npu: Path, gpu: Path) -> tuple[list[Folder], list[Path]]:
             f"GPU: {_names(gpu_files)}): give two runs of the same dumps, files or folders alike"
         )
     folders = [
-        Folder(
+        FolderPair(
             folder,
             read_run(folder, files, "--npu", npu_named),
             read_run(folder, gpu_files[folder], "--gpu", gpu_named) if folder in gpu_files else None,
@@ -298,7 +300,7 @@ def _names(found: Mapping[Path, object]) -> str:
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
-def compare_folder(folder: Folder) -> None:
+def compare_folder(folder: FolderPair) -> None:
     """Judge every output of the NPU run against the GPU run's row of the same name."""
     for output in folder.npu.outputs.values():
         named = rules.output_name(output.name)
@@ -306,13 +308,13 @@ def compare_folder(folder: Folder) -> None:
         judged = _judge(folder, output, named)
         closer = (
             _closer(output, folder.gpu.outputs.get(output.name))
-            if folder.gpu and folder.npu.ours and folder.gpu.ours
+            if folder.gpu and folder.npu.by_this_plugin and folder.gpu.by_this_plugin
             else ""
         )
         folder.outputs.append(Compared(output.name, api, direction, judged, closer))
 
 
-def _judge(folder: Folder, output: Output, named: rules.OutputName | None) -> Judged:
+def _judge(folder: FolderPair, output: Output, named: rules.OutputName | None) -> Judged:
     if named is None:
         return Judged(SKIP, message=f"{output.name!r} is not an output's name (<api>.forward.output.<i>)")
     reason = rules.skip_reason(output.row)
@@ -383,7 +385,8 @@ def api_rows(outputs: Sequence[Compared]) -> list[ApiRow]:
     return list(rows.values())
 
 
-def number(value: rules.Cell | Status) -> str:
+def cell_text(value: rules.Cell | Status) -> str:
+    """A cell as msprobe writes it: a blank as " ", a float with its 14 decimals."""
     if value is None:
         return BLANK
     if isinstance(value, float) and not isinstance(value, bool):
@@ -393,17 +396,17 @@ def number(value: rules.Cell | Status) -> str:
 
 def details_row(compared: Compared, with_closer: bool) -> list[str]:
     judged = compared.judged
-    cells = [number(judged.cells.get(key)) for _, key in CELLS]
+    cells = [cell_text(judged.cells.get(key)) for _, key in CELLS]
     message = " ".join(line.strip() for line in judged.message.splitlines() if line.strip())
     row = [text_cell(compared.name), *cells, str(judged.status), judged.algorithm or BLANK, text_cell(message)]
     return [*row, text_cell(compared.closer)] if with_closer else row
 
 
-def write(folder: Folder, out: Path, stamp: str) -> Path:
+def write(folder: FolderPair, out: Path, stamp: str) -> Path:
     target = out / folder.folder
     target.mkdir(parents=True, exist_ok=True)
     result_path, result, details = new_pair(target, stamp)
-    with_closer = bool(folder.gpu and folder.npu.ours and folder.gpu.ours)
+    with_closer = bool(folder.gpu and folder.npu.by_this_plugin and folder.gpu.by_this_plugin)
     with result, details:
         result_rows, details_rows = csv.writer(result), csv.writer(details)
         result_rows.writerow(RESULT_COLUMNS)
@@ -439,7 +442,7 @@ def new_pair(target: Path, stamp: str) -> tuple[Path, IO[str], IO[str]]:
     raise FileExistsError(f"{target}: {RESULT_PREFIX_OUT}{stamp}.csv to _999.csv all exist")
 
 
-def summary_lines(folders: Sequence[Folder]) -> list[str]:
+def summary_lines(folders: Sequence[FolderPair]) -> list[str]:
     """Counts per direction, the failed APIs with their failing rules, the SKIP reasons by count."""
     apis = [api for folder in folders for api in api_rows(folder.outputs)]
     lines = []
@@ -463,7 +466,7 @@ def summary_lines(folders: Sequence[Folder]) -> list[str]:
     return lines
 
 
-def unmatched_lines(folders: Sequence[Folder], extra_folders: Sequence[Path] = ()) -> list[str]:
+def unmatched_lines(folders: Sequence[FolderPair], extra_folders: Sequence[Path] = ()) -> list[str]:
     """What the GPU run has that the NPU run lacks (outputs, folders): never judged, said once."""
     lines = [f"{folder}: the NPU run has no such folder: not compared" for folder in extra_folders]
     for folder in folders:

@@ -90,11 +90,11 @@ class BenchmarkStandard:
         named = rules.output_name(c.msprobe_name)
         judged = rules.judge(named.api_name if named else c.msprobe_name, tested, reference, SIDES)
         reasons = [failure.text() for failure in judged.failures] or [judged.message.strip()]
-        severity = max((_off(failure) for failure in judged.failures), default=0.0)
+        severity = max((_times_threshold(failure) for failure in judged.failures), default=0.0)
         return Verdict(judged.status, [r for r in reasons if r], severity=severity if judged.status == ERROR else 0.0)
 
 
-def _off(failure: rules.Failure) -> float:
+def _times_threshold(failure: rules.Failure) -> float:
     """How many times its threshold a ratio is; beyond any measure where the rule has none."""
     if failure.value is None or failure.threshold is None or not math.isfinite(failure.value):
         return math.inf
