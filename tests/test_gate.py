@@ -250,7 +250,8 @@ def pytest_sessionfinish(session):
         ("pt_tensor_L1", "relu", "True True False"),  # PyTorch, no meta call: a relu's output is its input's shape
         ("pt_tensor_L1", "linear", "True True False"),  # nor for a linear: its arguments' shapes size it
         ("llama_fp32", "expand", "True True False"),  # nor for an expand: its size arguments size it (issue 48)
-        ("moe_bf16", "einsum", "True True True"),  # and the meta device's first call, which imports torch._dynamo
+        # and the meta device's first call, which imports torch._dynamo
+        ("torch_nn_fp32", "multi_head_attention_forward", "True True True"),
         ("pt_tensor_L1", "nothing_matches", None),  # a worker left nothing (a resume of a finished run): nothing
     ],
 )

@@ -367,6 +367,127 @@ def test_a_pool_makes_its_windows(spatial, batched, size, kernel, stride, paddin
     assert output_shapes(f"Functional.max_pool{spatial}d", [x, 1], {"return_indices": True}) is None  # two outputs
 
 
+letters = st.text("abcdij", min_size=0, max_size=3)
+
+
+@small
+@given(
+    st.lists(st.tuples(letters, st.booleans()), min_size=1, max_size=3),
+    st.one_of(st.none(), st.tuples(letters, st.booleans())),
+    st.lists(st.integers(1, 3), min_size=6, max_size=6),
+    st.lists(st.integers(0, 2), min_size=3, max_size=3),
+)
+def test_einsum_makes_its_output_letters(terms, output, sizes, extra):
+    by_letter = dict(zip("abcdij", sizes))
+    operands, written = [], []
+    for (term, dotted), more in zip(terms, extra):
+        written.append(("..." if dotted else "") + term)
+        operands.append(tensor([*([2] * more if dotted else []), *(by_letter[c] for c in term)]))
+    equation = ",".join(written) + ("" if output is None else "->" + ("..." if output[1] else "") + output[0])
+    holds("Torch.einsum", [equation, *operands])
+    holds("Torch.einsum", [equation, operands])
+
+
+def test_einsum_reads_the_common_equations():
+    q, k = tensor([2, 4, 3, 8]), tensor([2, 4, 5, 8])
+    assert holds("Torch.einsum", ["bhqd,bhkd->bhqk", q, k]) == [[2, 4, 3, 5]]
+    assert holds("Torch.einsum", ["...d,...d->...", q, q]) == [[2, 4, 3]]
+    assert holds("Torch.einsum", ["ij,jk", tensor([2, 3]), tensor([3, 4])]) == [[2, 4]]
+    assert holds("Torch.einsum", ["ii->i", tensor([3, 3])]) == [[3]]
+    assert holds("Torch.einsum", ["i,j->ij", tensor([3]), tensor([1])]) == [[3, 1]]
+
+
+@small
+@given(dims, st.integers(-1, 4), st.integers(-4, 3), st.booleans())
+def test_topk_max_and_min_make_values_and_indices(shape, k, dim, keepdim):
+    x = tensor(shape)
+    holds_all("Torch.topk", [x, k, dim])
+    holds_all("Tensor.topk", [x, k], {"dim": dim})
+    for api in ("Torch.max", "Tensor.min"):
+        holds_all(api, [x])
+        holds_all(api, [x, dim, keepdim])
+        holds_all(api, [x], {"dim": dim})
+        holds_all(api, [x, tensor(shape[1:])])
+
+
+def test_topk_max_and_min_read_their_common_forms():
+    x = tensor([3, 4])
+    assert holds_all("Torch.topk", [x, 2]) == [[3, 2], [3, 2]]
+    assert holds_all("Tensor.max", [x]) == [[]]
+    assert holds_all("Tensor.max", [x, 1, True]) == [[3, 1], [3, 1]]
+    assert holds_all("Torch.min", [x], {"dim": 0}) == [[4], [4]]
+    assert holds_all("Torch.min", [x, tensor([4])]) == [[3, 4]]
+
+
+def holds_all(api: str, args: list, kwargs: dict | None = None) -> list[list[int]] | None:
+    """holds() for a call of one output or several."""
+    kwargs = kwargs or {}
+    answer = output_shapes(api, args, kwargs)
+    try:
+        out = resolve(api)(*args, **kwargs)
+    except REFUSED:
+        assert answer is None, (api, [getattr(a, "shape", a) for a in args], kwargs, answer)
+        return None
+    real = [list(o.shape) for o in out] if isinstance(out, tuple) else [list(out.shape)]
+    assert answer is None or answer == real, (api, [getattr(a, "shape", a) for a in args], kwargs, answer, real)
+    return answer
+
+
+@small
+@given(
+    st.sampled_from(
+        ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "soft_margin_loss", "kl_div", "binary_cross_entropy"]
+    ),
+    dims,
+    st.booleans(),
+    st.sampled_from(["mean", "sum", "none", "batchmean"]),
+)
+def test_a_pointwise_loss_is_one_number_reduced_or_its_inputs_shape(name, shape, same, reduction):
+    x = torch.rand(shape)
+    target = torch.rand(shape if same else [*shape, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a target of another shape; kl_div's mean
+        answer = holds(f"Functional.{name}", [x, target], {"reduction": reduction})
+    if same and reduction in ("mean", "sum") and name not in ("soft_margin_loss",):
+        assert answer == [[]]
+
+
+@small
+@given(
+    st.sampled_from([1, 2]),
+    st.integers(1, 4),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.integers(0, 2),
+    st.integers(0, 2),
+    st.integers(1, 2),
+    st.integers(1, 2),
+)
+def test_conv_transpose_spreads_its_kernel(spatial, size, kernel, stride, padding, extra, dilation, groups):
+    x = tensor([2, 2 * groups, *[size] * spatial])
+    weight = tensor([2 * groups, 3, *[kernel] * spatial])
+    kwargs = {"stride": stride, "padding": padding, "output_padding": extra, "dilation": dilation, "groups": groups}
+    holds(f"Functional.conv_transpose{spatial}d", [x, weight, None], kwargs)
+
+
+@small
+@given(dims, dims, st.integers(-4, 3))
+def test_cosine_similarity_reduces_the_broadcast_dim(a, b, dim):
+    answer = holds("Functional.cosine_similarity", [tensor(a), tensor(b)], {"dim": dim})
+    holds("Functional.cosine_similarity", [tensor(a), tensor(b), dim])
+    if a == b and a and -len(a) <= dim < len(a):
+        assert answer == [[n for at, n in enumerate(a) if at != dim % len(a)]]
+
+
+@small
+@given(st.lists(st.integers(1, 8), min_size=3, max_size=4), st.integers(0, 3), st.integers(-1, 5))
+def test_pixel_shuffle_and_one_hot_move_and_make_their_dims(shape, factor, classes):
+    holds("Functional.pixel_shuffle", [tensor(shape), factor])
+    holds("Functional.pixel_unshuffle", [tensor(shape), factor])
+    index = torch.zeros(shape[:2], dtype=torch.int64)
+    assert holds("Functional.one_hot", [index, classes]) == ([[*shape[:2], classes]] if classes >= 1 else None)
+
+
 # -- which calls the meta device still sizes -----------------------------------------------
 
 
@@ -382,6 +503,9 @@ ISSUE_48 = [
     *("Torch.addmm", "Tensor.baddbmm", "Torch.addbmm", "Torch.addmv", "Torch.addr", "Tensor.gather"),
     *("Functional.max_pool2d", "Functional.avg_pool1d", "Functional.adaptive_avg_pool2d", "Tensor.index_add_"),
     *("Tensor.scatter_", "Tensor.fill_", "Tensor.zero_", "Tensor.copy_", "Functional.dropout2d"),
+    *("Torch.einsum", "Torch.topk", "Tensor.max", "Torch.min", "Functional.mse_loss", "Functional.kl_div"),
+    *("Functional.conv_transpose2d", "Functional.pixel_shuffle", "Functional.one_hot", "Torch.roll"),
+    *("Tensor.argsort", "Functional.normalize", "Tensor.__setitem__", "Functional.cosine_similarity"),
 ]
 
 

@@ -45,6 +45,7 @@ NO_LARGER_THAN_INPUT = frozenset(
         *("dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "fill", "zero", "copy"),
         # the input's shape, whatever the index and the values put into it
         *("index_add", "index_copy", "index_fill", "index_put", "scatter", "scatter_add", "scatter_reduce"),
+        *("roll", "argsort", "normalize", "__setitem__"),
         *("view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "t", "transpose", "swapaxes"),
         *("permute", "movedim", "unsqueeze", "squeeze", "narrow", "select", "chunk", "split", "unbind"),
         # reductions with one output (`max`, `sort` and `topk` have two: not here)

@@ -14,14 +14,17 @@ the meta device's answer, tests/test_size_rules.py the later ones to the real ca
 from __future__ import annotations
 
 from numbers import Number
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 from . import size_rules
+from .einsum_rule import einsum
 
 Shape = list[int]
+# What a rule answers: the output's shape, the shapes of several outputs (a tuple), or None.
+Answer = Union[Shape, tuple[Shape, ...], None]
 
 # Calls whose one output is their tensor and number arguments broadcast together: no argument of
-# theirs is a size or a dim (`max` and `min` are not here: `max(x, 1)` reduces dim 1).
+# theirs is a size or a dim (`max` and `min` are not here: `max(x, 1)` reduces dim 1; _extreme reads them).
 BROADCAST = frozenset(
     {
         *("add", "sub", "subtract", "rsub", "mul", "multiply", "div", "divide", "true_divide", "floor_divide"),
@@ -49,10 +52,12 @@ def output_shapes(api: str, args: list, kwargs: dict) -> list[Shape | None] | No
         shape = rule(args, kwargs)
     except (IndexError, KeyError, TypeError, ValueError, ArithmeticError):  # arguments out of the rule's form
         return None
-    return None if shape is None else [shape]
+    if shape is None:
+        return None
+    return list(shape) if isinstance(shape, tuple) else [shape]  # a tuple: a call of several outputs
 
 
-def rule_for(api: str) -> Callable[[list, dict], Shape | None] | None:
+def rule_for(api: str) -> Callable[[list, dict], Answer] | None:
     """The rule for the calls of `api`, or None: the rules cover names, the arguments come later."""
     name = api.rsplit(".", 1)[-1]
     if (name.startswith("__i") and name in BROADCAST) or (name.endswith("_") and name[:-1] in BROADCAST):
@@ -340,6 +345,121 @@ def _adaptive_pool(spatial: int) -> Callable[[list, dict], Shape | None]:
     return rule
 
 
+def _conv_transpose(spatial: int) -> Callable[[list, dict], Shape | None]:
+    """conv_transpose: each input position spreads a kernel, `stride` apart, less the padding."""
+
+    def rule(args: list, kwargs: dict) -> Shape | None:
+        x = _tensor_shape(_argument(args, kwargs, 0, "input"))
+        weight = _tensor_shape(_argument(args, kwargs, 1, "weight"))
+        names = ((3, "stride", 1), (4, "padding", 0), (5, "output_padding", 0), (7, "dilation", 1))
+        stride, padding, extra, dilation = (_per_dim(_argument(args, kwargs, *n), spatial) for n in names)
+        groups = _argument(args, kwargs, 6, "groups", 1)
+        if len(x) not in (spatial + 1, spatial + 2) or len(weight) != spatial + 2 or type(groups) is not int:
+            return None
+        if stride is None or padding is None or extra is None or dilation is None or groups < 1:
+            return None
+        if x[-spatial - 1] != weight[0] or weight[0] % groups or min(x[-spatial:]) < 1 or min(stride) < 1:
+            return None
+        if (
+            min(dilation) < 1
+            or min(padding) < 0
+            or any(not 0 <= e < max(s, d) for e, s, d in zip(extra, stride, dilation))
+        ):
+            return None
+        sizes = zip(x[-spatial:], weight[2:], stride, padding, extra, dilation)
+        out = [(n - 1) * s - 2 * p + d * (k - 1) + e + 1 for n, k, s, p, e, d in sizes]
+        return [*x[: -spatial - 1], weight[1] * groups, *out] if min(out) >= 1 else None
+
+    return rule
+
+
+def _pixel_shuffle(args: list, kwargs: dict) -> Shape | None:
+    """pixel_shuffle: (..., C r^2, H, W) -> (..., C, H r, W r)."""
+    x = _tensor_shape(_argument(args, kwargs, 0, "input"))
+    r = _argument(args, kwargs, 1, "upscale_factor")
+    if type(r) is not int or r < 1 or len(x) < 3 or x[-3] % (r * r):
+        return None
+    return [*x[:-3], x[-3] // (r * r), x[-2] * r, x[-1] * r]
+
+
+def _pixel_unshuffle(args: list, kwargs: dict) -> Shape | None:
+    x = _tensor_shape(_argument(args, kwargs, 0, "input"))
+    r = _argument(args, kwargs, 1, "downscale_factor")
+    if type(r) is not int or r < 1 or len(x) < 3 or x[-2] % r or x[-1] % r:
+        return None
+    return [*x[:-3], x[-3] * r * r, x[-2] // r, x[-1] // r]
+
+
+def _one_hot(args: list, kwargs: dict) -> Shape | None:
+    """one_hot with its classes given (-1, the data's largest index, is the meta device's)."""
+    x = _tensor_shape(_argument(args, kwargs, 0, "tensor"))
+    classes = _argument(args, kwargs, 1, "num_classes", -1)
+    return [*x, classes] if type(classes) is int and classes >= 1 else None
+
+
+def _pointwise_loss(
+    reduction_at: int, reduced: tuple[str, ...] = ("mean", "sum")
+) -> Callable[[list, dict], Shape | None]:
+    """mse_loss, l1_loss, kl_div, ...: one number reduced; the input's shape element by element where
+    the target has it (a broadcast target, a weight: the meta device's)."""
+
+    def rule(args: list, kwargs: dict) -> Shape | None:
+        x = _tensor_shape(_argument(args, kwargs, 0, "input"))
+        target = _tensor_shape(_argument(args, kwargs, 1, "target"))
+        reduction = _argument(args, kwargs, reduction_at, "reduction", "mean")
+        legacy = any(kwargs.get(k) is not None for k in ("size_average", "reduce", "weight", "pos_weight"))
+        if legacy or any(a is not None for a in args[2:reduction_at]) or len(args) > reduction_at + 1 or target != x:
+            return None
+        return [] if reduction in reduced else x if reduction == "none" else None
+
+    return rule
+
+
+def _cosine_similarity(args: list, kwargs: dict) -> Shape | None:
+    """cosine_similarity: the two inputs broadcast, `dim` reduced."""
+    shape = broadcast(*(_tensor_shape(_argument(args, kwargs, at, name)) for at, name in ((0, "x1"), (1, "x2"))))
+    dim = _argument(args, kwargs, 2, "dim", 1)
+    if shape is None or type(dim) is not int or not -len(shape) <= dim < len(shape):
+        return None
+    return [n for at, n in enumerate(shape) if at != dim % len(shape)]
+
+
+def _top_k(args: list, kwargs: dict) -> tuple[Shape, Shape] | None:
+    """topk: values and indices, the dim cut to k."""
+    x = _tensor_shape(_argument(args, kwargs, 0, "input"))
+    k, dim = _argument(args, kwargs, 1, "k"), _argument(args, kwargs, 2, "dim", -1)
+    if type(k) is not int or type(dim) is not int or not -max(len(x), 1) <= dim < max(len(x), 1):
+        return None
+    if not x:
+        return ([], []) if k in (0, 1) else None
+    if not 0 <= k <= x[dim]:
+        return None
+    out = list(x)
+    out[dim] = k
+    return out, list(out)
+
+
+def _extreme(args: list, kwargs: dict) -> Shape | tuple[Shape, Shape] | None:
+    """max / min: of all elements (one number), along a dim (values and indices), or against
+    another tensor (their broadcast)."""
+    x = _tensor_shape(_argument(args, kwargs, 0, "input"))
+    other = _argument(args, kwargs, 1, "dim" if "dim" in kwargs else "other")
+    if other is None and len(args) < 2:
+        return [] if 0 not in x else None  # of all the elements
+    if _shape(other) is not None:
+        return broadcast(x, _tensor_shape(other))
+    keepdim = _argument(args, kwargs, 2, "keepdim", False)
+    if type(other) is not int or type(keepdim) is not bool or not -max(len(x), 1) <= other < max(len(x), 1):
+        return None
+    if not x:
+        return [], []
+    dim = other % len(x)
+    if x[dim] == 0:
+        return None
+    out = [*x[:dim], *([1] if keepdim else []), *x[dim + 1 :]]
+    return out, list(out)
+
+
 def _per_dim(value: Any, spatial: int) -> list[int] | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return [value] * spatial
@@ -348,7 +468,7 @@ def _per_dim(value: Any, spatial: int) -> list[int] | None:
     return None
 
 
-RULES: dict[str, Callable[[list, dict], Shape | None]] = {
+RULES: dict[str, Callable[[list, dict], Answer]] = {
     "linear": _linear,
     "matmul": _matmul_call,
     "__matmul__": _matmul_call,
@@ -375,4 +495,17 @@ RULES: dict[str, Callable[[list, dict], Shape | None]] = {
     **{f"max_pool{n}d": _pool(n, max_pool=True) for n in (1, 2, 3)},
     **{f"avg_pool{n}d": _pool(n, max_pool=False) for n in (1, 2, 3)},
     **{f"adaptive_avg_pool{n}d": _adaptive_pool(n) for n in (1, 2, 3)},
+    **{f"conv_transpose{n}d": _conv_transpose(n) for n in (1, 2, 3)},
+    "pixel_shuffle": _pixel_shuffle,
+    "pixel_unshuffle": _pixel_unshuffle,
+    "one_hot": _one_hot,
+    **dict.fromkeys(("mse_loss", "l1_loss", "smooth_l1_loss", "soft_margin_loss"), _pointwise_loss(4)),
+    "kl_div": _pointwise_loss(4, ("mean", "sum", "batchmean")),
+    "huber_loss": _pointwise_loss(2),
+    **dict.fromkeys(("binary_cross_entropy", "binary_cross_entropy_with_logits"), _pointwise_loss(5)),
+    "cosine_similarity": _cosine_similarity,
+    "topk": _top_k,
+    "max": _extreme,
+    "min": _extreme,
+    "einsum": einsum,
 }

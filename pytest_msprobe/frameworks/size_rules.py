@@ -56,7 +56,7 @@ def _varargs_size(args: list, kwargs: dict, start: int, name: str = "size") -> S
     return _sizes(given)
 
 
-def _shape(value: Any) -> Shape:
+def tensor_shape(value: Any) -> Shape:
     import torch
 
     if not isinstance(value, torch.Tensor):
@@ -79,19 +79,19 @@ def _sized_first(args: list, kwargs: dict) -> Shape | None:
 
 def _new_factory(args: list, kwargs: dict) -> Shape | None:
     """Tensor.new_zeros / new_ones / new_empty: `(self, *size)` or `(self, size)`."""
-    _shape(args[0])
+    tensor_shape(args[0])
     return _varargs_size(args, kwargs, 1)
 
 
 def _new_sized(args: list, kwargs: dict) -> Shape | None:
     """Tensor.new_full(size, fill_value), new_empty_strided(size, stride)."""
-    _shape(args[0])
+    tensor_shape(args[0])
     return _sizes(_argument(args, kwargs, 1, "size"))
 
 
 def _like(args: list, kwargs: dict) -> Shape | None:
     """zeros_like, full_like, rand_like, ...: the input's shape."""
-    return _shape(_argument(args, kwargs, 0, "input"))
+    return tensor_shape(_argument(args, kwargs, 0, "input"))
 
 
 def _eye(args: list, kwargs: dict) -> Shape | None:
@@ -168,7 +168,7 @@ def _range(args: list, kwargs: dict) -> Shape | None:
 
 def _repeat(args: list, kwargs: dict) -> Shape | None:
     """Tensor.repeat(*sizes): the shape, ones in front where the sizes are more, times the sizes."""
-    shape, times = _shape(args[0]), _varargs_size(args, kwargs, 1, "repeats")
+    shape, times = tensor_shape(args[0]), _varargs_size(args, kwargs, 1, "repeats")
     if len(times) < len(shape):
         return None
     shape = [1] * (len(times) - len(shape)) + shape
@@ -178,7 +178,7 @@ def _repeat(args: list, kwargs: dict) -> Shape | None:
 def _repeat_interleave(args: list, kwargs: dict) -> Shape | None:
     """repeat_interleave(input, repeats, dim) with one count for every element: the dim (or the
     flattened input) times it; counts in a tensor are data (output_bounds.DATA_SIZED)."""
-    shape, times = _shape(args[0]), _count(_argument(args, kwargs, 1, "repeats"))
+    shape, times = tensor_shape(args[0]), _count(_argument(args, kwargs, 1, "repeats"))
     dim = _argument(args, kwargs, 2, "dim")
     if dim is None:
         return [math.prod(shape) * times]
@@ -191,7 +191,7 @@ def _repeat_interleave(args: list, kwargs: dict) -> Shape | None:
 
 def _tile(args: list, kwargs: dict) -> Shape | None:
     """tile(input, dims): repeat, the shorter of shape and dims padded with ones in front."""
-    shape, dims = _shape(args[0]), _varargs_size(args, kwargs, 1, "dims")
+    shape, dims = tensor_shape(args[0]), _varargs_size(args, kwargs, 1, "dims")
     rank = max(len(shape), len(dims))
     shape, dims = [1] * (rank - len(shape)) + shape, [1] * (rank - len(dims)) + dims
     return [n * t for n, t in zip(shape, dims)]
@@ -221,23 +221,23 @@ def _expand(args: list, kwargs: dict) -> Shape | None:
     sizes = given[0] if len(given) == 1 and isinstance(given[0], (list, tuple)) else given or kwargs["size"]
     if not isinstance(sizes, (list, tuple)):
         raise TypeError("not a list of sizes")
-    return _expanded(_shape(args[0]), list(sizes))
+    return _expanded(tensor_shape(args[0]), list(sizes))
 
 
 def _expand_as(args: list, kwargs: dict) -> Shape | None:
-    return _expanded(_shape(args[0]), _shape(_argument(args, kwargs, 1, "other")))
+    return _expanded(tensor_shape(args[0]), tensor_shape(_argument(args, kwargs, 1, "other")))
 
 
 def _broadcast_to(args: list, kwargs: dict) -> Shape | None:
     size = _argument(args, kwargs, 1, "size")
     if not isinstance(size, (list, tuple)):
         raise TypeError("not a list of sizes")
-    return _expanded(_shape(_argument(args, kwargs, 0, "input")), list(size))
+    return _expanded(tensor_shape(_argument(args, kwargs, 0, "input")), list(size))
 
 
 def _pad(args: list, kwargs: dict) -> Shape | None:
     """F.pad: pad[2i], pad[2i + 1] before and after the i-th dim from the last (negative crops)."""
-    shape = _shape(_argument(args, kwargs, 0, "input"))
+    shape = tensor_shape(_argument(args, kwargs, 0, "input"))
     pad = [_int(p) for p in _argument(args, kwargs, 1, "pad")]
     mode = _argument(args, kwargs, 2, "mode", "constant")
     if len(pad) % 2 or len(pad) > 2 * len(shape) or not pad:
@@ -293,7 +293,7 @@ def _resized(shape: Shape, size: Any, scale: Any, mode: Any, align_corners: Any,
 def _interpolate(args: list, kwargs: dict) -> Shape | None:
     """interpolate / upsample(input, size, scale_factor, mode, align_corners, ...)."""
     return _resized(
-        _shape(_argument(args, kwargs, 0, "input")),
+        tensor_shape(_argument(args, kwargs, 0, "input")),
         _argument(args, kwargs, 1, "size"),
         _argument(args, kwargs, 2, "scale_factor"),
         _argument(args, kwargs, 3, "mode", "nearest"),
@@ -306,7 +306,7 @@ def _upsample_as(mode: str) -> Rule:
     """upsample_nearest / upsample_bilinear(input, size, scale_factor)."""
 
     def rule(args: list, kwargs: dict) -> Shape | None:
-        shape = _shape(_argument(args, kwargs, 0, "input"))
+        shape = tensor_shape(_argument(args, kwargs, 0, "input"))
         size, scale = _argument(args, kwargs, 1, "size"), _argument(args, kwargs, 2, "scale_factor")
         return _resized(shape, size, scale, mode, True if mode == "bilinear" else None, False)
 
@@ -317,19 +317,19 @@ def _upsample_as(mode: str) -> Rule:
 
 
 def _kron(args: list, kwargs: dict) -> Shape | None:
-    a, b = _shape(args[0]), _shape(_argument(args, kwargs, 1, "other"))
+    a, b = tensor_shape(args[0]), tensor_shape(_argument(args, kwargs, 1, "other"))
     rank = max(len(a), len(b))
     a, b = [1] * (rank - len(a)) + a, [1] * (rank - len(b)) + b
     return [m * n for m, n in zip(a, b)]
 
 
 def _outer(args: list, kwargs: dict) -> Shape | None:
-    a, b = _shape(args[0]), _shape(_argument(args, kwargs, 1, "vec2"))
+    a, b = tensor_shape(args[0]), tensor_shape(_argument(args, kwargs, 1, "vec2"))
     return [*a, *b] if len(a) == len(b) == 1 else None
 
 
 def _cartesian_prod(args: list, kwargs: dict) -> Shape | None:
-    shapes = [_shape(t) for t in args]
+    shapes = [tensor_shape(t) for t in args]
     if not shapes or any(len(s) != 1 for s in shapes):
         return None
     return shapes[0] if len(shapes) == 1 else [math.prod(s[0] for s in shapes), len(shapes)]
@@ -340,7 +340,7 @@ def _cartesian_prod(args: list, kwargs: dict) -> Shape | None:
 
 def _unfold(args: list, kwargs: dict) -> Shape | None:
     """Tensor.unfold(dimension, size, step): the dim's windows, each window's `size` as a new last dim."""
-    shape = _shape(args[0])
+    shape = tensor_shape(args[0])
     dim = _int(_argument(args, kwargs, 1, "dimension"))
     size, step = _count(_argument(args, kwargs, 2, "size")), _int(_argument(args, kwargs, 3, "step"))
     if not shape or not -len(shape) <= dim < len(shape) or step < 1 or size > shape[dim]:
@@ -352,7 +352,7 @@ def _unfold(args: list, kwargs: dict) -> Shape | None:
 
 def _im2col(args: list, kwargs: dict) -> Shape | None:
     """F.unfold(input, kernel_size, dilation, padding, stride): (N, C * kernel, blocks)."""
-    shape = _shape(_argument(args, kwargs, 0, "input"))
+    shape = tensor_shape(_argument(args, kwargs, 0, "input"))
     kernel, dilation, padding, stride = (
         _pair(_argument(args, kwargs, at, name, default))
         for at, name, default in ((1, "kernel_size", None), (2, "dilation", 1), (3, "padding", 0), (4, "stride", 1))
@@ -377,7 +377,7 @@ def _pair(value: Any) -> list[int]:
 def _as_strided(args: list, kwargs: dict) -> Shape | None:
     """as_strided(input, size, stride, storage_offset): `size`, where its last element lies in the storage."""
     tensor = args[0]
-    _shape(tensor)
+    tensor_shape(tensor)
     size = _sizes(_argument(args, kwargs, 1, "size"))
     stride = _sizes(_argument(args, kwargs, 2, "stride"))
     offset = _argument(args, kwargs, 3, "storage_offset")
