@@ -152,6 +152,10 @@ class Root:
         """Somebody's file outside the run's folders, which no command may change."""
         return self.path / "victim.txt"
 
+    @property
+    def tensors(self) -> Path:
+        return self.path / "tensor" / "dump_tensor_data"
+
     def files(self) -> tuple[Path, Path, Path, Path]:
         return pair_files(self.out)
 
@@ -182,6 +186,7 @@ class Case:
 def base_run(root: Path) -> Root:
     """The finished run every case forges a copy of."""
     shutil.copytree(DUMPS["pt_stats_L1"], root / "dump")
+    shutil.copytree(DUMPS["pt_tensor_L1"], root / "tensor")  # for the tensor files' cases: never run here
     found = Root(root)
     found.victim.write_text("theirs\n")
     command = ["-p", "no:cacheprovider", "-q", "--msprobe-dump", str(found.dump), "--msprobe-device", "cpu",
@@ -217,6 +222,11 @@ def command_line(case: Case, root: Root) -> list[str]:
                   str(root.dump), "--msprobe-device", "cpu"]  # fmt: skip
     return {
         "run": [*pytest_run, "--msprobe-out", "fresh"],
+        "run-npu": [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rfs", "--msprobe-dump",
+                    str(root.path / "npu" / "dump.json"), "--msprobe-device", "recorded", "--msprobe-out", "fresh"],
+        "run-tensor": [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rfs", "--msprobe-dump",
+                       str(root.path / "tensor" / "dump.json"), "--msprobe-device", "cpu", "--msprobe-mode", "real",
+                       "--msprobe-out", "fresh", "--msprobe-max-elements", "1000000"],
         "resume": [*pytest_run, "--msprobe-out", "out", "--msprobe-resume", str(result)],
         "merge": [sys.executable, "-m", "pytest_msprobe.merge", "out", "--out", "merged"],
         "merge-html": [sys.executable, "-m", "pytest_msprobe.merge", "out", "--out", "merged", "--html", "m.html"],
@@ -553,9 +563,13 @@ def cases() -> list[Case]:
              check=lambda root, output: _failures_as_ever(root, sites=False), args=("--msprobe-timeout", "20")),
         Case("stack.json linked to /dev/zero", "hang", "stack.json", "run", stack_json("zero"), (1,),
              check=lambda root, output: _failures_as_ever(root, sites=False)),
+        # 6. Bounds that can be walked around.
+        Case("a .pt zip with two data.pkl records", "bound", ".pt", "run-tensor", two_pickles, (1,),
+             check=row_says("Functional.relu.0", "SKIP", "data.pkl' twice: which record torch.load reads", "fresh")),
         # 7. Messages.
         Case("a Message of 40,000 characters, merged", "message", result_csv, "merge", edit_csv(0, long_message),
              (0, 1), check=message_cut),
+        *npu_cases(),
     ]
 
 
@@ -588,12 +602,147 @@ def relu_of(shape: list[int]) -> dict:
     return {"input_args": [tensor(shape)], "input_kwargs": {}, "output": [tensor(shape)]}
 
 
-def row_says(api: str, status: str, text: str) -> Callable[[Root, str], None]:
+def row_says(api: str, status: str, text: str, out: str = "fresh") -> Callable[[Root, str], None]:
     """The fresh run's row of api: its forward status, and text in its Message."""
 
     def check(root: Root, output: str) -> None:
-        (fresh,) = (root.path / "fresh").glob(f"{RESULT_PREFIX}*.csv")
+        (fresh,) = (root.path / out).glob(f"{RESULT_PREFIX}*.csv")
         row = next(row for row in read_result_rows(fresh) if row[0] == api)
         assert row[1] == status and text in row[3], row
 
     return check
+
+
+def two_pickles(root: Root) -> None:
+    """Functional.relu.0's input as torch.save's archive with a second data.pkl and data/0 record
+    each: first a pickle declaring a storage of 2.5e8 float32 (1 GB) and its record of zeros, deflated
+    to 1 MB; then the file's own. zipfile reads the last of a name; torch's reader (miniz) finds
+    records by a binary search over the sorted names, which with two pads before the file's own
+    lands on the first: the size check and the loader read two different archives."""
+    import io
+    import struct
+    import zipfile
+
+    import torch
+
+    elements = 250_000_000
+    path = root.tensors / "Functional.relu.0.forward.input.0.pt"
+    buffer = io.BytesIO()
+    torch.save(torch.zeros(2, 4, 4, 4), buffer)
+    source = zipfile.ZipFile(io.BytesIO(buffer.getvalue()))
+    (pickle_name,) = [name for name in source.namelist() if name.endswith("/data.pkl")]
+    (data_name,) = [name for name in source.namelist() if name.endswith("/data/0")]
+    genuine = source.read(pickle_name)
+    inflated = genuine.replace(b"K\x80t", b"\x8a\x08" + struct.pack("<q", elements) + b"t")  # the storage's
+    assert inflated != genuine
+    path.unlink()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as out:
+        out.writestr(pickle_name, inflated)
+        with out.open(data_name, "w", force_zip64=True) as record:
+            left = elements * 4
+            while left:
+                record.write(bytes(min(left, 2**24)))
+                left -= min(left, 2**24)
+        for pad in range(2):
+            out.writestr(f"{pickle_name.split('/')[0]}/pad{pad}", b"")
+        for info in source.infolist():
+            out.writestr(info.filename, source.read(info))
+
+
+# -- NPU references: hostile arguments of a recorded call ---------------------------------------------
+
+
+def npu_dump(record: Callable[[Any], None], edit: Callable[[dict], None] | None = None) -> Callable[[Root], None]:
+    """A tensor dump in root/npu written by tests/dumpwriter.py (the float64 reference recording what a
+    correct kernel would), its entries then edited as a hostile hand would."""
+
+    def forge(root: Root) -> None:
+        import torch  # noqa: F401 - the recording imports it; in the forging process only
+        from dumpwriter import DumpWriter
+
+        writer = DumpWriter(root.path / "npu")
+        record(writer)
+        path = writer.write()
+        if edit is not None:
+            document = json.loads(path.read_text())
+            edit(document["data"])
+            path.write_text(json.dumps(document))
+
+    return forge
+
+
+def _npu(op: str) -> Callable:
+    from pytest_msprobe.frameworks.npu_ops import lookup
+
+    return lookup(op)
+
+
+def _randn(*shape: int, seed: int = 0) -> Any:
+    import torch
+
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def prompt_attention(writer: Any) -> None:
+    q, k, v = (_randn(1, 2, 4, 8, seed=i) for i in range(3))
+    kwargs = {"num_heads": 2, "input_layout": "BNSD", "scale_value": 0.3}
+    writer.record("NPU.npu_prompt_flash_attention.0", _npu("npu_prompt_flash_attention"), [q, k, v], kwargs)
+
+
+def grouped_matmul(writer: Any) -> None:
+    import torch
+
+    x, w = _randn(6, 4), _randn(2, 4, 3, seed=1)
+    kwargs = {"group_list": [2, 6], "split_item": 2, "group_type": 0}
+    writer.record("NPU.npu_grouped_matmul.0", _npu("npu_grouped_matmul"), [[x], [w]], kwargs)
+    assert torch.is_tensor(x)
+
+
+def tnd_attention(lengths: list[int], dim: int = 2) -> Callable[[Any], None]:
+    """npu_fusion_attention in TND: one packed sequence a length, of one head."""
+
+    def record(writer: Any) -> None:
+        import itertools
+
+        rows = sum(lengths)
+        q, k, v = (_randn(rows, 1, dim, seed=i) for i in range(3))
+        ends = list(itertools.accumulate(lengths))
+        kwargs = {"scale": 0.5, "actual_seq_qlen": ends, "actual_seq_kvlen": ends}
+        writer.record("NPU.npu_fusion_attention.0", _npu("npu_fusion_attention"), [q, k, v, 1, "TND"], kwargs)
+
+    return record
+
+
+def set_kwarg(entry: str, name: str, value: Any) -> Callable[[dict], None]:
+    def edit(data: dict) -> None:
+        kwargs = data[entry]["input_kwargs"]
+        kwargs[name] = [{"type": "int", "value": v} for v in value] if isinstance(value, list) else {
+            "type": "int", "value": value}
+
+    return edit
+
+
+def npu_cases() -> list[Case]:
+    row = "NPU.npu_prompt_flash_attention.0"
+    return [
+        Case("num_heads 0", "message", "dump.json", "run-npu",
+             npu_dump(prompt_attention, set_kwarg(f"{row}.forward", "num_heads", 0)), (5,),
+             check=row_says(row, "SKIP", "npu_prompt_flash_attention: num_heads=0: an integer of at least 1")),
+        Case("num_heads no divisor of the hidden size", "message", "dump.json", "run-npu",
+             npu_dump(prompt_attention, set_kwarg(f"{row}.forward", "num_heads", 3)), (5,),
+             check=row_says(row, "SKIP", "num_heads=3, and the BNSD query of shape [1, 2, 4, 8] holds other heads")),
+        Case("group_list past the rows", "message", "dump.json", "run-npu",
+             npu_dump(grouped_matmul, set_kwarg("NPU.npu_grouped_matmul.0.forward", "group_list", [2, 9])), (5,),
+             check=row_says("NPU.npu_grouped_matmul.0", "SKIP", "group_list=[2, 9]: 9 rows in its groups, more than")),
+        Case("a decreasing actual_seq_qlen", "message", "dump.json", "run-npu",
+             npu_dump(tnd_attention([2, 2, 2]), set_kwarg("NPU.npu_fusion_attention.0.forward", "actual_seq_qlen",
+                                                          [4, 2, 6])), (5,),
+             check=row_says("NPU.npu_fusion_attention.0", "SKIP", "actual_seq_qlen[1] is 2, less than the 4 before it")),
+        Case("a negative actual_seq_qlen", "message", "dump.json", "run-npu",
+             npu_dump(tnd_attention([2, 2, 2]), set_kwarg("NPU.npu_fusion_attention.0.forward", "actual_seq_qlen",
+                                                          [-2, 4, 6])), (5,),
+             check=row_says("NPU.npu_fusion_attention.0", "SKIP", "actual_seq_qlen[0] is -2, negative")),
+        Case("half a million one-row sequences", "bound", "dump.json", "run-npu",
+             npu_dump(tnd_attention([1] * 500_000)), (0,),
+             check=row_says("NPU.npu_fusion_attention.0", "pass", "")),
+    ]

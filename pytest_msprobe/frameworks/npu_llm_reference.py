@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar, overload
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +31,8 @@ from .npu_reference import (
     _segments,
     _SparseMask,
     _to_bnsd,
+    check_count,
+    check_heads,
 )
 from .references import Unwritten
 
@@ -126,6 +129,13 @@ def npu_scatter_nd_update(input: torch.Tensor, indices: torch.Tensor, updates: t
     An index that repeats has no defined winner: refused.
     """
     flat = indices.reshape(-1, indices.shape[-1]).long()
+    if indices.shape[-1] > input.dim():
+        raise ValueError(
+            f"npu_scatter_nd_update: indices address {indices.shape[-1]} dims of an input of {input.dim()}"
+        )
+    sizes = torch.tensor(input.shape[: indices.shape[-1]], dtype=torch.long)
+    if flat.numel() and bool(((flat < 0) | (flat >= sizes)).any()):
+        raise ValueError(f"npu_scatter_nd_update: indices past the input's sizes {sizes.tolist()}")
     if torch.unique(flat, dim=0).shape[0] != flat.shape[0]:
         raise ReferenceUnsupported("npu_scatter_nd_update: indices with repeats (the device's winner is undefined)")
     out = input.clone()
@@ -157,6 +167,11 @@ def npu_dynamic_quant(
     _refuse("npu_dynamic_quant", group_index=group_index)
     if dst_type not in (None, torch.int8):
         raise ReferenceUnsupported(f"npu_dynamic_quant: dst_type={dst_type}")
+    if smooth_scales is not None and list(smooth_scales.shape) != list(input.shape[-1:]):
+        raise ValueError(
+            f"npu_dynamic_quant: smooth_scales of shape {list(smooth_scales.shape)}, not the input's last dim "
+            f"{list(input.shape[-1:])}"
+        )
     x = input if smooth_scales is None else input * smooth_scales.to(input.dtype)
     scale = x.abs().amax(dim=-1) / 127
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
@@ -169,16 +184,25 @@ def npu_dynamic_quant(
 # --------------------------------------------------------------------------
 
 
-def _group_sizes(group_list: Any, group_list_type: int, groups: int) -> list[int]:
+def _group_sizes(group_list: Any, group_list_type: int, groups: int, rows: int | None = None) -> list[int]:
     """The rows of each group from group_list: cumulative ends (List[int], or type 0) or sizes (type 1)."""
     values = _ints(group_list)
     if len(values) != groups:
         raise ValueError(f"npu_grouped_matmul: group_list has {len(values)} values for {groups} weights")
     if isinstance(group_list, torch.Tensor) and group_list_type == 1:
-        return values
-    if group_list_type not in (0, None) and isinstance(group_list, torch.Tensor):
+        sizes = values
+    elif group_list_type not in (0, None) and isinstance(group_list, torch.Tensor):
         raise ReferenceUnsupported(f"npu_grouped_matmul: group_list_type={group_list_type}")
-    return [end - start for start, end in zip([0, *values[:-1]], values)]
+    else:
+        sizes = [end - start for start, end in zip([0, *values[:-1]], values)]
+    if any(size < 0 for size in sizes):
+        kind = "sizes" if isinstance(group_list, torch.Tensor) and group_list_type == 1 else "cumulative ends"
+        raise ValueError(f"npu_grouped_matmul: group_list={values[:8]}: {kind} of which a group's rows are negative")
+    if rows is not None and sum(sizes) > rows:
+        raise ValueError(
+            f"npu_grouped_matmul: group_list={values[:8]}: {sum(sizes)} rows in its groups, more than the x's {rows}"
+        )
+    return sizes
 
 
 def _weights(weight: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -244,7 +268,7 @@ def npu_grouped_matmul(
     if len(x) == 1 and len(weights) > 1:  # one x, its rows split by group_list
         if group_list is None:
             raise ValueError("npu_grouped_matmul: one x for several weights needs group_list")
-        sizes = _group_sizes(group_list, group_list_type, len(weights))
+        sizes = _group_sizes(group_list, group_list_type, len(weights), x[0].shape[0])
         pieces = list(x[0][: sum(sizes)].split(sizes))
     else:
         if len(x) != len(weights):
@@ -270,7 +294,7 @@ def _grouped_matmul_rows(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[in
     if x is None or weight is None or group_list is None or len(x) != 1 or kwargs.get("split_item", 0) not in (2, 3):
         return {}
     try:
-        sizes = _group_sizes(group_list, kwargs.get("group_list_type", 0), len(_weights(weight)))
+        sizes = _group_sizes(group_list, kwargs.get("group_list_type", 0), len(_weights(weight)), x[0].shape[0])
     except (ReferenceUnsupported, ValueError):
         return {}
     return {0: sum(sizes)} if sum(sizes) < x[0].shape[0] else {}
@@ -312,6 +336,7 @@ def npu_moe_init_routing(
     permutes expanded_x's rows within an expert and fails the int32 outputs' equality.
     """
     rows, k = expert_idx.shape
+    check_count("npu_moe_init_routing", "active_num", active_num, 0)
     order = torch.sort(expert_idx.reshape(-1), stable=True)
     source = row_idx.reshape(-1).long()[order.indices]
     expanded_row_idx = torch.empty_like(source)
@@ -365,6 +390,7 @@ def npu_moe_finalize_routing(
 def npu_moe_compute_expert_tokens(sorted_expert_for_source_row: torch.Tensor, num_expert: int) -> torch.Tensor:
     """For each expert e < num_expert, the end of its rows in the sorted experts (binary search):
     how many entries are <= e. The dtype of the input (int32)."""
+    check_count("npu_moe_compute_expert_tokens", "num_expert", num_expert, 0, 2**31 - 1)
     sorted_experts = sorted_expert_for_source_row.reshape(-1)
     experts = torch.arange(int(num_expert), dtype=sorted_experts.dtype, device=sorted_experts.device)
     ends = torch.searchsorted(sorted_experts.contiguous(), experts, right=True)
@@ -392,27 +418,100 @@ def _per_batch(lengths: Sequence[int] | None, batch: int, full: int, what: str) 
     return values[:batch]
 
 
-def _mask_by_batch(atten_mask: torch.Tensor | None, batch: int) -> list[torch.Tensor | None]:
+T = TypeVar("T")
+
+
+class PerBatch(Sequence[T]):
+    """One tensor a batch (a view of the call's tensor, a paged cache's gather), made when asked and
+    not kept: a call of a million batches holds no million tensors (each, with its bookkeeping, a
+    kilobyte of memory whatever its size)."""
+
+    def __init__(
+        self,
+        batches: int,
+        make: Callable[[int], T],
+        many: Callable[[torch.Tensor], Any] | None = None,
+        lengths: list[int] | None = None,
+    ):
+        self.batches = batches
+        self.make = make
+        self.many = many  # the tensors of many batches (an index tensor) at once, stacked, where one op gives them
+        self.lengths = lengths  # each batch's keys (S2_b), where these are keys or values
+
+    def stack(self, members: list[int]) -> Any:
+        """The tensors of `members` (batches of one shape) stacked along a new first dimension."""
+        if self.many is not None:
+            return self.many(torch.tensor(members))
+        return torch.stack([self.make(b) for b in members])  # type: ignore[misc]
+
+    def __len__(self) -> int:
+        return self.batches
+
+    @overload
+    def __getitem__(self, b: int) -> T: ...
+    @overload
+    def __getitem__(self, b: slice) -> list[T]: ...
+    def __getitem__(self, b: int | slice) -> T | list[T]:
+        if isinstance(b, slice):
+            return [self.make(i) for i in range(*b.indices(self.batches))]
+        if not -self.batches <= b < self.batches:
+            raise IndexError(b)
+        return self.make(b % self.batches)
+
+
+def _padded_batches(x: torch.Tensor, lengths: list[int]) -> PerBatch[torch.Tensor]:
+    """Each batch's [Nkv, S2_b, D] of a [B, Nkv, S2, D] key or value: its first lengths[b] positions."""
+    return PerBatch(
+        len(lengths), lambda b: x[b, :, : lengths[b]], lambda index: x[index, :, : lengths[int(index[0])]], lengths
+    )
+
+
+def _packed_batches(x: torch.Tensor, segments: list[tuple[int, int]]) -> PerBatch[torch.Tensor]:
+    """Each batch's [Nkv, S2_b, D] of a packed [T, Nkv, D] key or value: its segment's rows."""
+    starts = torch.tensor([start for start, _ in segments], dtype=torch.long)
+
+    def many(index: torch.Tensor) -> torch.Tensor:
+        start, end = segments[int(index[0])]
+        rows = (starts[index].unsqueeze(1) + torch.arange(end - start)).reshape(-1)
+        return x[rows].reshape(len(index), end - start, *x.shape[1:]).transpose(1, 2)
+
+    lengths = [end - start for start, end in segments]
+    return PerBatch(len(segments), lambda b: x[segments[b][0] : segments[b][1]].transpose(0, 1), many, lengths)
+
+
+def _stacked(batches: Sequence[Any], members: list[int]) -> Any:
+    return batches.stack(members) if isinstance(batches, PerBatch) else torch.stack([batches[b] for b in members])
+
+
+def _mask_by_batch(atten_mask: torch.Tensor | None, batch: int) -> Sequence[torch.Tensor | None]:
     """atten_mask ([S1, S2], [B|1, S1, S2], [B|1, 1|N, S1, S2]) as one [1|N, S1, S2] mask per batch."""
     if atten_mask is None:
         return [None] * batch
     mask = atten_mask.bool()
     while mask.dim() < 4:
         mask = mask.unsqueeze(0) if mask.dim() == 2 else mask.unsqueeze(1)
-    return [mask[min(b, mask.shape[0] - 1)] for b in range(batch)]
+    last = mask.shape[0] - 1
+    return PerBatch(batch, lambda b: mask[min(b, last)], lambda index: mask[index.clamp(max=last)])
 
 
 def _pse_by_batch(
-    op: str, pse_shift: torch.Tensor | None, rows: int, keys: list[torch.Tensor]
-) -> list[torch.Tensor] | None:
+    op: str, pse_shift: torch.Tensor | None, rows: int, keys: Sequence[torch.Tensor]
+) -> Sequence[torch.Tensor] | None:
     """pse_shift ([B|1, N, Q_S, KV_S], KV_S possibly padded past the keys: the padding is not read)
     as each batch's [N, Q_S, S2_b]: its first S2_b columns, as the keys are its first S2_b."""
     if pse_shift is None:
         return None
-    if pse_shift.dim() != 4 or pse_shift.shape[2] < rows or any(pse_shift.shape[3] < k.shape[1] for k in keys):
+    lengths = [k.shape[1] for k in keys]
+    if pse_shift.dim() != 4 or pse_shift.shape[2] < rows or any(pse_shift.shape[3] < n for n in lengths):
+        shown = f"{lengths[:8]}" + (f" and {len(lengths) - 8} more" if len(lengths) > 8 else "")
         raise ValueError(f"{op}: pse_shift of shape {list(pse_shift.shape)} for {rows} query rows and keys of "
-                         f"{[k.shape[1] for k in keys]}")  # fmt: skip
-    return [pse_shift[min(b, pse_shift.shape[0] - 1), :, :rows, : k.shape[1]] for b, k in enumerate(keys)]
+                         f"{shown}")  # fmt: skip
+    last = pse_shift.shape[0] - 1
+
+    def many(index: torch.Tensor) -> torch.Tensor:
+        return pse_shift[index.clamp(max=last), :, :rows, : lengths[int(index[0])]]
+
+    return PerBatch(len(lengths), lambda b: pse_shift[min(b, last), :, :rows, : lengths[b]], many)
 
 
 def _antiquant(
@@ -448,22 +547,23 @@ def _antiquant(
 
 @dataclass(frozen=True)
 class InferenceAttention:
-    """An inference attention call in BNSD, batch by batch: the query [B, N, S1, D], each batch's keys
-    and values [Nkv, S2_b, D] (its actual length, read from a paged cache where there is one), its
-    atten_mask and the sparse mode, pre_tokens and next_tokens that apply; the output's layout."""
+    """An inference attention call in BNSD, batch by batch: the query [B, N, S1, D] (TND: the packed
+    query [T, N, D], each batch's rows one after another), each batch's keys and values [Nkv, S2_b, D]
+    (its actual length, read from a paged cache where there is one), its atten_mask and the sparse
+    mode, pre_tokens and next_tokens that apply; the output's layout."""
 
     op: str
     query: torch.Tensor
-    keys: list[torch.Tensor]
-    values: list[torch.Tensor]
-    masks: list[torch.Tensor | None]
+    keys: Sequence[torch.Tensor]  # PerBatch: one tensor a batch, made when asked
+    values: Sequence[torch.Tensor]
+    masks: Sequence[torch.Tensor | None]
     sparse: tuple[int, int, int]
     scale: float
     layout: str
-    # TND: each batch's query rows (the query zero-padded to the longest), and the packed query's T
+    # TND: each batch's query rows, and the packed query's T
     packed: tuple[list[int], int] | None = None
     # pse_shift: each batch's [N, S1_b, S2_b], added to the scaled scores (scale Q K^T + pse_shift)
-    pses: list[torch.Tensor] | None = None
+    pses: Sequence[torch.Tensor] | None = None
 
     def rows(self, b: int) -> int:
         return self.query.shape[2] if self.packed is None else self.packed[0][b]
@@ -476,38 +576,82 @@ class InferenceAttention:
 
     def run(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(out in the call's layout, row max [B, N, S1], row sum of exp [B, N, S1]; TND: [T, N]); a
-        row that sees no key gives zeros (the docs fill an empty key/value with zeros)."""
-        outs, maxes, sums = [], [], []
-        for b, (k, v) in enumerate(zip(self.keys, self.values)):
-            qb = self.query[b : b + 1, :, : self.rows(b)]
-            kb, vb = (_repeat_kv(t.unsqueeze(0), qb.shape[1]) for t in (k, v))
-            if kb.shape[2] == 0:
-                outs.append(qb.new_zeros(*qb.shape[:3], vb.shape[-1]))
-                maxes.append(qb.new_full(qb.shape[:3], float("-inf")))
-                sums.append(qb.new_zeros(qb.shape[:3]))
-                continue
-            # _attention_bnsd's pse is npu_fusion_attention's, inside the scale: pse_shift / scale
-            pse = None if self.pses is None else (self.pses[b] / self.scale).unsqueeze(0).to(qb.dtype)
-            out, row_max, row_sum = _attention_bnsd(qb, kb, vb, pse, self.masked(b), self.scale)
-            outs.append(out)
-            maxes.append(row_max)
-            sums.append(row_sum)
+        row that sees no key gives zeros (the docs fill an empty key/value with zeros).
+
+        The batches of one query length and one key length are computed together, their results
+        written in place into outputs made once: memory in proportion to the call's elements,
+        however many batches it has (a batch each, its tensors and their bookkeeping, took kilobytes
+        a batch: gigabytes for a hostile call of a million one-row batches)."""
+        heads = self.query.shape[1]
+        dim_v = self.values[0].shape[-1] if self.values else self.query.shape[-1]
         if self.packed is None:
-            return _from_bnsd(torch.cat(outs), self.layout), torch.cat(maxes), torch.cat(sums)
-        # TND: each batch's rows [S1_b, N, ...] one after another, rows past the last batch zero
-        trailing = self.packed[1] - sum(self.packed[0])
-        heads, dim = self.query.shape[1], self.values[0].shape[-1]
-        outs.append(self.query.new_zeros(1, heads, trailing, dim))
-        maxes.append(self.query.new_full((1, heads, trailing), float("-inf")))
-        sums.append(self.query.new_zeros(1, heads, trailing))
-        return tuple(torch.cat([t[0].transpose(0, 1) for t in parts]) for parts in (outs, maxes, sums))  # type: ignore[return-value]
+            batch, s1 = self.query.shape[0], self.query.shape[2]
+            out = self.query.new_zeros(batch, heads, s1, dim_v)
+            row_max = self.query.new_full((batch, heads, s1), float("-inf"))
+        else:
+            total = self.packed[1]
+            out = self.query.new_zeros(total, heads, dim_v)
+            row_max = self.query.new_full((total, heads), float("-inf"))
+        row_sum = torch.zeros_like(row_max)
+        starts = torch.tensor(list(itertools.accumulate(self.packed[0], initial=0)) if self.packed else [0])
+        groups: dict[tuple[int, int], list[int]] = {}
+        for b, length in enumerate(self._key_lengths()):
+            groups.setdefault((self.rows(b), length), []).append(b)
+        for (rows, length), members in groups.items():
+            if rows == 0 or length == 0:
+                continue  # no query row, or a row that sees no key: zeros, -inf, 0
+            if self.packed is None:
+                where: Any = (torch.tensor(members), slice(None), slice(None, rows))
+                q = self.query[where]
+            else:
+                where = (starts[torch.tensor(members)].unsqueeze(1) + torch.arange(rows)).reshape(-1)
+                q = self.query[where].reshape(len(members), rows, heads, -1).transpose(1, 2)
+            k, v = (_repeat_kv(_stacked(t, members), heads) for t in (self.keys, self.values))
+            # _attention_bnsd's pse is npu_fusion_attention's, inside the scale: pse_shift / scale
+            pse = None if self.pses is None else (_stacked(self.pses, members) / self.scale).to(q.dtype)
+            masked = self._masked_group(members, rows, length)
+            group_out, group_max, group_sum = _attention_bnsd(q, k, v, pse, masked, self.scale)
+            if self.packed is None:
+                out[where], row_max[where], row_sum[where] = group_out, group_max, group_sum
+            else:
+                out[where] = group_out.transpose(1, 2).reshape(-1, heads, dim_v)
+                row_max[where] = group_max.transpose(1, 2).reshape(-1, heads)
+                row_sum[where] = group_sum.transpose(1, 2).reshape(-1, heads)
+        if self.packed is None:
+            return _from_bnsd(out, self.layout), row_max, row_sum
+        return out, row_max, row_sum
+
+    def _masked_group(self, members: list[int], rows: int, length: int) -> torch.Tensor | None:
+        """The positions masked out (True) of batches of one query and key length, [G|1, 1|N, S1_b,
+        S2_b] (each batch's atten_mask, stacked, through the sparse mode), or None."""
+        if self.masks[members[0]] is None:
+            return None
+        mode, pre_tokens, next_tokens = self.sparse
+        sparse = _SparseMask(mode, _stacked(self.masks, members), pre_tokens, next_tokens, None)
+        return sparse.build(rows, length)
+
+    def _key_lengths(self) -> list[int]:
+        """Each batch's number of keys (S2_b)."""
+        lengths = getattr(self.keys, "lengths", None)
+        return list(lengths) if lengths is not None else [k.shape[1] for k in self.keys]
+
+    def padded_query(self) -> torch.Tensor:
+        """The query [B, N, S1, D]: TND's batches each zero-padded to the longest."""
+        if self.packed is None:
+            return self.query
+        rows = self.packed[0]
+        longest = max(rows, default=0)
+        starts = itertools.accumulate(rows, initial=0)
+        return torch.stack([F.pad(self.query[start : start + n].transpose(0, 1), (0, 0, 0, longest - n))
+                            for start, n in zip(starts, rows)])  # fmt: skip
 
     def in_bnsd(self) -> AttentionInBnsd:
         """The same attention as one padded BNSD call (npu_fusion_attention's AttentionInBnsd, which
         the dtype standard models as scaled_dot_product_attention): keys and values zero-padded to the
         longest batch and repeated over the query heads, the padding masked. TND: each batch's query
         rows padded to the longest too (those rows attend every key: their outputs are dropped)."""
-        heads, s1 = self.query.shape[1:3]
+        query = self.padded_query()
+        heads, s1 = query.shape[1:3]
         longest = max(k.shape[1] for k in self.keys)
         kv_heads = self.keys[0].shape[0]
 
@@ -532,9 +676,32 @@ class InferenceAttention:
         if self.pses is not None:  # AttentionInBnsd's pse is inside the scale, as npu_fusion_attention's
             pse = torch.stack([F.pad(p / self.scale, (0, longest - p.shape[-1])) for p in self.pses])
         return AttentionInBnsd(
-            self.query, key, value, pse, masked if bool(masked.any()) else None, self.scale, self.layout, kv_heads,
+            query, key, value, pse, masked if bool(masked.any()) else None, self.scale, self.layout, kv_heads,
             packed=None if self.packed is None else (tuple(self.packed[0]), self.packed[1]),
         )  # fmt: skip
+
+
+def _heads(
+    op: str,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    layout: str,
+    num_heads: Any,
+    num_key_value_heads: Any,
+    paged: bool = False,
+) -> int:
+    """The key/value heads of an inference attention, its num_heads and num_key_value_heads checked
+    against each other and against the tensors' layout: ValueError naming the argument, not the
+    kernel's words (a division by zero, a reshape of the wrong size)."""
+    check_heads(op, "num_heads", num_heads, query, "BNSD" if layout == "BNSD_BSND" else layout)
+    kv_heads = check_count(op, "num_key_value_heads", num_key_value_heads, 0) or num_heads
+    if num_heads % kv_heads:
+        raise ValueError(f"{op}: num_key_value_heads={kv_heads}: num_heads={num_heads} is no multiple of it")
+    if not paged:  # a paged cache's layout is its own (blocks, block_size, H)
+        for name, x in (("key", key), ("value", value)):
+            check_heads(op, "num_key_value_heads" if num_key_value_heads else "num_heads", kv_heads, x, layout, name)
+    return kv_heads
 
 
 def _check_sparse_mode(op: str, sparse_mode: int, atten_mask: torch.Tensor | None) -> None:
@@ -591,15 +758,14 @@ def _prompt_flash_attention(
     )  # fmt: skip
     _check_sparse_mode(op, sparse_mode, atten_mask)
     layout, out_layout = _layout_of(op, input_layout)
-    kv_heads = num_key_value_heads or num_heads
+    kv_heads = _heads(op, query, key, value, layout, num_heads, num_key_value_heads)
     q = _to_bnsd(query, layout, num_heads)
     k, v = _to_bnsd(key, layout, kv_heads), _to_bnsd(value, layout, kv_heads)
     batch, s1, s2 = q.shape[0], q.shape[2], k.shape[2]
     if any(n < s1 for n in _per_batch(actual_seq_lengths, batch, s1, f"{op}: actual_seq_lengths")):
         raise ReferenceUnsupported(f"{op}: actual_seq_lengths shorter than the query's S (rows left undefined)")
     kv_lens = _per_batch(actual_seq_lengths_kv, batch, s2, f"{op}: actual_seq_lengths_kv")
-    keys = [k[b, :, : kv_lens[b]] for b in range(batch)]
-    values = [v[b, :, : kv_lens[b]] for b in range(batch)]
+    keys, values = _padded_batches(k, kv_lens), _padded_batches(v, kv_lens)
     masks = _mask_by_batch(atten_mask, batch)
     return InferenceAttention(
         op, q, keys, values, masks, (sparse_mode, pre_tokens, next_tokens), scale_value, out_layout,
@@ -665,7 +831,9 @@ def _incre_flash_attention(
     key, value = _antiquant(op, key, value, antiquant_scale, antiquant_offset, 0, query.dtype)
     if input_layout not in ("BSH", "BSND", "BNSD"):
         raise ReferenceUnsupported(f"{op}: input_layout={input_layout!r}")
-    kv_heads = num_key_value_heads or num_heads
+    kv_heads = _heads(
+        op, query, key, value, input_layout, num_heads, num_key_value_heads, paged=block_table is not None
+    )
     q = _to_bnsd(query, input_layout, num_heads)
     batch = q.shape[0]
     if block_table is not None:
@@ -673,13 +841,12 @@ def _incre_flash_attention(
             raise ValueError(f"{op}: block_table needs actual_seq_lengths")
         lengths = _ints(actual_seq_lengths)
         lengths = lengths * batch if len(lengths) == 1 else lengths[:batch]
-        keys = [_paged(key, block_table[b], lengths[b], kv_heads) for b in range(batch)]
-        values = [_paged(value, block_table[b], lengths[b], kv_heads) for b in range(batch)]
+        keys = PerBatch(batch, lambda b: _paged(key, block_table[b], lengths[b], kv_heads), lengths=lengths)
+        values = PerBatch(batch, lambda b: _paged(value, block_table[b], lengths[b], kv_heads), lengths=lengths)
     else:
         k, v = _to_bnsd(key, input_layout, kv_heads), _to_bnsd(value, input_layout, kv_heads)
         lengths = _per_batch(actual_seq_lengths, batch, k.shape[2], f"{op}: actual_seq_lengths")
-        keys = [k[b, :, : lengths[b]] for b in range(batch)]
-        values = [v[b, :, : lengths[b]] for b in range(batch)]
+        keys, values = _padded_batches(k, lengths), _padded_batches(v, lengths)
     if atten_mask is not None and atten_mask.dim() in (2, 3):  # [B, S2] or [B, 1, S2]: one query row per batch
         atten_mask = atten_mask.reshape(atten_mask.shape[0], 1, 1, atten_mask.shape[-1])
     return InferenceAttention(
@@ -771,11 +938,13 @@ def _fused_infer_attention_score(
     if input_layout == "TND":
         if pse_shift is not None:
             raise ReferenceUnsupported(f"{op}: pse_shift with TND")
+        if block_table is None:  # refused below, by name
+            _heads(op, query, key, value, "TND", num_heads, num_key_value_heads)
         packed = _packed_call(op, query, key, value, atten_mask, actual_seq_lengths, actual_seq_lengths_kv, block_table)
         _check_sparse_mode(op, sparse_mode, atten_mask)
         return replace(packed, sparse=(sparse_mode, pre_tokens, next_tokens), scale=scale)
     layout, out_layout = _layout_of(op, input_layout)
-    kv_heads = num_key_value_heads or num_heads
+    kv_heads = _heads(op, query, key, value, layout, num_heads, num_key_value_heads, paged=block_table is not None)
     q = _to_bnsd(query, layout, num_heads)
     batch, s1 = q.shape[0], q.shape[2]
     if any(n < s1 for n in _per_batch(actual_seq_lengths, batch, s1, f"{op}: actual_seq_lengths")):
@@ -785,13 +954,12 @@ def _fused_infer_attention_score(
             raise ValueError(f"{op}: block_table needs actual_seq_lengths_kv")
         lengths = _ints(actual_seq_lengths_kv)
         lengths = lengths * batch if len(lengths) == 1 else lengths[:batch]
-        keys = [_paged(key, block_table[b], lengths[b], kv_heads) for b in range(batch)]
-        values = [_paged(value, block_table[b], lengths[b], kv_heads) for b in range(batch)]
+        keys = PerBatch(batch, lambda b: _paged(key, block_table[b], lengths[b], kv_heads), lengths=lengths)
+        values = PerBatch(batch, lambda b: _paged(value, block_table[b], lengths[b], kv_heads), lengths=lengths)
     else:
         k, v = _to_bnsd(key, layout, kv_heads), _to_bnsd(value, layout, kv_heads)
         lengths = _per_batch(actual_seq_lengths_kv, batch, k.shape[2], f"{op}: actual_seq_lengths_kv")
-        keys = [k[b, :, : lengths[b]] for b in range(batch)]
-        values = [v[b, :, : lengths[b]] for b in range(batch)]
+        keys, values = _padded_batches(k, lengths), _padded_batches(v, lengths)
     if s1 == 1:  # the incremental branch: a mask of one query row per batch, no sparse mode
         if atten_mask is not None and atten_mask.dim() in (2, 3):
             atten_mask = atten_mask.reshape(atten_mask.shape[0], 1, 1, atten_mask.shape[-1])
@@ -821,17 +989,14 @@ def _packed_call(
         raise ReferenceUnsupported(f"{op}: block_table with TND")
     if actual_seq_lengths is None or actual_seq_lengths_kv is None:
         raise ValueError(f"{op}: TND needs actual_seq_lengths and actual_seq_lengths_kv")
-    q_segments, kv_segments = _segments(actual_seq_lengths), _segments(actual_seq_lengths_kv)
+    q_segments = _segments(actual_seq_lengths, f"{op}: actual_seq_lengths", query.shape[0])
+    kv_segments = _segments(actual_seq_lengths_kv, f"{op}: actual_seq_lengths_kv", key.shape[0])
     if len(q_segments) != len(kv_segments):
         raise ValueError(f"{op}: {len(q_segments)} query and {len(kv_segments)} key/value lengths")
     rows = [end - start for start, end in q_segments]
-    longest = max(rows, default=0)
-    q = torch.stack([F.pad(query[start:end].transpose(0, 1), (0, 0, 0, longest - (end - start)))
-                     for start, end in q_segments])  # fmt: skip
-    keys = [key[start:end].transpose(0, 1) for start, end in kv_segments]
-    values = [value[start:end].transpose(0, 1) for start, end in kv_segments]
+    keys, values = _packed_batches(key, kv_segments), _packed_batches(value, kv_segments)
     masks = _mask_by_batch(atten_mask, len(rows))
-    return InferenceAttention(op, q, keys, values, masks, (0, 0, 0), 1.0, "TND", (rows, query.shape[0]))
+    return InferenceAttention(op, query, keys, values, masks, (0, 0, 0), 1.0, "TND", (rows, query.shape[0]))
 
 
 def _out(call: InferenceAttention, arguments: dict[str, Any]) -> torch.Tensor:

@@ -16,6 +16,7 @@ it (int32 expert indices, float32 attention statistics and RmsNorm rstd).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -51,6 +52,36 @@ def _reference(fn: Callable) -> Callable:
 # --------------------------------------------------------------------------
 
 
+def check_count(op: str, name: str, value: Any, least: int = 0, most: int | None = None) -> int:
+    """An integer argument (a count, a size, an index) within its range, else a ValueError naming
+    the argument: a hostile value is refused in its own words, not by the kernel's (a division by
+    zero, a reshape of the wrong size)."""
+    try:
+        number = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        number = None
+    if number is None or number < least or (most is not None and number > most):
+        within = f"from {least} to {most}" if most is not None else f"of at least {least}"
+        raise ValueError(f"{op}: {name}={value!r}: an integer {within}")
+    return number
+
+
+def check_heads(op: str, name: str, heads: Any, x: torch.Tensor, layout: str, what: str = "query") -> int:
+    """`heads` of the tensor x in `layout`: at least 1, and what the layout holds (BSH/SBH: a
+    divisor of the hidden size; BNSD, BSND, TND: its N), else a ValueError naming the argument."""
+    check_count(op, name, heads, 1)
+    if layout in ("BSH", "SBH"):
+        if x.dim() != 3 or x.shape[-1] % heads:
+            raise ValueError(
+                f"{op}: {name}={heads}: the {what}'s hidden size {list(x.shape)[-1:]} is no multiple of it"
+            )
+        return heads
+    axis = {"BNSD": 1, "BNSD_BSND": 1, "BSND": 2, "TND": 1}.get(layout)
+    if axis is not None and (x.dim() <= axis or x.shape[axis] != heads):
+        raise ValueError(f"{op}: {name}={heads}, and the {layout} {what} of shape {list(x.shape)} holds other heads")
+    return heads
+
+
 @_reference
 def npu_fast_gelu(input: torch.Tensor) -> torch.Tensor:
     """fast_gelu(x) = x / (1 + exp(-1.702 x)).
@@ -70,6 +101,7 @@ def npu_mish(input: torch.Tensor) -> torch.Tensor:
 @_reference
 def npu_swiglu(input: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Split ``input`` in two halves a, b along ``dim``; return silu(a) * b."""
+    check_count("npu_swiglu", "dim", dim, -input.dim(), input.dim() - 1)
     gate, value = input.chunk(2, dim=dim)
     return F.silu(gate) * value
 
@@ -108,6 +140,13 @@ def npu_confusion_transpose(
     input: torch.Tensor, perm: Sequence[int], shape: Sequence[int], transpose_first: bool
 ) -> torch.Tensor:
     """Permute then reshape (``transpose_first``), or reshape then permute."""
+    dims = input.dim() if transpose_first else len(shape)
+    if sorted(perm) != list(range(dims)):
+        raise ValueError(f"npu_confusion_transpose: perm={list(perm)[:8]} is no order of {dims} dimensions")
+    if math.prod(shape) != input.numel() or any(d < 0 for d in shape):
+        raise ValueError(
+            f"npu_confusion_transpose: shape={list(shape)[:8]} does not hold the input's {input.numel()} elements"
+        )
     if transpose_first:
         return input.permute(*perm).reshape(shape)
     return input.reshape(shape).permute(*perm)
@@ -140,6 +179,7 @@ def npu_moe_gating_top_k_softmax(
     row_idx = arange(rows * k).reshape(k, rows).transpose(1, 0).  Equal
     probabilities rank the lower expert index first.
     """
+    check_count("npu_moe_gating_top_k_softmax", "k", k, 1, x.shape[-1])
     probs = torch.softmax(x, dim=-1)
     top = torch.sort(probs, dim=-1, descending=True, stable=True).indices[..., :k]
     y = probs.gather(-1, top)
@@ -189,6 +229,9 @@ def npu_group_norm_silu(
     per channel.  rstd is 1 / sqrt(biased variance + eps).
     """
     batch, channels = input.shape[:2]
+    check_count("npu_group_norm_silu", "group", group, 1, channels)
+    if channels % group:
+        raise ValueError(f"npu_group_norm_silu: group={group}: the input's {channels} channels are no multiple of it")
     grouped = input.reshape(batch, group, -1)
     mean = grouped.mean(dim=-1, keepdim=True)
     rstd = torch.rsqrt(grouped.var(dim=-1, unbiased=False, keepdim=True) + eps)
@@ -346,6 +389,7 @@ def npu_fusion_attention(
     the kernel's speed and do not change the values.
     """
     _check_attention_features(input_layout, padding_mask, keep_prob, sink)
+    check_heads("npu_fusion_attention", "head_num", head_num, query, input_layout)
     sparse = _SparseMask(sparse_mode, atten_mask, pre_tockens, next_tockens, prefix)
     if input_layout == "TND":
         out, row_max, row_sum = _varlen_attention(
@@ -439,6 +483,7 @@ def fusion_attention_in_bnsd(
     """npu_fusion_attention's arguments (its signature) as AttentionInBnsd, for the padded layouts;
     raises for TND and for what the reference does not model."""
     _check_attention_features(input_layout, padding_mask, keep_prob, sink)
+    check_heads("npu_fusion_attention", "head_num", head_num, query, input_layout)
     if input_layout == "TND":
         raise ReferenceUnsupported("npu_fusion_attention: TND layout as one BNSD attention")
     sparse = _SparseMask(sparse_mode, atten_mask, pre_tockens, next_tockens, prefix)
@@ -495,13 +540,27 @@ class _SparseMask:
             return (offset > skv - sq) & self._beyond_prefix(skv, batch, device)
         raise ReferenceUnsupported(f"npu_fusion_attention: sparse_mode={mode}")
 
+    def build_many(self, sq: int, skv: int, batches: list[int]) -> torch.Tensor | None:
+        """build() for sequences of one varlen (TND) call of the same lengths: one mask for all, but
+        sparse_mode 6's prefix, one a sequence ([G, 1, sq, skv])."""
+        if self.atten_mask is None or self.sparse_mode != 6:
+            return self.build(sq, skv, batches[0])
+        device = self.atten_mask.device
+        offset = torch.arange(skv, device=device) - torch.arange(sq, device=device).unsqueeze(-1)
+        return (offset > skv - sq) & self._beyond_prefix(skv, batches, device)
+
     def _outside_band(self, offset: torch.Tensor) -> torch.Tensor:
         return (offset > self.next_tockens) | (offset < -self.pre_tockens)
 
-    def _beyond_prefix(self, skv: int, batch: int | None, device) -> torch.Tensor:
+    def _beyond_prefix(self, skv: int, batch: int | list[int] | None, device) -> torch.Tensor:
         if self.prefix is None:
             raise ValueError("npu_fusion_attention: sparse_mode=6 needs prefix")
-        lengths = list(self.prefix) if batch is None else [self.prefix[batch]]
+        batches = [] if batch is None else [batch] if isinstance(batch, int) else batch
+        if batches and max(batches) >= len(self.prefix):
+            raise ValueError(
+                f"npu_fusion_attention: prefix has {len(self.prefix)} values for {max(batches) + 1} batches"
+            )
+        lengths = list(self.prefix) if batch is None else [self.prefix[b] for b in batches]
         limits = torch.tensor(lengths, device=device).reshape(-1, 1, 1, 1)
         return torch.arange(skv, device=device) >= limits
 
@@ -526,50 +585,78 @@ def _padded_attention(query, key, value, head_num, layout, pse, scale, sparse):
 
 
 def _varlen_attention(query, key, value, head_num, pse, scale, sparse, actual_seq_qlen, actual_seq_kvlen):
-    """TND attention, one packed sequence at a time: out [T, N, Dv], statistics [T, N]."""
+    """TND attention: out [T, N, Dv], statistics [T, N]. The packed sequences of one query length and
+    one key length are computed together and written in place into outputs made once: memory in
+    proportion to the call's elements however many sequences it packs (one a loop, each with its
+    tensors, took kilobytes a sequence: gigabytes for a million one-row sequences)."""
     if actual_seq_qlen is None or actual_seq_kvlen is None:
         raise ValueError("npu_fusion_attention: TND needs actual_seq_qlen and actual_seq_kvlen")
     if pse is not None:
         raise ReferenceUnsupported("npu_fusion_attention: pse with TND layout")
-    pieces, covered = [], 0
-    segments = zip(_segments(actual_seq_qlen), _segments(actual_seq_kvlen))
-    for batch, ((q_start, q_end), (kv_start, kv_end)) in enumerate(segments):
-        if kv_end == kv_start:
-            pieces.append(_rows_seeing_nothing(query, q_end - q_start, head_num, value.shape[-1]))
-        else:
-            q = query[q_start:q_end].transpose(0, 1).unsqueeze(0)
-            k = _repeat_kv(key[kv_start:kv_end].transpose(0, 1).unsqueeze(0), head_num)
-            v = _repeat_kv(value[kv_start:kv_end].transpose(0, 1).unsqueeze(0), head_num)
-            mask = sparse.build(q_end - q_start, kv_end - kv_start, batch)
-            out, row_max, row_sum = _attention_bnsd(q, k, v, None, mask, scale)
-            pieces.append((out[0].transpose(0, 1), row_max[0].t(), row_sum[0].t()))
-        covered = q_end
-    # Trailing batches marked with zeros in actual_seq_qlen take no part.
-    pieces.append(_rows_seeing_nothing(query, query.shape[0] - covered, head_num, value.shape[-1]))
-    out, row_max, row_sum = zip(*pieces)
-    return torch.cat(out), torch.cat(row_max), torch.cat(row_sum)
+    q_segments = _segments(actual_seq_qlen, "npu_fusion_attention: actual_seq_qlen", query.shape[0])
+    kv_segments = _segments(actual_seq_kvlen, "npu_fusion_attention: actual_seq_kvlen", key.shape[0])
+    if len(q_segments) != len(kv_segments):
+        raise ValueError(
+            f"npu_fusion_attention: actual_seq_qlen has {len(q_segments)} values, actual_seq_kvlen "
+            f"{len(kv_segments)}: one a packed sequence"
+        )
+    out = query.new_zeros(query.shape[0], head_num, value.shape[-1])
+    row_max = query.new_full((query.shape[0], head_num), float("-inf"))  # rows that see no key: 0, -inf, 0
+    row_sum = query.new_zeros(query.shape[0], head_num)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for batch, ((q_start, q_end), (kv_start, kv_end)) in enumerate(zip(q_segments, kv_segments)):
+        groups.setdefault((q_end - q_start, kv_end - kv_start), []).append(batch)
+    q_starts = torch.tensor([start for start, _ in q_segments] or [0])
+    kv_starts = torch.tensor([start for start, _ in kv_segments] or [0])
+    for (sq, skv), members in groups.items():
+        if sq == 0 or skv == 0:
+            continue
+        index = torch.tensor(members)
+        q_rows = (q_starts[index].unsqueeze(1) + torch.arange(sq)).reshape(-1)
+        kv_rows = (kv_starts[index].unsqueeze(1) + torch.arange(skv)).reshape(-1)
+        q = query[q_rows].reshape(len(members), sq, *query.shape[1:]).transpose(1, 2)
+        k, v = (
+            _repeat_kv(t[kv_rows].reshape(len(members), skv, *t.shape[1:]).transpose(1, 2), head_num)
+            for t in (key, value)
+        )
+        group_out, group_max, group_sum = _attention_bnsd(q, k, v, None, sparse.build_many(sq, skv, members), scale)
+        out[q_rows] = group_out.transpose(1, 2).reshape(-1, head_num, value.shape[-1])
+        row_max[q_rows] = group_max.transpose(1, 2).reshape(-1, head_num)
+        row_sum[q_rows] = group_sum.transpose(1, 2).reshape(-1, head_num)
+    return out, row_max, row_sum
 
 
-def _rows_seeing_nothing(query, rows: int, heads: int, value_dim: int):
-    """(out, max, sum) of query rows without a visible key: 0, -inf and 0."""
-    return (
-        query.new_zeros(rows, heads, value_dim),
-        query.new_full((rows, heads), float("-inf")),
-        query.new_zeros(rows, heads),
-    )
-
-
-def _segments(cumulative_lengths: Sequence[int]) -> list[tuple[int, int]]:
+def _segments(
+    cumulative_lengths: Sequence[int], name: str = "cumulative lengths", rows: int | None = None
+) -> list[tuple[int, int]]:
     """(start, end) rows of each packed sequence from torch_npu's cumulative lengths.
 
-    Trailing zeros ([2, 5, 9, 0, 0]) mark batches that take no part: empty segments.
+    Trailing zeros ([2, 5, 9, 0, 0]) mark batches that take no part: empty segments. Anything else
+    that is no cumulative length is refused naming it (ValueError): a value that is no integer, a
+    negative one, one less than the one before it (a decreasing length would read the rows of a
+    sequence twice), one past the `rows` of the packed tensor.
     """
+    values = list(cumulative_lengths)
+    ends = []
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            raise ValueError(f"{name}[{i}]: {value!r} is not a length")
+        ends.append(int(value))
+    last = len(ends)
+    while last and ends[last - 1] == 0:
+        last -= 1  # trailing zeros: batches that take no part
     bounds, start = [], 0
-    for cumulative in cumulative_lengths:
-        end = max(int(cumulative), start)
+    for i, end in enumerate(ends[:last]):
+        if end < start:
+            raise ValueError(
+                f"{name}[{i}] is {end}, {'negative' if end < 0 else f'less than the {start} before it'}: "
+                "cumulative lengths never decrease (trailing zeros aside)"
+            )
+        if rows is not None and end > rows:
+            raise ValueError(f"{name}[{i}] is {end}, past the {rows} rows of the packed tensor")
         bounds.append((start, end))
         start = end
-    return bounds
+    return bounds + [(start, start)] * (len(ends) - last)
 
 
 def _attention_bnsd(q, k, v, pse, mask, scale):
@@ -599,7 +686,13 @@ def _softmax_stat(row_stat: torch.Tensor) -> torch.Tensor:
 
 def _kv_head_count(query, key, head_num: int, layout: str) -> int:
     if layout in ("BSH", "SBH"):  # H = N * D, and D is shared by query and key
-        return key.shape[-1] // (query.shape[-1] // head_num)
+        dim = query.shape[-1] // head_num
+        if key.dim() != 3 or key.shape[-1] % dim or not key.shape[-1]:
+            raise ValueError(
+                f"npu_fusion_attention: head_num={head_num}: heads of {dim} (the query's hidden size over it) do not "
+                f"make the key's {list(key.shape)[-1:]}"
+            )
+        return key.shape[-1] // dim
     return key.shape[1] if layout == "BNSD" else key.shape[2]
 
 

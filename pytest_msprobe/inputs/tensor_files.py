@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import pickle
 import zipfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -202,6 +203,14 @@ def _pt(handle: BinaryIO) -> Declared:
 
 
 def _pt_archive(archive: zipfile.ZipFile) -> Declared:
+    twice = sorted(name for name, n in Counter(info.filename for info in archive.infolist()).items() if n > 1)
+    if twice:
+        # zipfile takes the last record of a name, torch's reader (miniz) may take another: the sizes
+        # read here would not be those torch allocates. torch.save never repeats a name.
+        raise Unreadable(
+            f"a zip archive holding {_short(twice[0])} twice: which record torch.load reads is not known, "
+            "so its sizes cannot be read first"
+        )
     members = {info.filename: info for info in archive.infolist()}
     pickles = [name for name in members if name.endswith("/data.pkl") and name.count("/") == 1]
     if len(pickles) != 1:
