@@ -55,6 +55,7 @@ LOSS_SCALE = float(os.environ.get("LOSS_SCALE", 1024.0)) if NAME == "fp16" else 
 # layer at a real head width (128) and sequence length, for the accumulation terms.
 VOCAB, D, HEADS, SEQ, B = (int(os.environ.get(k, v)) for k, v in (("VOCAB", 96), ("WIDTH", 48), ("HEADS", 4), ("SEQ", 16), ("B", 2)))
 STEPS = int(os.environ.get("STEPS", 100))
+BLOCKS = int(os.environ.get("BLOCKS", 2))  # gpt2's blocks: 4 make a 266-entry step (bench.timing.fixed_costs)
 HD = D // HEADS
 seed_all(1234, mode=False)
 torch.manual_seed(0)
@@ -103,7 +104,7 @@ class GPT2(nn.Module):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(VOCAB, D), nn.Embedding(SEQ, D)
         nn.init.normal_(self.wte.weight, std=0.02)
-        self.blocks = nn.ModuleList(GPT2Block() for _ in range(2))
+        self.blocks = nn.ModuleList(GPT2Block() for _ in range(BLOCKS))
         self.ln_f, self.drop = nn.LayerNorm(D), nn.Dropout(0.1)
 
     def forward(self, idx, targets):
