@@ -273,7 +273,7 @@ def test_the_frameworks_are_imported_before_the_first_entry(pytester, copy_dump,
 @pytest.mark.slow
 def test_a_run_that_names_no_dump_imports_nothing_heavy(pytester):
     """Installed, the plugin loads in every pytest run: one that names no dump imports its option
-    table alone, no numpy, no framework (bench/timing/load_cost.py measures what that costs)."""
+    table and hook specifications alone, no numpy, no framework (bench/timing/load_cost.py measures what that costs)."""
     pytester.makeconftest(
         "import sys\n"
         "def pytest_sessionfinish(session):\n"
@@ -286,6 +286,9 @@ def test_a_run_that_names_no_dump_imports_nothing_heavy(pytester):
     assert result.ret == pytest.ExitCode.OK
     modules = set((pytester.path / "modules").read_text().split())
     assert "pytest_msprobe.plugin" in modules  # loaded, by its entry point
+    # The hook specifications are read in every run (pytest_addhooks), so that a conftest's
+    # pytest_msprobe_references is a known hook: a module of signatures, pytest alone.
     light = {"pytest_msprobe", "pytest_msprobe.plugin", "pytest_msprobe.options", "pytest_msprobe.frameworks.devices",
-             "pytest_msprobe.judging.standards", "pytest_msprobe.results", "pytest_msprobe.untrusted"}  # stdlib alone
+             "pytest_msprobe.judging.standards", "pytest_msprobe.results", "pytest_msprobe.untrusted",
+             "pytest_msprobe.newhooks"}  # stdlib alone
     assert modules <= light, modules - light
