@@ -161,6 +161,16 @@ def test_a_pass_through_apis_gradient_equal_to_the_incoming_one_is_its_inputs():
     assert sorted(found.matched) == [0, 1] and not found.strays
 
 
+def test_the_incoming_gradient_near_an_inputs_gradient_is_still_the_incoming_one():
+    """einsum's graph ends in a view: msprobe records the incoming gradient through it, bit for bit. Near an
+    operand's gradient (within FIT of it) it is still not that gradient: a SKIP naming it, never judged there."""
+    g = grad(1.0, -2.0, 0.5)
+    near = g + grad(0.05, 0.0, 0.0)  # the operand's float64 gradient, 2% from the incoming one
+    node = NodeGradient("PermuteBackward0", 0, near.reshape(3, 1), frozenset({1}))
+    found = attribute([g.float().reshape(3, 1)], [{"shape": [3, 1]}], [None, near], [node], [g.float()])
+    assert found.matched == {} and "through a view, bit for bit" in found.strays[0]
+
+
 # Where msprobe 26.2.0 recorded the gradients of GEMMs on the real LLaMA-style and MoE dumps
 # (make/llama_dump.py): on 3-D and 4-D inputs the gradient arriving at the output through a view to the
 # shape of the GEMM that ran (a SKIP naming it and what to run, never an error, square weight or not),
@@ -224,3 +234,79 @@ def test_a_gradient_far_from_the_one_node_of_its_shape_is_judged_there(scale):
     found = attribute([(node.value * scale).float()], [{"shape": [2, 3]}], bench, [node], [grad(9.0, 9.0)])
     assert list(found.matched) == [1] and not found.strays
     assert torch.equal(found.elsewhere[1][0], node.value) and "TBackward0" in found.elsewhere[1][1]
+
+
+# Mamba-2's chunk recurrence (tests/data/ssm_fp32, make/ssm_dump.py): einsum("bhzc,bchpn->bzhpn", decay, states).
+# einsum's graph ends in a view, and msprobe hooks the node that made the output: it records the gradient
+# arriving at the output viewed as (1, 3, 4, 16, 16, 1), bit for bit. The decay is lower triangular with a
+# unit diagonal, so that gradient is 0.05 from the states' own gradient (at a PermuteBackward0 of that shape):
+# it fitted there and was judged, an error (tested -0.00124, bench 0.00051) on a clean dump.
+SCAN = "Torch.einsum.2"
+SCAN_RECORDED = f"{SCAN}.backward.output.0.pt"
+
+
+def scan_gradients(dump):
+    """(the incoming gradient, the states' float64 gradient, the decay) of the scan's einsum."""
+    load = lambda kind, i: torch.load(dump.parent / "dump_tensor_data" / f"{SCAN}.{kind}.{i}.pt", weights_only=True)  # noqa: E731
+    decay, states, incoming = load("forward.input", 1), load("forward.input", 2), load("backward.input", 0)
+    d, s = decay.double().requires_grad_(), states.double().requires_grad_()
+    (ds,) = torch.autograd.grad(torch.einsum("bhzc,bchpn->bzhpn", d, s), [s], incoming.double())
+    return incoming, ds, decay
+
+
+def plant_scan(dump, value):
+    torch.save(value.unsqueeze(-1).contiguous(), dump.parent / "dump_tensor_data" / SCAN_RECORDED)
+
+
+@pytest.mark.slow
+def test_the_incoming_gradient_einsum_passes_on_through_a_view_is_no_operands_gradient(pytester, copy_dump):
+    dump, result, rows, details = recorded(pytester, copy_dump, "ssm_fp32", "-k", f"{SCAN}.backward", standard="basic")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    incoming, ds, _ = scan_gradients(dump)
+    recorded_value = torch.load(dump.parent / "dump_tensor_data" / SCAN_RECORDED, weights_only=True)
+    assert torch.equal(recorded_value, incoming.unsqueeze(-1))  # what msprobe recorded, bit for bit
+    assert 0.01 < float((incoming.double() - ds).norm() / ds.norm()) < 0.1  # near the states' gradient
+    decay, states = details[f"{SCAN}.backward.output.0"], details[f"{SCAN}.backward.output.1"]
+    assert decay["Status"] == "SKIP" and "through a view, bit for bit" in decay["Message"]
+    # The states' gradient is in the dump all the same: torch.cat's recorded incoming gradient.
+    assert states["Status"] == "pass" and "Torch.cat.0.backward's recorded incoming gradient" in states["Message"]
+    assert rows[SCAN]["Backward Test Success"] == "pass"
+
+
+def tf32(x):
+    from deficits import round_mantissa
+
+    return round_mantissa(x.double(), 10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "kernel, standard, expected",
+    [
+        # A fused einsum kernel that records the states' gradient there: correct in fp32, judged at the node.
+        ("fp32", "dtype", "passed"),
+        ("fp32", "basic", "passed"),
+        # The same on TF32 operands (10 mantissa bits): 1e-3 relative, far beyond an fp32 budget.
+        ("tf32", "dtype", "failed"),
+        # The recorded gradient 5% off the incoming one: no longer what the view passed on, judged, an error.
+        ("scaled", "basic", "failed"),
+        ("scaled", "dtype", "failed"),
+    ],
+)
+def test_a_fault_in_the_scans_recorded_gradient_is_judged(pytester, copy_dump, kernel, standard, expected):
+    dump = copy_dump("ssm_fp32")
+    incoming, ds, decay = scan_gradients(dump)
+    if kernel == "fp32":
+        value = ds.float()
+    elif kernel == "tf32":
+        g, d = tf32(incoming), tf32(decay)
+        # d states[b,c,h,p,n] = sum_z decay[b,h,z,c] g[b,z,h,p,n] of the rounded operands, then rounded to fp32
+        value = torch.einsum("bhzc,bzhpn->bchpn", d, g).float()
+    else:
+        value = (incoming.double() * 1.05).float()
+    plant_scan(dump, value)
+    result = run_msprobe(pytester, dump, "--msprobe-standard", standard, "-k", f"{SCAN}.backward", device="recorded")
+    assert result.parseoutcomes()[expected] == 1, result.stdout.str()[-3000:]
+    row = {r["API Name"]: r for r in read_csv(pytester.path / "out", "details")}[f"{SCAN}.backward.output.1"]
+    assert row["Status"] == ("pass" if expected == "passed" else "error"), row
+    assert "PermuteBackward0" in row["Message"]

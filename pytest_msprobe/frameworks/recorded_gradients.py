@@ -14,16 +14,21 @@ the call's input gradients and the gradient passed on by every node of its
 float64 graph.
 
 A recorded gradient proven to be the gradient arriving at the output (equal to
-it bit for bit, as it is or through a view) is a SKIP saying so, unless an
-input's gradient fits it (a pass-through API's does): the one thing attribution
-may explain away. Any other is judged. One that fits a gradient of its shape
-(within FIT) is judged there, at a node of the graph said so. One that fits
-none is judged in the place msprobe records it, its own input's row (at the
-nearest of that input's gradient and the nodes flowing to it alone), or, where
-no input of its shape sits at its position, at the nearest of all: a gradient
-too wrong to fit anything is a deficit to report, never a reason to look away
-(the worse the fault, the surer it would hide). Only a shape that no input or
-node has leaves nothing to judge it against.
+it bit for bit, as it is or through a view) is a SKIP saying so, unless the
+gradient it fits is, in float64 too, that same incoming gradient (a
+pass-through API's input gradient): the one thing attribution may explain away.
+msprobe hooks the node that made the call's first output; where that node is a
+view (einsum's, linear's and matmul's on 3 or more dimensions) it records what
+the view passes on, whatever gradient of the call it happens to be near.
+
+Any other is judged. One that fits a gradient of its shape (within FIT) is
+judged there, at a node of the graph said so. One that fits none is judged in
+the place msprobe records it, its own input's row (at the nearest of that
+input's gradient and the nodes flowing to it alone), or, where no input of its
+shape sits at its position, at the nearest of all: a gradient too wrong to fit
+anything is a deficit to report, never a reason to look away (the worse the
+fault, the surer it would hide). Only a shape that no input or node has leaves
+nothing to judge it against.
 """
 
 from __future__ import annotations
@@ -92,9 +97,11 @@ def attribute(recorded: list, specs: list, bench: list, nodes: list[NodeGradient
         best = min(range(len(candidates)), key=distances.__getitem__, default=None)  # a tie: the input's own
         fits = best is not None and distances[best] <= FIT
         incoming = passed_on_as(value, passed_on)
-        if incoming and not fits:
-            # Proven to be the gradient arriving at the output, not the gradient of any input (those
-            # that fit it, as a pass-through API's do, are judged): never judged as an input's.
+        if incoming and not (best is not None and fits and passed_on_as(candidates[best].value, passed_on)):
+            # Proven to be the gradient arriving at the output, not the gradient of any input: never judged
+            # as one. Only a gradient that is, in float64 too, the one arriving (a pass-through API's) is
+            # judged; one that merely fits (einsum's operand gradient where its other operand is near the
+            # identity: 0.05 from the incoming one) is not what msprobe's hook on a view saw.
             found.strays.append(incoming)
             continue
         if best is None:
