@@ -12,8 +12,8 @@ executes each as a module of its own (templates/repro.py, `package_module`).
 - frameworks/coordinates.py, whole: what rounding a resampling's source coordinates moves its outputs by;
 - frameworks/magnitudes.py, its formulas (softmax, layer_norm, group_norm, instance_norm, batch_norm, gelu,
   cross_entropy, attention, multi_head_attention_forward, affine_grid),
-  the structural term (`structural`), the list of sums and products and a contraction's float32
-  lower bound; not `with_magnitudes`,
+  the structural term (`structural`), the list of sums and products, a contraction's float32
+  lower bound and a math library's error of unary math (`library_ulps`); not `with_magnitudes`,
   which wires them to the engine;
 - standards/dtype.py, its message (`_message`, `CONSTANTS`).
 
@@ -109,6 +109,8 @@ PARTS = (
                 "terms_bound",
                 "lower_bound",
                 "UNARY",
+                "LIBRARY_ULPS",
+                "library_ulps",
                 "_base",
                 "_probabilities",
                 "structural",

@@ -140,6 +140,28 @@ UNARY = frozenset({
 })  # fmt: skip
 
 
+# How many ULP a correct fp32 kernel of each is off the correctly rounded result at most: the larger of
+# CUDA's documented bound (CUDA C++ Programming Guide, "Mathematical Functions", single precision) and
+# glibc's (its manual's "Errors in Math Functions", x86_64 float); sqrt and 1/x are IEEE's, correctly
+# rounded, but for CUDA without -prec-sqrt / -prec-div: 1. sigmoid and silu are composites in PyTorch's
+# kernels (1 / (1 + exp(-x)), x times that): exp's 2 and a rounding each for the add and the quotient (and
+# silu's product). The final rounding and a 1-ULP library (c_out, 1.5) come on top; PyTorch's own CPU
+# kernels are at 0.33 of that budget at most (bench/studies/unary_library.md). The forward of these
+# functions gets it instead of the accumulation term: it sums nothing, and 32 u_acc |b| (16 to 32 fp32
+# ULP) passed an exp whose argument is rounded to fp32 before exp2 (a fast-math exp, |x| ULP off).
+LIBRARY_ULPS = {
+    "exp": 2, "exp2": 2, "expm1": 1, "log": 1, "log2": 1, "log10": 2, "log1p": 1, "sqrt": 1, "rsqrt": 2,
+    "reciprocal": 1, "tanh": 2, "sigmoid": 3, "silu": 4, "erf": 2, "sinh": 3, "cosh": 2, "atan": 2, "cos": 2,
+    "sin": 2, "tan": 4,
+}  # fmt: skip
+
+
+def library_ulps(api: str, forward: bool) -> float | None:
+    """A correct math library's error in ULP for the forward of elementwise math of one input, else None."""
+    name = _base(api.rsplit(".", 1)[-1])
+    return LIBRARY_ULPS.get(name) if forward else None
+
+
 def _base(name: str) -> str:
     """An in-place method's name without its underscore (tanh_ -> tanh; __add__ stays)."""
     return name[:-1] if name.endswith("_") and not name.endswith("__") else name
@@ -946,8 +968,8 @@ def with_magnitudes(sides: Sides, api: str, call: Call) -> Sides:
         sides = replace(
             sides, structural=lambda side: structural(api, call.args, call.kwargs, grad_outputs, call.autocast)
         )
-    if kind == "unary" and grad_outputs is None:  # an exact input: no perturbation to spread
-        sides = replace(sides, spread=False)
+    if kind == "unary" and grad_outputs is None:  # an exact input: no perturbation to spread, no terms summed
+        sides = replace(sides, spread=False, library_ulps=library_ulps(api, forward=True))
     if kind == "formula":
         return replace(sides, magnitude=lambda side: formula(api, call.args, call.kwargs, grad_outputs))
     return sides

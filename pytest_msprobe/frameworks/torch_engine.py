@@ -522,6 +522,8 @@ class Sides:
     # Another correct kernel's call, run on the bench's side, and its description (compare.ExtraRuns).
     alternative: Call | None = None
     alternative_kernel: str = ""
+    # The forward of elementwise math of one input: a correct library's error in ULP (compare.ExtraRuns).
+    library_ulps: float | None = None
     # The bench as the pairs compare it, for the extra runs: where a gradient was judged at a
     # node of the graph, that node's value (by default the bench itself).
     compared_bench: Callable[[Side], list] | None = None
@@ -656,6 +658,7 @@ class ExtraBenchRuns:
             structural=lambda: self.run_of("structural", self.sides.structural, None, index),
             alternative=lambda: self.alternative(index),
             alternative_kernel=self.sides.alternative_kernel,
+            library_ulps=self.sides.library_ulps,
         )
 
     def alternative(self, index: int) -> np.ndarray | None:

@@ -62,6 +62,10 @@ class ExtraRuns:
     # an output within its budget of either was computed correctly.
     alternative: Callable[[], np.ndarray | None] = _no_answer
     alternative_kernel: str = ""
+    # An elementwise function of one exact input (exp, cos, silu, ...: no terms to sum): how many ULP a
+    # correct fp32 math library's function is off the correctly rounded result, which takes the place
+    # of the accumulation term (frameworks/magnitudes.LIBRARY_ULPS); None where the output sums terms.
+    library_ulps: float | None = None
 
 
 @dataclass

@@ -358,6 +358,7 @@ class ExtraRuns:
                 spread_once=lambda relative: answers.get("spread_once"),
                 terms=lambda: answers.get("terms"),
                 structural=lambda: answers.get("structural"),
+                library_ulps=self.library_ulps,
             )
         return types.SimpleNamespace(
             magnitude=lambda: self.magnitude(index),
@@ -368,7 +369,15 @@ class ExtraRuns:
             spread_once=lambda relative: self.spread(index, relative, 1),
             terms=lambda: self.terms(index),
             structural=lambda: self.structural(index),
+            library_ulps=self.library_ulps,
         )
+
+    @functools.cached_property
+    def library_ulps(self) -> float | None:
+        """A correct math library's ULP for the forward of elementwise math (magnitudes.library_ulps)."""
+        if not MAGNITUDE_API or "magnitudes" not in SOURCES:  # the template's own example has no package code
+            return None
+        return package_module("magnitudes").library_ulps(MAGNITUDE_API, "grads" not in self.call)
 
     def structural(self, index: int) -> np.ndarray | None:
         """What a correct kernel's roundings in the low dtype move the output by (magnitudes.structural)."""

@@ -8,7 +8,9 @@
             2^-24, as Ascend's cube unit and CUDA's tensor cores accumulate fp16/bf16/fp32): M is
             the benchmark on |inputs| for sums and products (|A||B|, sum |x|), the API's formula
             on magnitudes for softmax, layer_norm, batch_norm and gelu, |grad_output| routed as the
-            input chooses for pooling's gradient, else |b_i| alone
+            input chooses for pooling's gradient, else |b_i| alone. The forward of elementwise math of
+            one input (exp, cos, silu, ...) sums nothing: 2 lib u_acc |b_i| instead of c_acc u_acc m_i,
+            lib the ULP a correct fp32 math library's function is off (compare.ExtraRuns.library_ulps)
     K       how many terms one element sums, where the API says (conv, linear, matmul, sum, mean,
             a norm's weight gradient): where the terms share a sign a correct kernel's partial sums
             grow with the result, and what it rounds with them (no extra run)
@@ -217,7 +219,7 @@ def read(
     """
     t, b = flat(tested), flat(bench)
     shape = np.shape(bench)
-    budget = _Budget(fmt, constants, max(fmt.accumulation, accumulation or 0.0), extra.terms())
+    budget = _Budget(fmt, constants, max(fmt.accumulation, accumulation or 0.0), extra.terms(), extra.library_ulps)
     if seen is not None and len(seen.relative) == block_starts(b.size).size:
         budget.ceilings = budget.ceilings_of(seen)
     # While an extra run may still be asked, a look stops at the first element over its budget: it
@@ -292,6 +294,10 @@ class _Budget:
     constants: Constants
     u_acc: float
     terms: int | None = None  # K: how many terms one element sums at most
+    # Elementwise math of one exact input: a correct library's ULP (compare.ExtraRuns.library_ulps), whose
+    # 2 lib u_acc |b| (lib to 2 lib ULP of fp32 at b; lib of its subnormal spacing added for an underflow)
+    # takes the accumulation term's place: nothing is summed.
+    library: float | None = None
     answers: dict[str, np.ndarray] = field(default_factory=dict)  # flat float64 (or float32), by the run's name
     ceilings: np.ndarray | None = None  # each block's largest ratio at most, whatever is answered (ceilings_of)
 
@@ -311,12 +317,16 @@ class _Budget:
             size[~finite] = 0.0
         c = self.constants
         unit = self.fmt.spacing(b)
+        per_magnitude = self.shares()[2]
         if "magnitude" in self.answers:
             magnitude = np.maximum(size, self.answer("magnitude", at))
-            magnitude *= c.c_acc * self.u_acc
+            magnitude *= per_magnitude
         else:
-            magnitude = size * (c.c_acc * self.u_acc)
-        terms = {"rounding": c.c_out * unit, "fp32 accumulation": magnitude}
+            magnitude = size * per_magnitude
+        if self.library:  # lib ULP of the computing format below its normal range too (an exp's underflow)
+            magnitude += self.library * (2.0**-149 if self.u_acc >= U_ACC else 2.0**-1074)
+        summed = "fp32 accumulation" if self.library is None else "math library"
+        terms = {"rounding": c.c_out * unit, summed: magnitude}
         if self.terms:
             terms[f"partial sums of {self.terms} terms"] = c.c_length * self.u_acc * math.sqrt(self.terms) * size
         if "structural" in self.answers:
@@ -403,7 +413,7 @@ class _Budget:
         c = self.constants
         per_ulp = c.c_out * 2.0 ** -(self.fmt.mantissa_bits + 1)
         per_length = c.c_length * self.u_acc * math.sqrt(self.terms) if self.terms else 0.0
-        return per_ulp, per_length, c.c_acc * self.u_acc
+        return per_ulp, per_length, (c.c_acc if self.library is None else 2 * self.library) * self.u_acc
 
     def worst(self, t: np.ndarray, b: np.ndarray, stop_over: bool = False) -> _Worst:
         """The worst element (np.argmax's choice: the first largest); with stop_over, only whether
