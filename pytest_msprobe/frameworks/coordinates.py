@@ -318,18 +318,29 @@ def _cubic_weights(t: torch.Tensor, a: float) -> list[torch.Tensor]:
     return [far(t + 1), near(t), near(1 - t), far(2 - t)]
 
 
+def _aa_filter(mode: str, scale: float) -> tuple[float, float]:
+    """The antialiased filter's support (half its width, in input elements) and the factor that maps
+    input distances onto it: the triangle's 2 or the cubic's 4 wide, stretched by a downsampling's step."""
+    size = 2 if mode == "linear" else 4
+    if scale >= 1.0:
+        return size / 2 * scale, 1.0 / scale
+    return size / 2, 1.0
+
+
+def _aa_window(center: float, support: float, n_in: int) -> tuple[int, int]:
+    """The input elements [start, end) an antialiased output element at center reads."""
+    return max(int(center - support + 0.5), 0), min(int(center + support + 0.5), n_in)
+
+
 def _antialias(mode: str, scale: float, n_in: int, n_out: int, moved: float) -> torch.Tensor:
     """The antialiased kernel's weights (_compute_indices_min_size_weights_aa): a filter of support
     scaled by the step where it is over 1, normalised over the window; its centre is the coordinate."""
-    size = 2 if mode == "linear" else 4
-    support = size / 2 * scale if scale >= 1.0 else size / 2
-    invscale = 1.0 / scale if scale >= 1.0 else 1.0
+    support, invscale = _aa_filter(mode, scale)
     matrix = torch.zeros(n_out, n_in, dtype=torch.float64)
     for i in range(n_out):
         center = scale * (i + 0.5)
         center += float(_moves(torch.tensor([center], dtype=torch.float64), scale, moved)[0])
-        start = max(int(center - support + 0.5), 0)
-        end = min(int(center + support + 0.5), n_in)
+        start, end = _aa_window(center, support, n_in)
         x = (torch.arange(start, end, dtype=torch.float64) - center + 0.5) * invscale
         weights = torch.clamp(1 - x.abs(), min=0.0) if mode == "linear" else _keys(x.abs(), -0.5)
         total = float(weights.sum())
@@ -458,13 +469,11 @@ def _aa_rounding(mode: str, scale: float, n_in: int, n_out: int, u: float) -> to
     """The antialiased weights' rounding: the filter's (Horner's for the cubic, one subtraction for the
     triangle) over the window's total, and the normalisation's (the total's sum of the window's
     weights, the division) on the weight itself."""
-    size = 2 if mode == "linear" else 4
-    support = size / 2 * scale if scale >= 1.0 else size / 2
-    invscale = 1.0 / scale if scale >= 1.0 else 1.0
+    support, invscale = _aa_filter(mode, scale)
     matrix = torch.zeros(n_out, n_in, dtype=torch.float64)
     for i in range(n_out):
         center = scale * (i + 0.5)
-        start, end = max(int(center - support + 0.5), 0), min(int(center + support + 0.5), n_in)
+        start, end = _aa_window(center, support, n_in)
         x = ((torch.arange(start, end, dtype=torch.float64) - center + 0.5) * invscale).abs()
         if mode == "linear":
             weights, terms = torch.clamp(1 - x, min=0.0), 1 + x
