@@ -2,6 +2,9 @@
 
     python -m bench.rows DIR [--dumps NAME,...]
 
+A name may also be a dump folder's path (bench/zoo/dumps/gpt2_4blocks_fp32): its rows go under its
+folder's name.
+
 For each dump (examples/ and tests/data/, the ResNet step left out: minutes of float64 convolutions),
 each tested side (cpu; recorded where the dump has tensors) and each standard (basic, dtype), one
 pytest run in a fresh process; its two CSVs are copied to DIR/<dump>/<side>-<standard>/ under fixed
@@ -76,7 +79,8 @@ def main(argv: list[str]) -> int:
     dumps = real_dumps()
     wanted = [d for d in args.dumps.split(",") if d] or list(dumps)
     for name in wanted:
-        dump = dumps[name]
+        dump = dumps.get(name) or Path(name).resolve() / "dump.json"
+        name = name if name in dumps else dump.parent.name
         for side in ("cpu", "recorded") if has_tensors(dump) else ("cpu",):
             for standard in ("basic", "dtype"):
                 snapshot(dump, side, standard, Path(args.dir) / name / f"{side}-{standard}")
