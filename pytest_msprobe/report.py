@@ -2,7 +2,9 @@
 
 The details CSV beside each result CSV (the same timestamp) and, where it is there, the journal
 give the rows; the page is reports/html.py's, the one --msprobe-html writes at the end of a run.
-A missing file or one that is not a result CSV is an error naming it (exit status 2). No pytest.
+A missing file or one that is not a result CSV is an error naming it (exit status 2). Where a pair's
+run stopped early (its manifest says so), the page and the lines printed say the run was partial and
+how many entries it never checked, as its terminal did. No pytest.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(printable(f"pytest_msprobe.report: {args.html}: cannot be written: {exc}"), file=sys.stderr)
         return 2
-    print(printable(f"html: {path} ({len(report.entries)} entries)"))
+    for line in report.stopped:  # a pair of a run that stopped early: the page is partial, and says so
+        print(printable(line))
+    print(printable(f"html: {path} ({len(report.entries)} entries{', a partial run' if report.stopped else ''})"))
     return 0
 
 

@@ -122,6 +122,9 @@ def forge_strings(out: Path) -> None:
     journal.write_text("\n".join(lines) + "\n")
 
     document = json.loads(manifest_path.read_text())
+    # As a run that stopped early writes it: its reason is text a page shows too.
+    document["stopped"] = document.get("stopped") or {"why": "interrupted", "selected": len(apis), "unchecked": {"forward": 1},
+                                                      "unfinished": 1}  # fmt: skip
     document = _strings(document, "", lambda path: path in ("result", "details"))
     manifest_path.write_text(json.dumps(document))
 
@@ -439,6 +442,9 @@ def long_message(rows: list[list[str]]) -> None:
     rows[1][3] = "x" * 40_000
 
 
+STOPPED = {"why": "interrupted", "selected": 66, "unchecked": {"forward": 18, "backward": 29}, "unfinished": 19}
+
+
 def cases() -> list[Case]:
     usage, refused = (4,), (2,)
     journal, result_csv, details_csv, manifest_file = "journal", "result CSV", "details CSV", "manifest"
@@ -519,6 +525,17 @@ def cases() -> list[Case]:
         Case("a threshold that is text", "traceback", manifest_file, "report",
              edit_manifest(lambda d: d["settings"].update(max_abs_err="tiny")), refused,
              r"run_\d+\.json: settings\.max_abs_err: expected a number"),
+        Case("a count never checked that is text", "traceback", manifest_file, "report",
+             edit_manifest(lambda d: d.update(stopped={**STOPPED, "unchecked": {"forward": "many"}})), refused,
+             r"run_\d+\.json: stopped\.unchecked\.forward: expected an integer"),
+        Case("more entries never checked than selected", "traceback", manifest_file, "merge",
+             edit_manifest(lambda d: d.update(stopped={**STOPPED, "unchecked": {"forward": 60, "backward": 30}})),
+             refused, r"run_\d+\.json: stopped\.unchecked: 90 entries never checked, more than the 66 selected",
+             check=no_merged_pair),
+        Case("a stop that is a word, resumed", "traceback", manifest_file, "resume",
+             edit_manifest(lambda d: d.update(stopped="yes")), (1,),
+             r"run_\d+\.json: stopped: expected an object or null, found str 'yes': not read; what this run left "
+             r"unchecked is not written into it"),
         Case("a count of calls that is text", "traceback", manifest_file, "merge",
              edit_manifest(lambda d: d["dump"].update(api_calls="many")), refused,
              r"run_\d+\.json: dump\.api_calls: expected an integer"),

@@ -167,8 +167,10 @@ def test_no_value_of_a_forged_pair_journal_or_manifest_runs_in_the_page(pytester
     pages["from the CSVs alone"] = report_page(result_csv, pytester.path / "csv.html")
     for field in ("API Name", "Message", "Tested Dtype", "reason", "outputs[0].tested_dtype",
                   "call_site.code", "call_site.path", "notes[0]", "dump.path",
-                  "settings.device", "settings.mode", "plugin"):
-        as_text = (f"&gt;{field}&lt;/a&gt;", f"\\u0026gt;{field}\\u0026lt;/a\\u0026gt;")  # in HTML, in a figure's JSON
+                  "settings.device", "settings.mode", "plugin", "stopped.why"):
+        as_text = (f"&gt;{field}&lt;/a&gt;", f"\\u0026gt;{field}\\u0026lt;/a\\u0026gt;",  # in HTML, in a figure's JSON
+                   # its start, where the text is cut (the reason a run stopped: 200 characters, as its terminal said)
+                   f"&lt;img src=x onerror=\"document.documentElement.setAttribute('{hostile_files.PWNED}','{field}')")
         shown = [name for name, text in pages.items() if any(form in text for form in as_text)]
         assert shown, f"{field}: its payload is on no page"
         assert not [name for name, text in pages.items() if hostile_files.payload(field) in text]  # never raw

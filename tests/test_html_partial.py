@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import html
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import run_msprobe
+from pytest_msprobe.reports import manifest
 
 pytest.importorskip("plotly")
 
@@ -83,6 +85,11 @@ def test_an_interrupted_run_says_so_in_its_page(pytester, copy_dump, monkeypatch
     assert said == ["the run stopped early (interrupted): 47 of 66 entries never checked (18 forward, 29 backward)"]
     page = (pytester.path / "report.html").read_text(encoding="utf-8")
     assert text_of(page, "stopped")[:2] == ["A partial run.", *said]
+    # A report written later from its files says the same (its manifest's `stopped`).
+    (result_csv,) = (pytester.path / "out").glob("accuracy_checking_result_*.csv")
+    reported = later(pytester, "report", str(result_csv), "--html", "later.html")
+    assert reported.ret == 0 and reported.outlines[0] == said[0]
+    assert text_of((pytester.path / "later.html").read_text(encoding="utf-8"), "stopped")[:2] == ["A partial run.", *said]
 
 
 @pytest.mark.slow
@@ -113,3 +120,55 @@ def test_a_whole_run_s_page_says_nothing_of_a_stop_and_leaves_the_call_site_to_i
     assert failing >= 3
     floor = [line for line in msprobe_lines(result) if "at the rounding floor" in line]
     assert floor and text_of_floor(page) == floor
+
+
+def later(pytester, module: str, *args: str):
+    """`python -m pytest_msprobe.<module> ...` in the pytester folder, as a user runs it after the run."""
+    return pytester.run(sys.executable, "-m", f"pytest_msprobe.{module}", *args)
+
+
+@pytest.mark.slow
+def test_a_report_and_a_merge_written_later_say_the_run_was_partial_until_a_resume_completes_it(pytester, copy_dump):
+    """The files an interrupted run leaves (its manifest's `stopped`) carry what its terminal said: a report
+    or a merge written from them afterwards says the run was partial and how many entries it never
+    checked; once --msprobe-resume has run the rest, neither says it any more."""
+    dump = copy_dump("pt_tensor_L1")
+    result = run_msprobe(pytester, dump, "-x", device="cpu")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    said = [line for line in msprobe_lines(result) if line.startswith(("the run stopped early", "19 APIs unfinished"))]
+    assert said[0].endswith(": 47 of 66 entries never checked (18 forward, 29 backward)") and len(said) == 2
+    (result_csv,) = (pytester.path / "out").glob("accuracy_checking_result_*.csv")
+    document = manifest.read(result_csv)
+    assert document["stopped"] == {"why": "stopping after 1 failures", "selected": 66,
+                                   "unchecked": {"forward": 18, "backward": 29}, "unfinished": 19}
+
+    reported = later(pytester, "report", str(result_csv), "--html", "later.html")
+    assert reported.ret == 0
+    assert reported.outlines[:2] == said  # the terminal's words (the pair named as the run named it)
+    assert reported.outlines[2] == "html: later.html (0 entries, a partial run)"  # every API cut short: no row
+    page = (pytester.path / "later.html").read_text(encoding="utf-8")
+    assert text_of(page, "stopped") == ["A partial run.", *said]
+    assert counts(page)["backward"][-1] == "29 not checked" and counts(page)["forward"][-1] == "18 not checked"
+
+    merged = later(pytester, "merge", "out", "--out", "merged", "--html", "merged.html")
+    assert merged.ret == 1  # a partial merged run does not pass
+    shard = said[1].replace(str(result_csv), f"out/{result_csv.name}")  # the pair as the merge found it
+    assert said[0] in merged.outlines and shard in merged.outlines
+    merged_page = (pytester.path / "merged.html").read_text(encoding="utf-8")
+    assert text_of(merged_page, "stopped") == ["A partial run.", said[0], shard]
+    (merged_csv,) = (pytester.path / "merged").glob("accuracy_checking_result_*.csv")
+    assert manifest.read(merged_csv)["stopped"] == document["stopped"]  # and so is a report of the merged pair
+    of_merged = later(pytester, "report", str(merged_csv), "--html", "of-merged.html")
+    assert of_merged.outlines[0] == said[0] and of_merged.outlines[1].endswith(f"--msprobe-resume {merged_csv} runs them")
+
+    resumed = run_msprobe(pytester, dump, "--msprobe-resume", str(result_csv), device="cpu")
+    assert resumed.ret == pytest.ExitCode.TESTS_FAILED  # its errors, none unchecked
+    assert not [line for line in msprobe_lines(resumed) if "stopped early" in line]
+    assert manifest.read(result_csv)["stopped"] is None
+    whole = later(pytester, "report", str(result_csv), "--html", "whole.html")
+    assert whole.ret == 0 and whole.outlines[-1].endswith("(66 entries)") and len(whole.outlines) == 1
+    page = (pytester.path / "whole.html").read_text(encoding="utf-8")
+    assert "id='stopped'" not in page and "not checked" not in page
+    merged = later(pytester, "merge", "out", "--out", "merged-whole", "--html", "merged-whole.html")
+    assert not [line for line in merged.outlines if "stopped early" in line or "unfinished" in line]
+    assert "id='stopped'" not in (pytester.path / "merged-whole.html").read_text(encoding="utf-8")

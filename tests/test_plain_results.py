@@ -116,6 +116,25 @@ def test_a_torn_last_line_is_cut_and_the_rest_read(tmp_path):
         (lambda d: d.update(settings=[]), "settings: expected an object"),
         (lambda d: d.update(plugin=1), "plugin: expected a string"),
         (lambda d: d.update(shard="1/2"), "shard: expected an object or null"),
+        (lambda d: d.update(stopped="yes"), "stopped: expected an object or null, found str"),
+        (lambda d: d.update(stopped={**STOPPED, "selected": "66"}), "stopped.selected: expected an integer"),
+        (lambda d: d.update(stopped={**STOPPED, "why": 1}), "stopped.why: expected a string"),
+        (lambda d: d.update(stopped={k: v for k, v in STOPPED.items() if k != "unfinished"}),
+         "stopped.unfinished: missing"),
+        (lambda d: d.update(stopped={**STOPPED, "unfinished": -1}), "stopped.unfinished: expected a count"),
+        (lambda d: d.update(stopped={**STOPPED, "unchecked": [18]}), "stopped.unchecked: expected an object"),
+        (lambda d: d.update(stopped={**STOPPED, "unchecked": {"sideways": 1}}),
+         "stopped.unchecked: 'sideways' is no direction"),
+        (lambda d: d.update(stopped={**STOPPED, "unchecked": {"forward": 1.5}}),
+         "stopped.unchecked.forward: expected an integer"),
+        (lambda d: d.update(stopped={**STOPPED, "unchecked": {"forward": True}}),
+         "stopped.unchecked.forward: expected an integer"),
+        (lambda d: d.update(stopped={**STOPPED, "unchecked": {"forward": 10**30}}),
+         "stopped.unchecked.forward: expected an integer"),
+        (lambda d: d.update(stopped={**STOPPED, "unchecked": {"backward": -2}}),
+         "stopped.unchecked.backward: expected a count"),
+        (lambda d: d.update(stopped={**STOPPED, "unchecked": {"forward": 60, "backward": 29}}),
+         "stopped.unchecked: 89 entries never checked, more than the 66 selected"),
     ],
 )
 def test_a_manifest_field_of_the_wrong_kind_is_named(tmp_path, change, says):
@@ -127,6 +146,28 @@ def test_a_manifest_field_of_the_wrong_kind_is_named(tmp_path, change, says):
         manifest.read(result_csv)
     assert str(raised.value).startswith(str(manifest.path_for(result_csv)))
     assert says in str(raised.value)
+
+
+STOPPED = {"why": "interrupted", "selected": 66, "unchecked": {"forward": 18, "backward": 29}, "unfinished": 19}
+
+
+def test_a_manifest_s_stopped_reads_back_and_an_older_one_without_it_is_a_whole_run_s(tmp_path):
+    result_csv = tmp_path / "accuracy_checking_result_1.csv"
+    manifest.write(result_csv, {**MANIFEST, "format": manifest.FORMAT, "stopped": STOPPED})
+    found = manifest.stopped_of(manifest.read(result_csv))
+    assert found == manifest.Stopped("interrupted", 66, {"forward": 18, "backward": 29}, 19)
+    lines, unchecked = manifest.stopped_lines([(result_csv, found)])
+    assert lines == [
+        "the run stopped early (interrupted): 47 of 66 entries never checked (18 forward, 29 backward)",
+        f"19 APIs unfinished when the run stopped, not written: --msprobe-resume {result_csv} runs them",
+    ]
+    assert unchecked == {"forward": 18, "backward": 29}
+    assert manifest.restate(result_csv, None) and manifest.stopped_of(manifest.read(result_csv)) is None
+    assert not manifest.restate(result_csv, None)  # nothing changed: not written again
+    older = tmp_path / "accuracy_checking_result_2.csv"
+    manifest.write(older, {**MANIFEST, "format": manifest.FORMAT})  # no `stopped`: written before there was one
+    assert manifest.stopped_of(manifest.read(older)) is None
+    assert manifest.stopped_lines([(older, None)]) == ([], {})
 
 
 def test_a_manifest_a_run_writes_reads_back(tmp_path):

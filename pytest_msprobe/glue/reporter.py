@@ -285,13 +285,21 @@ class CsvReporter:
         self.stop_lines = self.stopped_lines(stopped)
         for path, writer in self.writers.items():
             writer.close()
-            if self.run.selection.resumed and os.path.lexists(manifest.path_for(writer.result_path)):
-                continue  # a resumed pair keeps its own
+            left = self.left_undone(stopped, path)
+            written = manifest.path_for(writer.result_path)
+            # A resumed pair keeps its own manifest, but for what is left undone: whole again once all ran.
+            kept = bool(self.run.selection.resumed) and os.path.lexists(written)
             try:
-                manifest.write(writer.result_path, self.run.describe(path))
+                if kept:
+                    manifest.restate(writer.result_path, left)
+                else:
+                    plain = None if left is None else left.plain()
+                    manifest.write(writer.result_path, {**self.run.describe(path), "stopped": plain})
+            except manifest.ManifestError as exc:  # a forged one: its text names the file and the field
+                self.late.append(f"msprobe: {exc}; what this run left unchecked is not written into it")
             except OSError as exc:  # a link at its name, a full disk
                 why = exc if isinstance(exc, files.FileRefused) else f"{exc.strerror or exc}"
-                self.late.append(f"msprobe: the manifest {manifest.path_for(writer.result_path)} is not written: {why}")
+                self.late.append(f"msprobe: the manifest {written} is not {'updated' if kept else 'written'}: {why}")
         for journal in self.journals.values():
             journal.end()  # nothing runs any more: no entry of this run crashed
             journal.close()
@@ -307,6 +315,18 @@ class CsvReporter:
             return f"hosts lost: {', '.join(sorted(self.run.lost_hosts))}"
         return "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else ""
 
+    def left_undone(self, why: str, path: Path) -> manifest.Stopped | None:
+        """What a run that stopped early left undone of one dump's pair, for its manifest (None: nothing)."""
+        if not why:
+            return None
+        dump = str(path)
+        selected = {(d, entry) for d, entry in self.selected if d == dump}
+        missing = summary.unchecked(selected, [result for result in self.results if result.dump == dump])
+        unfinished = sum(row.dump == dump for row in self.unfinished)
+        if not sum(missing.values()) and not unfinished:
+            return None
+        return manifest.Stopped(cut(why, 200), len(selected), dict(missing), unfinished)
+
     def stopped_lines(self, why: str) -> list[str]:
         """What the terminal and the HTML report say of a run that stopped early: the entries never
         checked, and per dump the APIs left without a row and how to finish them."""
@@ -318,10 +338,7 @@ class CsvReporter:
         for path, dump in sorted({self.dump_path(row.dump): row.dump for row in self.unfinished}.items()):
             count = sum(row.dump == dump for row in self.unfinished)
             where = f"{dump}: " if len(self.writers) > 1 else ""
-            lines.append(
-                f"{where}{count} APIs unfinished when the run stopped, not written: "
-                f"--msprobe-resume {self.open(path).result_path} runs them"
-            )
+            lines.append(summary.unfinished_line(count, self.open(path).result_path, where))
         return lines
 
     def write_html(self) -> None:

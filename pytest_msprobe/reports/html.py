@@ -93,13 +93,16 @@ def table_message(result: EntryResult) -> str:
 def from_pairs(result_paths: Sequence[Path], sources: Sequence[Path] = ()) -> Report:
     """The report of CSV pairs (a run's, or the shards of one merge): their rows, each entry the
     journal beside its pair holds taken from there (it has what the columns do not). sources: the
-    pairs the header names, where not these (a merge's own).
+    pairs the header names, where not these (a merge's own). A pair whose run stopped early (its
+    manifest's `stopped`) makes the page say it is partial, in the words that run's terminal said.
 
     Raises ReportError naming the file that is missing or is not one of a pair."""
     entries: dict[tuple[str, str, str], Entry] = {}
     manifests: list[dict[str, Any]] = []
+    stopped: list[tuple[Path, manifest.Stopped | None]] = []
     for result_path in result_paths:
         document = _manifest(result_path)
+        stopped.append((result_path, manifest.stopped_of(document)))
         dump = str(document["dump"]["path"]) if document else str(result_path)
         if document and all(m["dump"].get("sha256") != document["dump"].get("sha256") for m in manifests):
             manifests.append(document)
@@ -109,7 +112,9 @@ def from_pairs(result_paths: Sequence[Path], sources: Sequence[Path] = ()) -> Re
             if entry.result.position is None:
                 entry.result.position = order.get(entry.result.entry)
             entries.setdefault((dump, entry.result.api, entry.result.direction), entry)
-    return _placed(list(entries.values()), manifests, [str(p) for p in sources or result_paths])
+    report = _placed(list(entries.values()), manifests, [str(p) for p in sources or result_paths])
+    report.stopped, report.unchecked = manifest.stopped_lines(stopped)
+    return report
 
 
 def _pair_entries(result_path: Path, sides: int = 1) -> list[Entry]:

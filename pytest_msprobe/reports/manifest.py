@@ -2,7 +2,10 @@
 
 `accuracy_checking_run_{ts}.json` beside `accuracy_checking_result_{ts}.csv`: the CSV
 columns are msprobe's fixed contract, so what a merge of CI shards must know to join pairs
-(the same dump, the same settings, the same plugin) lives here. No pytest.
+(the same dump, the same settings, the same plugin) lives here; and whether the run that wrote
+the pair stopped early (`stopped`: what it left unchecked, null for a whole run), so that a report
+or a merge written later from the pair says it is partial, as that run's terminal did. A manifest
+without `stopped` (written before it was) reads as a whole run's. No pytest.
 """
 
 from __future__ import annotations
@@ -12,13 +15,16 @@ import hashlib
 import json
 import os
 import typing
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import __version__, readback
+from ..dumps.dump import BACKWARD, DIRECTIONS, FORWARD
 from ..options import Options
-from ..untrusted import printable
-from . import files, plain_results
+from ..untrusted import cut, printable
+from . import files, plain_results, summary
 from .csv_files import RESULT_PREFIX, details_path_for
 
 PREFIX = "accuracy_checking_run_"
@@ -33,6 +39,20 @@ class ManifestError(ValueError):
 
 class ManifestMissing(ManifestError):
     """No manifest beside a pair (an older run's)."""
+
+
+@dataclass
+class Stopped:
+    """What a run that stopped early (Ctrl-C, -x, --maxfail, a full disk, a lost host) left undone of
+    one pair: the manifest's `stopped`. Its terminal said it as summary.stopped_line."""
+
+    why: str  # pytest's words: `interrupted`, `stopping after 1 failures`
+    selected: int  # the entries of the pair's dump the run selected
+    unchecked: dict[str, int]  # of those, the entries it never checked, by direction
+    unfinished: int  # the APIs it left without a row in the pair (--msprobe-resume runs them)
+
+    def plain(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 def path_for(result_path: Path) -> Path:
@@ -98,6 +118,48 @@ def read(result_path: Path) -> dict[str, Any]:
     return document
 
 
+def stopped_of(document: dict[str, Any] | None) -> Stopped | None:
+    """The `stopped` of a manifest read (checked): None for a whole run, an older manifest, no manifest."""
+    found = (document or {}).get("stopped")
+    if found is None:
+        return None
+    return Stopped(found["why"], found["selected"], dict(found["unchecked"]), found["unfinished"])
+
+
+def stopped_lines(pairs: Sequence[tuple[Path, Stopped | None]]) -> tuple[list[str], dict[str, int]]:
+    """What later readers of pairs (a report, a merge) say of the runs that stopped early, in the words
+    their terminal said it: the entries never checked, over all pairs (one line), then per pair the APIs
+    left without a row and the command that runs them; and the entries never checked, by direction."""
+    stopped = [(path, found) for path, found in pairs if found is not None]
+    if not stopped:
+        return [], {}
+    why = "; ".join(dict.fromkeys(cut(printable(found.why), 200) for _, found in stopped))
+    missing = {d: sum(found.unchecked.get(d, 0) for _, found in stopped) for d in (FORWARD, BACKWARD)}
+    lines = []
+    if sum(missing.values()):
+        lines.append(summary.stopped_text(why, sum(found.selected for _, found in stopped), missing))
+    for path, found in stopped:
+        if found.unfinished:
+            lines.append(summary.unfinished_line(found.unfinished, path))
+    return lines or [f"the run stopped early ({why})"], {d: n for d, n in missing.items() if n}
+
+
+def restate(result_path: Path, stopped: Stopped | None) -> bool:
+    """A resumed pair's manifest, its `stopped` now this run's (None: the pair is whole); everything
+    else as it was. Replaced whole (written beside it, moved over it). False where nothing changed.
+    Raises ManifestError (a manifest that does not read), OSError."""
+    document = read(result_path)
+    plain = None if stopped is None else stopped.plain()
+    if document.get("stopped") == plain:
+        return False
+    document["stopped"] = plain
+    path = path_for(result_path)
+    temporary = files.replace_temporary(path)
+    files.write_new(temporary, json.dumps(document, indent=1) + "\n")
+    os.replace(temporary, path)
+    return True
+
+
 _DUMP: dict[str, Any] = {"path": str, "sha256": str, "api_calls": int | None}
 _TOP: dict[str, Any] = {"plugin": str, "result": str, "details": str, "merged_from": list[str]}
 
@@ -130,6 +192,39 @@ def checked(document: dict[str, Any]) -> None:
     shard = document.get("shard")
     if shard is not None and not isinstance(shard, dict):
         raise plain_results.FieldError(f"shard: expected an object or null, found {plain_results.kind(shard)}")
+    _checked_stopped(document.get("stopped"))
+
+
+def _checked_stopped(stopped: Any) -> None:
+    """`stopped`: null, or an object of its four fields, the counts counts (none past the entries selected)."""
+    if stopped is None:
+        return
+    if not isinstance(stopped, dict):
+        raise plain_results.FieldError(f"stopped: expected an object or null, found {plain_results.kind(stopped)}")
+    for key, hint in typing.get_type_hints(Stopped).items():
+        if key not in stopped:
+            raise plain_results.FieldError(f"stopped.{key}: missing")
+        if key != "unchecked":
+            plain_results.value_of(hint, stopped[key], f"stopped.{key}")
+    unchecked = stopped["unchecked"]
+    if not isinstance(unchecked, dict):
+        raise plain_results.FieldError(f"stopped.unchecked: expected an object, found {plain_results.kind(unchecked)}")
+    for key, value in unchecked.items():
+        if key not in DIRECTIONS:
+            raise plain_results.FieldError(f"stopped.unchecked: {cut(printable(str(key)), 100)!r} is no direction")
+        plain_results.value_of(int, value, f"stopped.unchecked.{key}")
+    for name, value in [
+        ("selected", stopped["selected"]),
+        ("unfinished", stopped["unfinished"]),
+        *((f"unchecked.{key}", value) for key, value in unchecked.items()),
+    ]:
+        if value < 0:
+            raise plain_results.FieldError(f"stopped.{name}: expected a count, 0 or more, found {value}")
+    if sum(unchecked.values()) > stopped["selected"]:
+        raise plain_results.FieldError(
+            f"stopped.unchecked: {sum(unchecked.values())} entries never checked, more than the "
+            f"{stopped['selected']} selected"
+        )
 
 
 def sides(document: dict[str, Any] | None) -> int:

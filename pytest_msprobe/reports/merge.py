@@ -7,7 +7,9 @@ matched by their folder under their OUT_DIR (`rank0/`, as a run over several dum
 out); the pairs of one folder must be of the same dump (its sha256) under the same settings
 and plugin, or the merge refuses, naming both. pytest-split splits by item, so the forward and
 the backward of one API may come from two shards: their halves join into one row, every API
-once. The terminal summary is the one a single run prints, rebuilt from the CSVs. No pytest.
+once. The terminal summary is the one a single run prints, rebuilt from the CSVs; where a shard's
+run stopped early (its manifest's `stopped`), the merge says so as that run's terminal did, its
+merged manifest carries it (a report of the merged pair is partial too), and it exits 1. No pytest.
 """
 
 from __future__ import annotations
@@ -211,10 +213,12 @@ def write(groups: Sequence[Merged], out: Path, stamp: str, page: tuple[Path, str
             folders.append(folder)
             result_path = folder.path / f"{RESULT_PREFIX}{stamp}.csv"
             result, details = texts(merged)
+            left = stopped_of(merged)
             description = {
                 **merged.pairs[0].manifest,
                 "shard": None,
                 "merged_from": [str(p.result) for p in merged.pairs],
+                "stopped": None if left is None else left.plain(),  # the shards' together: partial if one is
             }
             contents = {
                 result_path.name: result,
@@ -257,6 +261,19 @@ def _temporary(folder: files.Folder, name: str, text: str) -> str:
     with os.fdopen(fd, "wb") as handle:
         handle.write(text.encode("utf-8"))
     return temporary
+
+
+def stopped_of(merged: Merged) -> manifest.Stopped | None:
+    """What the shards of one folder that stopped early left undone, together (None: every shard ran whole)."""
+    found = [left for left in (manifest.stopped_of(pair.manifest) for pair in merged.pairs) if left is not None]
+    if not found:
+        return None
+    return manifest.Stopped(
+        "; ".join(dict.fromkeys(left.why for left in found)),
+        sum(left.selected for left in found),
+        {d: n for d in DIRECTIONS if (n := sum(left.unchecked.get(d, 0) for left in found))},
+        sum(left.unfinished for left in found),
+    )
 
 
 def as_result(api: str, direction: str, half: Half | None, with_outputs: bool = False) -> EntryResult | None:
@@ -364,6 +381,10 @@ def merge(out_dirs: Sequence[Path], out: Path, html_path: Path | None = None) ->
     lines = [f"{' msprobe ':=^80}", *summary_lines(groups)]
     missing = coverage_lines(groups)
     lines += missing
+    # Shards that stopped early (their manifests say so): the merged run is partial, and fails as theirs did.
+    shards = [(pair.result, manifest.stopped_of(pair.manifest)) for merged in groups for pair in merged.pairs]
+    partial, _ = manifest.stopped_lines(shards)
+    lines += partial
     for merged, path in zip(groups, paths):
         sources = len(merged.pairs)
         lines.append(f"merged {sources} pair(s) of {merged.dump['path']}")
@@ -371,7 +392,7 @@ def merge(out_dirs: Sequence[Path], out: Path, html_path: Path | None = None) ->
     if html_path is not None:
         lines.append(f"html:    {html_path}")
     failed = any(half.status == ERROR for m in groups for halves in m.apis.values() for half in halves.values())
-    return lines, not failed and not missing
+    return lines, not failed and not missing and not partial
 
 
 def build_html(path: Path, groups: Sequence[Merged], merged: Sequence[Path]) -> str:

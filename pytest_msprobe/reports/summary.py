@@ -6,7 +6,7 @@ import math
 import os
 import re
 from collections import Counter, defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from ..dumps.dump import BACKWARD, DUMP_FILE_NAME, FORWARD
 from ..results import ERROR, PASS, RUN_THE_CALL, SKIP, WARNING, EntryResult, Status
@@ -184,13 +184,24 @@ def unchecked(selected: Collection[tuple[str, str]], results: Sequence[EntryResu
 def stopped_line(why: str, selected: Collection[tuple[str, str]], results: Sequence[EntryResult]) -> str:
     """What a run that stopped early left unchecked, as the terminal and the HTML report say it:
     `the run stopped early (stopping after 1 failures): 47 of 66 entries never checked (18 forward, 29 backward)`."""
-    missing = unchecked(selected, results)
+    return stopped_text(why, len(selected), unchecked(selected, results))
+
+
+def stopped_text(why: str, selected: int, missing: Mapping[str, int]) -> str:
+    """stopped_line from the counts alone (a manifest's `stopped`, read back by a later report)."""
     by_direction = ", ".join(f"{missing[d]} {d}" for d in (FORWARD, BACKWARD) if missing.get(d))
     return shown(
         [
-            f"the run stopped early ({why}): {sum(missing.values())} of {len(selected)} entries never checked"
+            f"the run stopped early ({why}): {sum(missing.values())} of {selected} entries never checked"
             + (f" ({by_direction})" if by_direction else "")
         ]
+    )[0]
+
+
+def unfinished_line(count: int, result_path: object, where: str = "") -> str:
+    """The APIs a run that stopped early left without a row in a pair, and the command that runs them."""
+    return shown(
+        [f"{where}{count} APIs unfinished when the run stopped, not written: --msprobe-resume {result_path} runs them"]
     )[0]
 
 
