@@ -111,15 +111,7 @@ def forge_strings(out: Path) -> None:
         rows.append([text_cell(apis[api] + name[len(api) :]), *text, *row[4:8], text_cell(payload("Message"))])
     write_csv(details, DETAILS_COLUMNS, rows)
 
-    lines = []
-    for line in journal.read_text().splitlines():
-        record = json.loads(line)
-        if "running" in record:
-            continue
-        record = _strings(record, "", _kept)
-        record["api"] = apis.get(record["api"], record["api"])
-        lines.append(json.dumps(record))
-    journal.write_text("\n".join(lines) + "\n")
+    forge_journal(journal, apis)
 
     document = json.loads(manifest_path.read_text())
     # As a run that stopped early writes it: its reason is text a page shows too.
@@ -127,6 +119,21 @@ def forge_strings(out: Path) -> None:
                                                       "unfinished": 1}  # fmt: skip
     document = _strings(document, "", lambda path: path in ("result", "details"))
     manifest_path.write_text(json.dumps(document))
+
+
+def forge_journal(journal: Path, apis: dict[str, str] | None = None, keep: Callable[[str], bool] = _kept) -> None:
+    """A payload in every text field of every result line of a journal (its path where the field is),
+    its `running` lines dropped; statuses and directions kept (and the fields `keep` names), and the API
+    names but where `apis` renames them (the CSV pair renamed alike)."""
+    lines = []
+    for line in journal.read_text().splitlines():
+        record = json.loads(line)
+        if "running" in record:
+            continue
+        record = _strings(record, "", keep)
+        record["api"] = (apis or {}).get(record["api"], record["api"])
+        lines.append(json.dumps(record))
+    journal.write_text("\n".join(lines) + "\n")
 
 
 # -- the corpus: one case a trick, each run alone under a memory cap and a time limit ----------------

@@ -209,3 +209,41 @@ def test_chromium_renders_pytest_html_s_report_of_200_failures(pytester, copy_du
     assert sum(tag == "svg" for tag, _ in dom.tags) >= 206  # a ULP chart a failing output
     links = [attrs["href"] for tag, attrs in dom.tags if tag == "a" and attrs.get("href", "").startswith("report.html#")]
     assert len(links) == 206
+
+
+def test_no_value_of_a_forged_journal_runs_in_the_page_of_the_run_that_resumes_it(pytester):
+    """The run's own page (--msprobe-html) after --msprobe-resume of a pair whose journal is forged (a
+    payload in every text field of every line, hostile_files.forge_journal): the entries it held before,
+    read back from that journal, are on the page beside those the resume ran; none of the payloads runs,
+    every figure drawn and every point hovered."""
+    plan = [("Functional.conv2d.0.forward", "tf32"), ("Torch.matmul.0.forward", "tf32")]
+    d.build_corpus(DUMPS["pt_tensor_L1"], pytester.path / "faulty", plan)
+    dump = pytester.path / "faulty" / "dump.json"
+    stopped = run_msprobe(pytester, dump, "--maxfail", "3", device="recorded")
+    assert stopped.ret == 1 and "entries never checked" in stopped.stdout.str()
+    result_csv, _, journal, _ = hostile_files.pair_files(pytester.path / "out")
+    # A journal a resume takes as the pair's: but for `stood_for_by` (a text that makes an entry one
+    # --msprobe-filter left unchecked, which the resume runs again), every text field a payload.
+    hostile_files.forge_journal(journal, keep=lambda path: hostile_files._kept(path) or path == "stood_for_by")
+    resumed = run_msprobe(pytester, dump, "--msprobe-resume", str(result_csv), "--msprobe-html", "resumed.html",
+                          device="recorded")
+    assert resumed.ret == 1 and "19 deselected" in resumed.stdout.str()  # the 19 entries the journal held: not run
+    text = (pytester.path / "resumed.html").read_text(encoding="utf-8")
+    for field in ("reason", "outputs[0].tested_dtype", "outputs[0].reasons[0]", "call_site.code", "call_site.path",
+                  "dump"):
+        as_text = (f"&gt;{field}&lt;/a&gt;", f"\\u0026gt;{field}\\u0026lt;/a\\u0026gt;")  # in HTML, in a figure's JSON
+        # A line's `dump` is not taken: a resumed pair's entries are its dump's (they were placed apart, and
+        # a forged path beside the real one stopped the page: "Can't mix absolute and relative paths").
+        assert any(form in text for form in as_text) == (field != "dump"), f"{field}: its payload is not on the page"
+        assert hostile_files.payload(field) not in text  # never raw
+    exercised = pytester.path / "exercised.html"
+    exercised.write_text(text.replace("</body>", HOVER_ALL + "</body>"), encoding="utf-8")
+    dumped = chromium(exercised, pytester.path / "profile", "--window-size=1366,900", "--dump-dom").stdout
+    dom = Dom(dumped)
+    (root,) = [attrs for tag, attrs in dom.tags if tag == "html"]
+    assert hostile_files.PWNED not in root, f"a payload ran: {root[hostile_files.PWNED]}"
+    assert not [tag for tag, attrs in dom.tags if {"onerror", "onload", "srcdoc"} & set(attrs)]
+    assert not [attrs for tag, attrs in dom.tags if attrs.get("class") == "script-error"], "script errors"
+    (exercised_div,) = dom.having("data-undrawn")
+    assert exercised_div["data-undrawn"] == "0"  # every figure drawn, then hovered
+    assert len({attrs["data-entry"] for attrs in dom.having("data-entry")}) >= 3  # failures held before, and new

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from pytest_msprobe.judging.figures import beside
-from pytest_msprobe.reports.summary import failure_lines, skip_lines
+from pytest_msprobe.reports.summary import dump_labels, failure_lines, skip_lines
 from pytest_msprobe.results import EntryResult, OutputResult
 
 
@@ -84,3 +84,10 @@ def test_a_long_failure_line_is_cut_with_a_visible_mark():
     long = EntryResult("Torch.mul.0", "forward", "error", "x" * 1000, [row(0.5, 1.0, 10.0)])
     line = failure_lines([long])[0]
     assert len(line) <= 400 and line.endswith("more characters in the CSV]")
+
+
+def test_dumps_named_by_an_absolute_and_a_relative_path_are_labelled_whole():
+    """A dump path read back from a file (a journal line, a manifest) may be relative beside an absolute one:
+    they share no folder, and each is labelled by its whole path (os.path.commonpath raised ValueError)."""
+    results = [EntryResult("Functional.relu.0", "forward", "pass", dump=dump) for dump in ("/a/rank0/dump.json", "x/dump.json")]
+    assert dump_labels(results) == {"/a/rank0/dump.json": "/a/rank0: ", "x/dump.json": "x: "}

@@ -7,6 +7,7 @@ import functools
 import os
 import types
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -349,7 +350,10 @@ class CsvReporter:
         pairs = [writer.result_path for writer in self.writers.values()]
         try:
             unchecked = summary.unchecked(self.selected, self.results) if self.stop_lines else None
-            results = [*self.run.selection.earlier, *self.results]
+            # A resumed pair is one dump's (resume.py checks its journal against it): its earlier entries are
+            # that dump's, whatever dump a journal line names (a forged one would place them apart).
+            dump = str(Path(self.run.dump_files[0]).resolve()) if self.run.dump_files else ""
+            results = [*(replace(r, dump=dump) for r in self.run.selection.earlier), *self.results]
             self.html = html.write_run(path, results, pairs, self.stop_lines, unchecked)
         except (OSError, ImportError, ValueError) as exc:  # a folder it cannot write, plotly missing, a forged manifest
             self.late.append(f"msprobe: the HTML report {path} is not written: {html.why(exc)}")

@@ -77,7 +77,10 @@ def dump_labels(results: Sequence[EntryResult]) -> dict[str, str]:
     dumps = sorted({result.dump for result in results if result.dump})
     if len(dumps) < 2:
         return {}
-    common = os.path.commonpath([os.path.dirname(dump) or "." for dump in dumps])
+    try:
+        common = os.path.commonpath([os.path.dirname(dump) or "." for dump in dumps])
+    except ValueError:  # absolute and relative paths (a dump path read back from a file): none shared
+        common = ""
     labels = {}
     for dump in dumps:
         relative = os.path.relpath(dump, common) if common else dump
