@@ -6,6 +6,8 @@ references its conftest registers (pytest_msprobe_references) or msprobe's own Y
 from __future__ import annotations
 
 import fnmatch
+import math
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -75,6 +77,69 @@ def test_the_conftest_catches_the_faulty_kernel_and_passes_the_clean_one(pyteste
     if standard == "dtype":  # the registered magnitude model gives the budget its fp32 accumulation term
         worst = details(pytester, "faulty")["myteam.gated_silu.0.forward.output.0"]["Message"]
         assert "fp32 accumulation" in worst and "its budget" in worst
+
+
+def planted_backward_fault(example: Path) -> None:
+    """custom_op/planted: the clean dump with fused_rms_norm's weight gradient as a kernel accumulating
+    it in bfloat16 gives it."""
+    import torch
+
+    planted = example / "planted"
+    shutil.copytree(example / "clean", planted)
+    tensor = planted / "dump_tensor_data" / "MyTeam.fused_rms_norm.0.backward.output.1.pt"
+    torch.save(torch.load(tensor).to(torch.bfloat16).float(), tensor)
+
+
+def test_the_composed_magnitude_model_judges_the_backward_too(pytester, example):
+    """fused_rms_norm is registered Magnitude.COMPOSITION: its backward entry (the weight's gradient,
+    a sum over the rows) is judged with the magnitudes composed through autograd's backward of its
+    reference; the clean dump passes, and the planted fault is an error over the composed budget."""
+    ops = ("-k", "fused_rms_norm or gated_silu")
+    clean = run(pytester, "clean", "custom_op", *ops, out="clean", standard="dtype")
+    assert clean.ret == 0, clean.stdout.str()[-3000:]
+    clean.assert_outcomes(passed=4)
+    assert details(pytester, "clean")["MyTeam.fused_rms_norm.0.backward.output.1"]["Status"] == "pass"
+    planted_backward_fault(example)
+    faulty = run(pytester, "planted", "custom_op", *ops, out="planted", standard="dtype")
+    assert "INTERNALERROR" not in faulty.stdout.str(), faulty.stdout.str()[-3000:]
+    assert failed(faulty) == {"MyTeam.fused_rms_norm.0.backward"}
+    row = results(pytester, "planted")["MyTeam.fused_rms_norm.0"]
+    assert (row["Forward Test Success"], row["Backward Test Success"]) == ("pass", "error")
+    said = details(pytester, "planted")["MyTeam.fused_rms_norm.0.backward.output.1"]["Message"]
+    # The composed magnitude was asked, and the fault is over it: its accumulation term is that of the
+    # terms the row sums (|g| |x / rms|), well above the |bench| alone gives (32 u_acc |b| in ULP of b).
+    bench = float(re.search(r"bench ([-0-9.e+]+)\)", said).group(1))
+    accumulation = float(re.search(r"fp32 accumulation ([0-9.e+]+)\)", said).group(1))
+    of_bench_alone = 32 * 2.0**-24 * abs(bench) / 2.0 ** (math.floor(math.log2(abs(bench))) - 23)
+    assert accumulation > 4 * of_bench_alone, said
+
+
+def test_a_backward_the_composition_cannot_carry_is_an_error_row_naming_the_operator(pytester, example):
+    # The same RMSNorm through torch.linalg.vector_norm, whose forward node has no rule here.
+    pytester.makeconftest(
+        "import torch\n"
+        "from pytest_msprobe.frameworks.references import Magnitude\n"
+        "import myteam_ops\n"
+        "def by_norm(x, weight, eps=1e-6):\n"
+        "    mean_square = torch.linalg.vector_norm(x, dim=-1, keepdim=True).pow(2) / x.shape[-1]\n"
+        "    return x * torch.rsqrt(mean_square + eps) * weight\n"
+        "def pytest_msprobe_references(registry):\n"
+        "    registry.add('MyTeam.fused_rms_norm', by_norm, magnitude=Magnitude.COMPOSITION,\n"
+        "                 device=myteam_ops.fused_rms_norm)\n"
+    )
+    pytester.syspathinsert(example)
+    planted_backward_fault(example)
+    result = run(pytester, "planted", "-k", "fused_rms_norm", standard="dtype")
+    assert "INTERNALERROR" not in result.stdout.str()
+    assert failed(result) == {"MyTeam.fused_rms_norm.0.backward"}  # the forward passes without asking the model
+    row = results(pytester)["MyTeam.fused_rms_norm.0"]
+    assert row["Backward Test Success"] == "error", row
+    assert matches(
+        row["Message"],
+        "*the backward of MyTeam.fused_rms_norm cannot compose its magnitude model (Magnitude.COMPOSITION, "
+        "conftest.py:*) through autograd's backward of its reference: aten.linalg_vector_norm is not an API "
+        "whose magnitude model composes here; register a backward_magnitude for it*",
+    ), row["Message"]
 
 
 def test_the_header_says_which_references_came_from_where(pytester, example):

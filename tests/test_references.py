@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from pytest_msprobe.frameworks import built_in_references, magnitudes, msprobe_yaml, npu_builtins, npu_ops
-from pytest_msprobe.frameworks.composed import ComposeFailed, compose
+from pytest_msprobe.frameworks.composed import ComposeFailed, compose, compose_backward
 from pytest_msprobe.frameworks.references import (
     BUILT_IN,
     Magnitude,
@@ -264,3 +264,58 @@ def test_an_api_without_a_model_here_cannot_be_composed():
     with pytest.raises(ComposeFailed, match=r"layer_norm takes a tensor holding the roundings of earlier steps"):
         compose(lambda t: F.layer_norm(t * 2, (3,)), (x,), {})
     compose(lambda t: F.layer_norm(t, (3,)), (x,), {})  # of the call's own inputs: its formula
+
+
+# -- the composed magnitude of the backward ---------------------------------------------------------
+
+
+def test_the_backward_of_a_contraction_composes_to_its_gradients_own_model():
+    torch.manual_seed(0)
+    x, w, g = torch.randn(5, 4, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64), torch.randn(5, 3)
+    dx, dw = compose_backward(lambda x, w: x @ w.T, (x, w), {}, [g.double()], [True, True])
+    # dx = g W, dw = g^T x: each the terms |g||W|, |g|^T|x| of its own contraction, nothing carried in.
+    torch.testing.assert_close(dx, g.double().abs() @ w.abs(), rtol=1e-12, atol=0)
+    torch.testing.assert_close(dw, g.double().abs().T @ x.abs(), rtol=1e-12, atol=0)
+
+
+def test_the_backward_carries_the_forwards_roundings_it_reads_and_adds_each_steps_own():
+    torch.manual_seed(0)
+    x, w, g = torch.randn(5, 4, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64), torch.randn(5, 3)
+    g = g.double()
+    dx, dw = compose_backward(lambda x, w: torch.exp(x @ w.T), (x, w), {}, [g], [True, False])
+    # exp(z) read by the backward holds z's terms |x||W| times its slope, and its own rounding |e|;
+    # g * e rounds once (|g||e|), then (g e) W sums its terms (|g e||W|) and carries |g| m_e.
+    e = torch.exp(x @ w.T)
+    m_e = e + e * (x.abs() @ w.abs().T)
+    expected = (2 * (g * e).abs() + g.abs() * m_e) @ w.abs()
+    torch.testing.assert_close(dx, expected, rtol=1e-12, atol=0)
+    assert dw is None  # an input that takes no gradient has none
+
+
+def test_the_backward_of_the_examples_ops_composes_through_their_mutations():
+    torch.manual_seed(0)
+    x, w, v = (torch.randn(6, 4, dtype=torch.float64) for _ in range(3))
+    g = torch.randn(6, 6, dtype=torch.float64)
+
+    def gated_rows(x, w, v, valid):
+        out = x.new_zeros(x.shape[0], w.shape[0])
+        out[:valid] = F.silu(x[:valid] @ w.T) * (x[:valid] @ v.T)
+        return out
+
+    dx, dw, dv = compose_backward(gated_rows, (x, w, v, 4), {}, [g], [True] * 3)
+    assert dx.shape == x.shape and dw.shape == w.shape and dv.shape == v.shape
+    assert (dx[4:] == 0).all() and (dx[:4] > 0).all()  # the padding rows take no gradient, so no rounding
+    # The same backward written out (the rows past `valid` dropped) carries the same magnitudes.
+    reduced = compose_backward(lambda x, w, v: F.silu(x @ w.T) * (x @ v.T), (x[:4], w, v), {}, [g[:4]], [True] * 3)
+    torch.testing.assert_close(dx[:4], reduced[0], rtol=1e-12, atol=0)
+    torch.testing.assert_close(dw, reduced[1], rtol=1e-12, atol=0)
+
+
+def test_a_backward_through_an_operator_without_a_rule_here_cannot_be_composed():
+    x, g = torch.randn(3, 4, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64)
+    with pytest.raises(ComposeFailed, match=r"aten.native_layer_norm is not an API whose magnitude model composes"):
+        compose_backward(lambda t: F.layer_norm(t, (4,)), (x,), {}, [g], [True])
+    with pytest.raises(ComposeFailed, match=r"its backward cannot be traced to torch's operators"):
+        compose_backward(lambda t: t * float(t.numpy().sum()), (x,), {}, [g], [True])
+    found = compose_backward(lambda t: torch.softmax(t * 2, -1), (x,), {}, [g], [True])[0]
+    assert found.shape == x.shape and torch.isfinite(found).all()

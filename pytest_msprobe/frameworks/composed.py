@@ -16,13 +16,22 @@ calls, to first order:
   each input's m, exact; copies move m as they move the values; softmax y (m + sum y m).
 
 An API outside these, met with rounded inputs, cannot be composed: ComposeFailed (an error row that
-says which API; give the op a magnitude model of its own). Forward only: autograd's backward
-formulas run in C++, below any mode, and a backward entry of such an op has no composed model (the
-standard judges it without one: |bench|, the conditioning spread and the low-precision run).
+says which API; give the op a magnitude model of its own).
+
+The backward (compose_backward): autograd's backward formulas run in C++, below any torch function
+mode, so the forward and its vector-Jacobian product are traced together to torch's operators
+(make_fx, functionalized, backward formulas decomposed to core ATen as torch.compile decomposes
+them), and the same rules run over that graph's operators in order. The call's inputs and the
+recorded grad_outputs are exact; every forward intermediate the backward reads holds the roundings
+the forward made (a fused backward kernel recomputes or stores them in fp32 alike), and every
+backward step adds its own. An operator of that graph outside the rules (a layer_norm's forward
+node, whose saved mean and rstd this model cannot carry) is a ComposeFailed naming it: give the op
+a backward_magnitude of its own.
 """
 
 from __future__ import annotations
 
+import operator
 import warnings
 from collections.abc import Sequence
 from typing import Any, Callable
@@ -30,7 +39,7 @@ from typing import Any, Callable
 import torch
 import torch.autograd.forward_ad as fwAD
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from torch.utils.weak import WeakIdKeyDictionary
 
 from . import magnitudes
@@ -44,6 +53,9 @@ COPIES = frozenset({
     "detach", "cat", "concat", "concatenate", "stack", "hstack", "vstack", "repeat", "tile", "roll", "flip",
     "index_select", "gather", "take_along_dim", "diagonal", "tril", "triu", "to", "double", "float", "type",
     "masked_fill",  # its fill value is written, not computed: no rounding of it
+    # torch's operators, as a traced backward names them (_ATEN below): copies too.
+    "slice", "slice_scatter", "select_scatter", "slice_backward", "select_backward", "as_strided", "copy",
+    "alias", "view_as_real", "squeeze_dims",
 })  # fmt: skip
 # Sums and products whose coefficients are nonnegative (a subtraction is elementwise below).
 SUMS = frozenset({
@@ -64,8 +76,11 @@ SOFTMAX = frozenset({"softmax", "log_softmax"})
 # New tensors of constants, shaped like an input: exact.
 CONSTANTS = frozenset({
     "zeros_like", "ones_like", "full_like", "empty_like", "new_zeros", "new_ones", "new_full", "new_empty",
-    "new_tensor", "fill", "zero",
+    "new_tensor", "fill", "zero", "zeros", "ones", "full", "empty", "empty_strided", "new_empty_strided",
+    "scalar_tensor",
 })  # fmt: skip
+# torch's operators whose rule is an API's above: the functional copy of a view is that view.
+_ATEN = {"_softmax": "softmax", "_log_softmax": "log_softmax", "_unsafe_view": "view", "_to_copy": "to"}
 
 
 class ComposeFailed(ReferenceFailed):
@@ -91,6 +106,92 @@ def compose(reference: Callable, args: Sequence[Any], kwargs: dict[str, Any]) ->
     return found
 
 
+def compose_backward(
+    reference: Callable,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    grad_outputs: Sequence[Any],
+    wanted: Sequence[bool],
+) -> list:
+    """The magnitude of the gradient of each floating tensor input of `reference(*args, **kwargs)`,
+    in argument order, that autograd's backward of it computes from `grad_outputs` (one per
+    floating output, None for an output given none); None where an input takes no gradient
+    (`wanted` False)."""
+    from torch._decomp import core_aten_decompositions
+    from torch.func import functionalize, vjp
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.node import map_arg
+
+    leaves, spec = tree_flatten((tuple(args), dict(kwargs)))
+    slots = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    inputs = [leaves[i].detach() for i in slots]
+    with torch.no_grad():
+        outputs = _floating_outputs(reference(*args, **kwargs))
+    given = list(grad_outputs) + [None] * (len(outputs) - len(grad_outputs))
+    grads = [
+        g.detach().to(o.dtype) if isinstance(g, torch.Tensor) else torch.zeros_like(o) for o, g in zip(outputs, given)
+    ]
+
+    def forward(*floats: torch.Tensor) -> tuple:
+        filled = list(leaves)
+        for slot, value in zip(slots, floats):
+            filled[slot] = value
+        call_args, call_kwargs = tree_unflatten(filled, spec)
+        return tuple(_floating_outputs(reference(*call_args, **call_kwargs)))
+
+    def joint(*tensors: torch.Tensor) -> list:
+        backward = vjp(forward, *tensors[: len(inputs)])[1]  # (outputs, vjp_fn)
+        return list(backward(tuple(tensors[len(inputs) :])))
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            graph = make_fx(
+                functionalize(joint, remove="mutations_and_views"),
+                decomposition_table=dict(core_aten_decompositions()),
+            )(*inputs, *grads)
+    except ReferenceFailed:
+        raise
+    except Exception as exc:  # noqa: BLE001 - what torch cannot trace is this model's limit, said as such
+        lines = str(exc).strip().splitlines()
+        raise ComposeFailed(
+            f"its backward cannot be traced to torch's operators ({type(exc).__name__}: "
+            f"{lines[0][:200] if lines else ''})"
+        ) from None
+    carrier = _Carrier()
+    values: dict[Any, Any] = {}
+    fed = iter([*inputs, *grads])
+    found: list = []
+    for node in graph.graph.nodes:
+        if node.op == "placeholder":
+            values[node] = next(fed)
+        elif node.op == "get_attr":  # a constant the reference made: exact
+            values[node] = getattr(graph, node.target)
+        elif node.op == "call_function":
+            call_args = map_arg(node.args, values.__getitem__)
+            call_kwargs = map_arg(node.kwargs, values.__getitem__)
+            if node.target is operator.getitem:  # an element of a tuple an operator returned, as it is
+                values[node] = call_args[0][call_args[1]]
+            else:
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated", DeprecationWarning)
+                    values[node] = carrier.__torch_function__(node.target, (), call_args, call_kwargs)
+        elif node.op == "output":
+            found = list(map_arg(node.args[0], values.__getitem__))
+    magnitudes_of: list[torch.Tensor | None] = []
+    for gradient, take in zip(found, list(wanted) + [True] * (len(found) - len(wanted))):
+        if not take or not isinstance(gradient, torch.Tensor):
+            magnitudes_of.append(None)
+            continue
+        carried = carrier.carried.get(gradient)
+        magnitudes_of.append(torch.zeros_like(gradient, dtype=torch.float64) if carried is None else carried)
+    return magnitudes_of
+
+
+def _floating_outputs(value: Any) -> list[torch.Tensor]:
+    return [v for v in _flat(value) if isinstance(v, torch.Tensor) and v.is_floating_point()]
+
+
 def _flat(value: Any) -> list:
     if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
         return [leaf for item in value for leaf in _flat(item)]
@@ -101,6 +202,9 @@ IN_PLACE_OPERATORS = frozenset({"__iadd__", "__isub__", "__imul__", "__itruediv_
 
 
 def _raw_name(func: Any) -> str:
+    if isinstance(func, torch._ops.OpOverload):  # a traced backward's operator: aten.slice_copy.Tensor
+        name = _ATEN.get(func._opname, func._opname)
+        return name[: -len("_copy")] if name.endswith("_copy") and name[: -len("_copy")] in COPIES else name
     name = getattr(func, "__name__", "") or ""
     if name == "__get__":  # a property of Tensor (x.T, x.mT)
         name = getattr(getattr(func, "__self__", None), "__name__", name)
@@ -115,6 +219,8 @@ def _name(func: Any) -> str:
 
 def _shown(func: Any) -> str:
     """torch.cumprod, Tensor.cumprod, torch.nn.functional.linear: a function as its user calls it."""
+    if isinstance(func, torch._ops.OpOverload):
+        return f"{func.namespace}.{func._opname}"
     name = _raw_name(func)
     owner = getattr(func, "__qualname__", name).rpartition(".")[0]
     module = getattr(func, "__module__", None) or ""
@@ -124,6 +230,8 @@ def _shown(func: Any) -> str:
 
 
 def _in_place(func: Any) -> bool:
+    if isinstance(func, torch._ops.OpOverload):  # a functionalized graph's: none
+        return False
     name = _raw_name(func)
     return (name.endswith("_") and not name.endswith("__")) or name in IN_PLACE_OPERATORS
 
@@ -278,7 +386,7 @@ def _softmax(name: str, args: Any, kwargs: Any, carried: dict[int, torch.Tensor]
     dim = kwargs.get("dim", args[1] if len(args) > 1 else -1)
     dim = -1 if dim is None else dim
     own = (
-        magnitudes.formula("softmax", args, kwargs, None)[0]
+        magnitudes.formula("softmax", tuple(args)[:2], kwargs, None)[0]  # aten's _softmax: half_to_float third
         if name == "softmax"
         else outputs[0].detach().abs().to(torch.float64)
     )

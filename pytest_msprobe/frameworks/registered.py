@@ -22,7 +22,7 @@ from ..dumps import apis
 from ..dumps.dump import EntryName
 from ..inputs.rebuild import is_tensor_spec, tree_map
 from . import OutputPair, Unsupported
-from .composed import compose
+from .composed import ComposeFailed, compose, compose_backward
 from .references import (
     BUILT_IN,
     Magnitude,
@@ -302,10 +302,13 @@ def with_registered_magnitude(sides: Sides, call: Call) -> Sides | None:
     declared = None if reference is None else reference.magnitude
     if declared is Magnitude.SUMS_AND_PRODUCTS:
         return replace(sides, magnitude=lambda side: sides.compared_run(absolute(side)), spread=False)
-    if forward and declared is Magnitude.COMPOSITION:
+    if declared is Magnitude.COMPOSITION and (forward or model is None):
         assert reference is not None and reference.forward is not None
-        composed = reference.forward
-        return replace(sides, magnitude=lambda side: _composed(call, side, composed), spread=False)
+        if forward:
+            composed = reference.forward
+            return replace(sides, magnitude=lambda side: _composed(call, side, composed), spread=False)
+        grads = sides.grad_outputs or []
+        return replace(sides, magnitude=lambda side: _composed_backward(call, side, grads), spread=False)
     if model is None or isinstance(model, Magnitude):
         return sides if custom(call.name.api_type) else None
     role, field = ("magnitude model", "magnitude") if forward else ("backward magnitude model", "backward_magnitude")
@@ -328,6 +331,37 @@ def _composed(call: Call, side: Side, forward: Callable) -> list:
     if user_code(call.reference, "forward"):
         forward = guarded(forward, "reference", f"{call.name.api_type}.{call.name.api}")
     return compose(forward, args, kwargs)
+
+
+def _composed_backward(call: Call, side: Side, grad_outputs: list) -> list:
+    """The backward's magnitudes composed: through the registered backward where one is (a function
+    of torch's APIs, as the forward), else through autograd's of the forward (composed.compose_backward)."""
+    reference = call.reference
+    assert reference is not None and reference.forward is not None
+    what = f"{call.name.api_type}.{call.name.api}"
+    args, kwargs = tree_map(side.place, call.args), tree_map(side.place, call.kwargs)
+    grads = [side.place_grad(g) if isinstance(g, torch.Tensor) else None for g in grad_outputs]
+    wanted = list(call.grad_flags)
+    try:
+        if reference.backward is not None:
+            backward = reference.backward
+            if user_code(reference, "backward"):
+                backward = guarded(backward, "backward reference", what)
+            found = compose(backward, (grads, *args), kwargs)
+            return [None if i < len(wanted) and not wanted[i] else m for i, m in enumerate(found)]
+        forward = reference.forward
+        if user_code(reference, "forward"):
+            forward = guarded(forward, "reference", what)
+        return compose_backward(forward, args, kwargs, grads, wanted)
+    except ComposeFailed as exc:
+        through = (
+            "its registered backward" if reference.backward is not None else "autograd's backward of its reference"
+        )
+        raise ComposeFailed(
+            f"the backward of {what} cannot compose its magnitude model (Magnitude.COMPOSITION, "
+            f"{reference.origin_of('magnitude')}) through {through}: {exc}; register a backward_magnitude "
+            "for it (docs/custom-ops.md)"
+        ) from None
 
 
 def _checked_magnitudes(call: Call, model: Any, role: str, found: Any, specs: list | None) -> list:
