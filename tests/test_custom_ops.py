@@ -319,6 +319,18 @@ def model_raises(x, w_gate, w_up, valid_rows):
     raise RuntimeError("the model is broken")
 
 
+def model_wrong_shape(x, w_gate, w_up, valid_rows):
+    return [x.new_ones(16)]
+
+
+def model_half(x, w_gate, w_up, valid_rows):
+    return [x.new_ones(16, 64).half()]
+
+
+def model_two(x, w_gate, w_up, valid_rows):
+    return [x.new_ones(16, 64), x.new_ones(16, 64)]
+
+
 def good_mask(outputs, args, kwargs):
     return {0: (torch.arange(16) >= args[3]).reshape(16, 1)}
 
@@ -351,6 +363,15 @@ def pytest_msprobe_references(registry):
         ("faulty", "good", {"magnitude": "model_raises", "unwritten": "good_mask"},
          "the magnitude model broken_refs.model_raises (*) registered for myteam.gated_silu raised "
          "RuntimeError: the model is broken"),
+        ("faulty", "good", {"magnitude": "model_wrong_shape", "unwritten": "good_mask"},
+         "the magnitude model broken_refs.model_wrong_shape (*) registered for myteam.gated_silu gave output 0 a "
+         "magnitude of shape [16], not [16, 64]"),
+        ("faulty", "good", {"magnitude": "model_half", "unwritten": "good_mask"},
+         "the magnitude model broken_refs.model_half (*) registered for myteam.gated_silu gave output 0 a "
+         "torch.float16 magnitude: float64 (or float32)*"),
+        ("faulty", "good", {"magnitude": "model_two", "unwritten": "good_mask"},
+         "the magnitude model broken_refs.model_two (*) registered for myteam.gated_silu gave 2 magnitudes for 1 "
+         "outputs"),
         ("clean", "good", {"unwritten": "mask_raises"}, "the unwritten mask broken_refs.mask_raises (*) registered "
                                                         "for myteam.gated_silu raised KeyError: 'valid_rows'"),
         ("clean", "good", {"unwritten": "mask_wrong_shape"},
@@ -371,6 +392,53 @@ def test_a_broken_registration_is_an_error_row_naming_the_function(pytester, exa
     row = results(pytester)["myteam.gated_silu.0"]
     assert row["Forward Test Success"] == "error"
     assert matches(row["Message"], f"*{says}*"), row["Message"]
+
+
+BROKEN_BACKWARD = """
+import torch
+import myteam_ops
+
+
+def rms(x, weight, eps=1e-6):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def {model}(grad_outputs, x, weight, eps=1e-6):
+    return {returns}
+
+
+def pytest_msprobe_references(registry):
+    registry.add("MyTeam.fused_rms_norm", rms, backward_magnitude={model}, device=myteam_ops.fused_rms_norm)
+"""
+
+
+@pytest.mark.parametrize(
+    "model, returns, says",
+    [
+        ("raises", "1 / 0", "raised ZeroDivisionError: division by zero"),
+        ("wrong_shape", "[None, x.new_ones(3)]", "gave output 1 a magnitude of shape [3], not [32]"),
+        ("one_for_two", "[x.new_ones(32)]", "gave 1 magnitudes for 2 floating inputs (one per gradient)"),
+        ("integers", "[None, torch.ones(32, dtype=torch.int64)]",
+         "gave a torch.int64 tensor for output 1, not a floating tensor"),
+    ],
+)
+def test_a_broken_backward_magnitude_model_is_an_error_row_naming_it(pytester, example, model, returns, says):
+    # Asked where the planted weight gradient is over its budget without it.
+    (pytester.path / "broken_models.py").write_text(BROKEN_BACKWARD.format(model=model, returns=returns))
+    pytester.makeconftest("from broken_models import *\n")
+    pytester.syspathinsert()
+    pytester.syspathinsert(example)
+    planted_backward_fault(example)
+    result = run(pytester, "planted", "-k", "fused_rms_norm", standard="dtype")
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert failed(result) == {"MyTeam.fused_rms_norm.0.backward"}
+    row = results(pytester)["MyTeam.fused_rms_norm.0"]
+    assert (row["Forward Test Success"], row["Backward Test Success"]) == ("pass", "error")
+    assert matches(
+        row["Message"],
+        f"*the backward magnitude model broken_models.{model} (*broken_models.py:10) registered for "
+        f"MyTeam.fused_rms_norm {says}*",
+    ), row["Message"]
 
 
 def matches(text: str, pattern: str) -> bool:
@@ -403,6 +471,18 @@ def test_a_reference_that_cannot_model_a_call_is_a_skip_naming_it(pytester, exam
     result.stdout.fnmatch_lines(["*myteam.gated_silu: valid_rows below 16 is not modelled yet*"])
 
 
+SIGNATURES = """def forward(x, w_gate, w_up, valid_rows):
+    return x
+
+
+def model_of_three(x, w_gate, w_up):
+    return [x]
+
+
+def pytest_msprobe_references(registry):
+"""
+
+
 @pytest.mark.parametrize(
     "conftest, says",
     [
@@ -417,6 +497,17 @@ def test_a_reference_that_cannot_model_a_call_is_a_skip_naming_it(pytester, exam
         ("def pytest_msprobe_references(registry):\n    import not_a_module_of_the_team\n",
          "a pytest_msprobe_references hook raised ModuleNotFoundError: No module named 'not_a_module_of_the_team' "
          "(*conftest.py:2)"),
+        # Checked when registered, before any entry runs (the clean dump never asks the model).
+        (SIGNATURES + "    registry.add('myteam.gated_silu', forward, magnitude=model_of_three)\n",
+         "conftest.py:10: myteam.gated_silu's magnitude model conftest.model_of_three(x, w_gate, w_up) "
+         "(*conftest.py:5) cannot be called as the reference conftest.forward(x, w_gate, w_up, valid_rows) is: (x, w_gate, "
+         "w_up, valid_rows): too many positional arguments"),
+        (SIGNATURES + "    registry.add('myteam.gated_silu', forward, backward_magnitude=model_of_three)\n",
+         "*backward magnitude model conftest.model_of_three* cannot be called as the reference conftest.forward"
+         "(x, w_gate, w_up, valid_rows) is: (grad_outputs, x, w_gate, w_up, valid_rows): too many positional*"),
+        (SIGNATURES + "    registry.add('myteam.gated_silu', model_of_three, unwritten=forward)\n",
+         "*unwritten mask conftest.forward* cannot be called as the check calls it: (outputs, args, kwargs)"
+         ": missing a required argument: 'valid_rows'"),
     ],
 )
 def test_a_registration_that_cannot_stand_is_a_usage_error(pytester, example, conftest, says):

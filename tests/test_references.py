@@ -319,3 +319,35 @@ def test_a_backward_through_an_operator_without_a_rule_here_cannot_be_composed()
         compose_backward(lambda t: t * float(t.numpy().sum()), (x,), {}, [g], [True])
     found = compose_backward(lambda t: torch.softmax(t * 2, -1), (x,), {}, [g], [True])[0]
     assert found.shape == x.shape and torch.isfinite(found).all()
+
+
+# -- what is checked when a function is registered ----------------------------------------------------
+
+
+def op(x, weight, eps=1e-6):
+    return x
+
+
+def model(x, weight):
+    return [x]
+
+
+def test_a_model_is_checked_against_the_forwards_signature_when_registered():
+    registry = Registry()
+    with pytest.raises(RegistryError, match=r"magnitude model .*model\(x, weight\) \(.*\) cannot be called as the "
+                                            r"reference .*op\(x, weight, eps=1e-06\) is: \(x, weight, eps\)"):
+        registry.add("myteam.a", op, magnitude=model)  # the call may give eps
+    with pytest.raises(RegistryError, match=r"cannot be called as the reference .* is: \(x, weight\): missing "
+                                            r"a required argument: 'eps'"):
+        registry.add("myteam.b", op, magnitude=lambda x, weight, eps: [x])  # or leave it out
+    with pytest.raises(RegistryError, match=r"backward magnitude model .* \(grad_outputs, x, weight, eps\): too many"):
+        registry.add("myteam.c", op, backward_magnitude=lambda x, weight, eps=1e-6: [x])
+    with pytest.raises(RegistryError, match=r"output post-processing .* cannot be called as the check calls it: "
+                                            r"\(api_name, output, args, kwargs\)"):
+        registry.add("myteam.d", op, postprocess=Postprocess(target=lambda output: output))
+    # What binds, or what inspect cannot read, stands.
+    registry.add("myteam.e", op, magnitude=lambda *args, **kwargs: [args[0]], unwritten=lambda o, a, k: {})
+    registry.add("myteam.f", op, backward_magnitude=lambda grads, x, weight, eps=1e-6: [x, weight])
+    registry.add("myteam.g", lambda *args: args[0], magnitude=lambda x: [x])  # any call would do
+    registry.add("myteam.h", op, magnitude=torch.abs)  # a builtin: not read
+    assert registry.find("myteam.d") is None and registry.find("myteam.e") is not None

@@ -214,8 +214,10 @@ class Registry:
         if not fresh.given():
             raise RegistryError(f"{origin}: the registration of {pattern} gives nothing (a forward, a mask, ...)")
         known = self._by_pattern.get(pattern)
-        self._by_pattern[pattern] = fresh if known is None else merged(known, fresh)
-        return self._by_pattern[pattern]
+        found = fresh if known is None else merged(known, fresh)
+        check_calls(found, fresh.given())
+        self._by_pattern[pattern] = found
+        return found
 
     def find(self, api_name: str) -> Reference | None:
         """The registration behind `<Type>.<api>`: an exact name before a pattern, the longest pattern
@@ -341,6 +343,86 @@ def check_field(pattern: str, name: str, value: Any, origin: str) -> None:
         raise RegistryError(
             f"{origin}: {pattern}'s {FIELDS[name]} must be a callable{kinds}, not {type(value).__name__}"
         )
+
+
+# How the check calls each field, beside the op's own arguments (the forward's signature): the
+# leading arguments it passes first, and whether the op's arguments follow.
+CALLED_AS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "magnitude": ((), True),
+    "backward": (("grad_outputs",), True),
+    "backward_magnitude": (("grad_outputs",), True),
+    "unwritten": (("outputs", "args", "kwargs"), False),
+}
+
+
+def check_calls(reference: Reference, fields: Sequence[str]) -> None:
+    """Each user's function of `fields` can be called as the check will call it (RegistryError where
+    not): what can be known before any entry runs, without running the op. A model of the op's
+    arguments against the forward's signature, called both with the forward's required arguments
+    alone and with all of them (an op's call may give its defaults or leave them out); a mask with
+    (outputs, args, kwargs); a post-processing handler with (api_name, output, args, kwargs). What
+    signature inspect cannot read (a builtin, a torch op, a built-in reference) is not checked."""
+    forward = _signature(reference.forward) if not isinstance(reference.forward, Deferred) else None
+    calls: list[tuple[str, Any, tuple[str, ...], bool]] = []
+    for name in fields:
+        value = getattr(reference, name)
+        if name == "postprocess" and isinstance(value, Postprocess):
+            sides = (("target", value.target), ("golden", value.golden))
+            handler_args = ("api_name", "output", "args", "kwargs")
+            calls += [(f"{side} output post-processing", fn, handler_args, False) for side, fn in sides if fn]
+        elif name in CALLED_AS and callable(value):
+            leading, with_op = CALLED_AS[name]
+            calls.append((FIELDS[name], value, leading, with_op))
+    for what, fn, leading, with_op in calls:
+        signature = _signature(fn)
+        if signature is None or (with_op and forward is None):
+            continue
+        ways = _op_calls(forward) if with_op and forward is not None else [((), {})]
+        for positional, keywords in ways:
+            try:
+                signature.bind(*leading, *positional, **keywords)
+            except TypeError as exc:
+                given = ", ".join([*leading, *positional, *(f"{k}=" for k in keywords)])
+                called = f"as the reference {describe(reference.forward)}{forward} is"
+                as_what = called if with_op else "as the check calls it"
+                raise RegistryError(
+                    f"{reference.origin_of(_field_of(reference, fn))}: {reference.pattern}'s {what} "
+                    f"{describe(fn)}{signature}{where_defined(fn)[len(describe(fn)) :]} cannot be called "
+                    f"{as_what}: ({given}): {exc}"
+                ) from None
+
+
+def _field_of(reference: Reference, fn: Any) -> str:
+    for name in FIELDS:
+        value = getattr(reference, name)
+        if value is fn or (isinstance(value, Postprocess) and fn in (value.target, value.golden)):
+            return name
+    return "forward"
+
+
+def _signature(fn: Any) -> inspect.Signature | None:
+    if fn is None or isinstance(fn, (Deferred, Refused)):
+        return None
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin, a torch op: nothing to read
+        return None
+
+
+def _op_calls(forward: inspect.Signature) -> list[tuple[tuple[str, ...], dict[str, str]]]:
+    """The ways the op may be called, by the forward's signature: its required arguments alone, and
+    all of them; none where it takes *args or **kwargs (any call would do)."""
+    kinds = inspect.Parameter
+    parameters = list(forward.parameters.values())
+    if any(p.kind in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD) for p in parameters):
+        return []
+    positional = [p for p in parameters if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
+    keyword = [p for p in parameters if p.kind == kinds.KEYWORD_ONLY]
+    required = [p for p in positional if p.default is kinds.empty]
+    return [
+        (tuple(p.name for p in required), {p.name: p.name for p in keyword if p.default is kinds.empty}),
+        (tuple(p.name for p in positional), {p.name: p.name for p in keyword}),
+    ]
 
 
 def caller(frame: Any) -> str:

@@ -365,20 +365,39 @@ def _composed_backward(call: Call, side: Side, grad_outputs: list) -> list:
 
 
 def _checked_magnitudes(call: Call, model: Any, role: str, found: Any, specs: list | None) -> list:
-    """A user's model's magnitudes: one per output (forward, as the dump records them), each a
-    nonnegative floating tensor of its output's shape."""
+    """A user's model's magnitudes: forward, one per output the dump records, of its shape; backward,
+    one per floating input (its gradient's), of that input's shape. Each a nonnegative float32 or
+    float64 tensor on the CPU (a float16 one would overflow where the terms are large; any other kind
+    is no magnitude), or None where an output has none."""
     found = list(found) if isinstance(found, (tuple, list)) else [found]
     named = f"the {role} {where_defined(model)} registered for {call.name.api_type}.{call.name.api}"
-    if specs is not None and len(found) != len(specs):
-        raise ReferenceFailed(f"{named} gave {len(found)} magnitudes for {len(specs)} outputs")
-    for index, value in enumerate(found):
+    if specs is not None:
+        shapes = [s.get("shape") if is_tensor_spec(s) else None for s in specs]
+        what = "outputs"
+    else:
+        shapes = [list(t.shape) for t in floating(call.args, call.kwargs)]
+        what = "floating inputs (one per gradient)"
+    if len(found) != len(shapes):
+        raise ReferenceFailed(f"{named} gave {len(found)} magnitudes for {len(shapes)} {what}")
+    checked: list = []
+    for index, (value, shape) in enumerate(zip(found, shapes)):
         if value is None:
+            checked.append(None)
             continue
         if not isinstance(value, torch.Tensor) or not value.is_floating_point():
-            raise ReferenceFailed(f"{named} gave a {type(value).__name__} for output {index}, not a floating tensor")
-        shape = specs[index].get("shape") if specs is not None and is_tensor_spec(specs[index]) else None
+            kind = f"a {value.dtype} tensor" if isinstance(value, torch.Tensor) else f"a {type(value).__name__}"
+            raise ReferenceFailed(f"{named} gave {kind} for output {index}, not a floating tensor")
+        if value.dtype not in (torch.float32, torch.float64):
+            raise ReferenceFailed(
+                f"{named} gave output {index} a {value.dtype} magnitude: float64 (or float32), which holds "
+                "the terms' magnitude without overflowing"
+            )
+        if value.device.type != "cpu":
+            raise ReferenceFailed(f"{named} gave output {index} a magnitude on {value.device}, not on the CPU")
         if isinstance(shape, list) and list(value.shape) != shape:
             raise ReferenceFailed(f"{named} gave output {index} a magnitude of shape {list(value.shape)}, not {shape}")
+        value = value.detach()
         if bool((value < 0).any()):
             raise ReferenceFailed(f"{named} gave output {index} a negative magnitude")
-    return found
+        checked.append(value)
+    return checked
