@@ -172,3 +172,31 @@ def test_a_report_and_a_merge_written_later_say_the_run_was_partial_until_a_resu
     merged = later(pytester, "merge", "out", "--out", "merged-whole", "--html", "merged-whole.html")
     assert not [line for line in merged.outlines if "stopped early" in line or "unfinished" in line]
     assert "id='stopped'" not in (pytester.path / "merged-whole.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_a_report_of_every_pair_of_a_run_over_two_dumps_that_stopped_says_what_its_terminal_said(
+    pytester, copy_dump, monkeypatch
+):
+    """Ctrl-C in the second dump: the first's pair lacks nothing, the second's most of its entries. The
+    manifests together count every entry of both dumps, as the terminal did; the first pair alone is whole."""
+    dumps = [copy_dump("pt_tensor_L1", "step0/rank0"), copy_dump("pt_tensor_L1", "step0/rank1")]
+    # A plugin, not a conftest: a conftest above the dumps' folders is refused (a dump is data, never code).
+    pytester.makepyfile(stop_at=STOP_AT.replace('item.name == os.environ["STOP_AT"]',
+                                                '"rank1/" in item.nodeid and item.name == os.environ["STOP_AT"]'))
+    monkeypatch.setenv("STOP_AT", "Tensor.float.0.forward")
+    monkeypatch.setenv("PYTHONPATH", str(pytester.path))
+    result = run_msprobe(pytester, dumps, "-p", "stop_at", device="recorded", subprocess=True)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    said = [line for line in msprobe_lines(result) if line.startswith("the run stopped early")]
+    assert said[0] == "the run stopped early (interrupted): 47 of 132 entries never checked (18 forward, 29 backward)"
+    pairs = {pair.parent.name: pair for pair in (pytester.path / "out").rglob("accuracy_checking_result_*.csv")}
+    assert manifest.read(pairs["rank0"])["stopped"] == {"why": "interrupted", "selected": 66, "unchecked": {},
+                                                        "unfinished": 0}
+    reported = later(pytester, "report", str(pairs["rank0"]), str(pairs["rank1"]), "--html", "both.html")
+    assert reported.ret == 0 and reported.outlines[0] == said[0]
+    assert reported.outlines[1].endswith(f"APIs unfinished when the run stopped, not written: --msprobe-resume "
+                                         f"{pairs['rank1']} runs them")
+    assert text_of((pytester.path / "both.html").read_text(encoding="utf-8"), "stopped")[1] == said[0]
+    alone = later(pytester, "report", str(pairs["rank0"]), "--html", "rank0.html")  # that pair is whole
+    assert alone.ret == 0 and alone.outlines == ["html: rank0.html (66 entries)"]

@@ -317,15 +317,14 @@ class CsvReporter:
         return "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else ""
 
     def left_undone(self, why: str, path: Path) -> manifest.Stopped | None:
-        """What a run that stopped early left undone of one dump's pair, for its manifest (None: nothing)."""
+        """What a run that stopped early left undone of one dump's pair, for its manifest (None: a whole run).
+        A pair of every dump says it, though it lacks nothing: a report of all its pairs counts every entry."""
         if not why:
             return None
         dump = str(path)
         selected = {(d, entry) for d, entry in self.selected if d == dump}
         missing = summary.unchecked(selected, [result for result in self.results if result.dump == dump])
         unfinished = sum(row.dump == dump for row in self.unfinished)
-        if not sum(missing.values()) and not unfinished:
-            return None
         return manifest.Stopped(cut(why, 200), len(selected), dict(missing), unfinished)
 
     def stopped_lines(self, why: str) -> list[str]:

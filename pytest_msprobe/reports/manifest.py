@@ -48,7 +48,9 @@ class Stopped:
 
     why: str  # pytest's words: `interrupted`, `stopping after 1 failures`
     selected: int  # the entries of the pair's dump the run selected
-    unchecked: dict[str, int]  # of those, the entries it never checked, by direction
+    # of those, the entries it never checked, by direction: none where the run stopped in another dump's
+    # entries (its pairs together say what its terminal said: `N of M`, M the entries of every dump)
+    unchecked: dict[str, int]
     unfinished: int  # the APIs it left without a row in the pair (--msprobe-resume runs them)
 
     def plain(self) -> dict[str, Any]:
@@ -131,8 +133,8 @@ def stopped_lines(pairs: Sequence[tuple[Path, Stopped | None]]) -> tuple[list[st
     their terminal said it: the entries never checked, over all pairs (one line), then per pair the APIs
     left without a row and the command that runs them; and the entries never checked, by direction."""
     stopped = [(path, found) for path, found in pairs if found is not None]
-    if not stopped:
-        return [], {}
+    if not any(sum(found.unchecked.values()) or found.unfinished for _, found in stopped):
+        return [], {}  # whole pairs (of a run that stopped in another dump's): nothing to say
     why = "; ".join(dict.fromkeys(cut(printable(found.why), 200) for _, found in stopped))
     missing = {d: sum(found.unchecked.get(d, 0) for _, found in stopped) for d in (FORWARD, BACKWARD)}
     lines = []
@@ -141,7 +143,7 @@ def stopped_lines(pairs: Sequence[tuple[Path, Stopped | None]]) -> tuple[list[st
     for path, found in stopped:
         if found.unfinished:
             lines.append(summary.unfinished_line(found.unfinished, path))
-    return lines or [f"the run stopped early ({why})"], {d: n for d, n in missing.items() if n}
+    return lines, {d: n for d, n in missing.items() if n}
 
 
 def restate(result_path: Path, stopped: Stopped | None) -> bool:
