@@ -679,3 +679,116 @@ def test_the_repro_of_a_custom_op_compares_what_the_run_compared(pytester, examp
     assert "verdict: error (the run: error)" in done.stdout, done.stdout + done.stderr
     assert "the float64 reference of this fused op" in done.stdout
     assert "NaN" not in done.stdout  # the padding rows hold the bench's values, as the run compared them
+
+
+# -- the repro of a run that re-ran the op: the mask and the post-processing again --------------------
+
+TEAM_KERNELS = '''
+import torch
+import torch.nn.functional as F
+
+
+def faulty_gated_silu(x, w_gate, w_up, valid_rows):
+    """The up projection's operands read in bfloat16, the padding rows left NaN: the faulty kernel."""
+    out = torch.full((x.shape[0], w_gate.shape[0]), float("nan"), dtype=x.dtype)
+    rows = x[:valid_rows]
+    up = rows.bfloat16().float() @ w_up.bfloat16().float().t()
+    out[:valid_rows] = F.silu(rows @ w_gate.t()) * up
+    return out
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("registered", ["conftest", "yaml"])
+def test_the_repro_of_an_op_run_again_applies_the_runs_mask_and_post_processing(pytester, example, registered):
+    """The run re-runs the op on the CPU (a registered device call, faulty, leaving the padding rows
+    NaN): the repro run again on the CPU imports the mask (or msprobe's post-processing handler) from
+    the file the run imported it from, applies it, and prints the run's metrics and verdict."""
+    import json
+    import os
+    import subprocess
+
+    (pytester.path / "team_kernels.py").write_text(TEAM_KERNELS)
+    if registered == "conftest":  # the example's registrations, the device call the faulty kernel
+        conftest = (example / "conftest.py").read_text().replace(
+            'registry.add("myteam.gated_silu", gated_silu_reference,',
+            'import team_kernels\n    registry.add("myteam.gated_silu", gated_silu_reference, '
+            "device=team_kernels.faulty_gated_silu,",
+        )
+        assert "team_kernels.faulty_gated_silu" in conftest
+        (example / "conftest.py").write_text(conftest)
+        args: tuple[str, ...] = ("custom_op",)
+        function, defined = "rows_past_valid (unwritten)", example / "conftest.py"
+    else:  # msprobe's YAML files; the device call alone from a conftest
+        pytester.makeconftest(
+            "import team_kernels\n"
+            "def pytest_msprobe_references(registry):\n"
+            "    registry.add('myteam.gated_silu', device=team_kernels.faulty_gated_silu)\n"
+        )
+        args = YAML
+        function, defined = "zero_padding_rows (target)", example / "myteam_bench.py"
+    pytester.syspathinsert()
+    result = run(pytester, "clean", *args, "-k", "gated_silu.0.forward", "--msprobe-repro", "repro", device="cpu",
+                 standard="dtype")
+    assert failed(result) == {"myteam.gated_silu.0.forward"}, result.stdout.str()[-3000:]
+    script = next((pytester.path / "repro").rglob("myteam.gated_silu.0.forward/repro.py"))
+    assert str(defined.resolve()) in script.read_text()  # the file the run imported, by its path
+    env = {**os.environ, "PYTHONPATH": str(pytester.path)}  # where the team's modules are, as for the run
+    done = subprocess.run([sys.executable, str(script), "--device", "cpu", "--json"], cwd=script.parent,
+                          capture_output=True, text=True, timeout=600, env=env)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    verdict = json.loads((script.parent / "verdict.json").read_text())
+    assert (report["status"], report["run"]) == ("error", "error"), done.stdout + done.stderr
+    [mine], [theirs] = report["outputs"], verdict["outputs"]
+    for key in ("cosine", "max_abs_err", "max_rel_err", "status"):
+        assert mine[key] == theirs[key], (key, mine, theirs)
+    assert mine["ratio"] == pytest.approx(theirs["ratio"], rel=1e-9)
+    assert "NaN" not in mine["why"]
+    assert f"the op's outputs as the run compared them: {function}" in report["bench"]
+
+
+@pytest.mark.slow
+def test_a_repro_that_cannot_import_the_runs_mask_says_so_where_it_would_run_the_op(pytester, example):
+    """The run applied a mask no script can import again (a lambda): the script still reproduces the
+    recorded outputs, already as the run compared them, and refuses to run the op again without it."""
+    import json
+    import subprocess
+
+    conftest = (example / "conftest.py").read_text()
+    (example / "conftest.py").write_text(
+        conftest.replace("unwritten=rows_past_valid", "unwritten=lambda *a: rows_past_valid(*a)")
+    )
+    result = run(pytester, "faulty", "custom_op", "-k", "gated_silu.0.forward", "--msprobe-repro", "repro",
+                 standard="dtype")
+    assert failed(result) == {"myteam.gated_silu.0.forward"}, result.stdout.str()[-3000:]
+    script = next((pytester.path / "repro").rglob("myteam.gated_silu.0.forward/repro.py"))
+    recorded = subprocess.run([sys.executable, str(script), "--json"], cwd=script.parent, capture_output=True,
+                              text=True, timeout=600)
+    report = json.loads(recorded.stdout.strip().splitlines()[-1])
+    assert (report["status"], report["run"]) == ("error", "error"), recorded.stdout + recorded.stderr
+    rerun = subprocess.run([sys.executable, str(script), "--device", "cpu"], cwd=script.parent, capture_output=True,
+                           text=True, timeout=600)
+    assert rerun.returncode != 0
+    assert matches(
+        rerun.stderr.strip(),
+        "the run applied a function to the outputs (unwritten) that cannot be applied here: conftest.*<lambda> "
+        "(*conftest.py:*) is not a function of its module's (a lambda or a local function)",
+    ), rerun.stderr
+
+
+def test_a_repro_never_imports_from_the_dumps_folder(tmp_path):
+    """The run refuses a conftest or a --msprobe-functions file in a dump's folder; the script's list of
+    what to import refuses one there again (a dump is data)."""
+    from types import SimpleNamespace
+
+    from pytest_msprobe.artifacts.repro import importable_functions
+    from pytest_msprobe.frameworks import Recipe
+
+    (tmp_path / "dump").mkdir()
+    inside, outside = tmp_path / "dump" / "masks.py", tmp_path / "conftest.py"
+    recipe = Recipe("pytorch", "torch.ops.myteam.gated_silu", "", output_functions=(
+        ("target", str(inside), "zero_padding_rows"), ("unwritten", str(outside), "rows_past_valid")))
+    found = importable_functions(SimpleNamespace(path=tmp_path / "dump" / "dump.json"), recipe)
+    assert found["unwritten"] == [str(outside), "rows_past_valid"]
+    assert found["target"] == ["", f"zero_padding_rows of {inside} lies in the dump's folder {tmp_path / 'dump'}: "
+                                    "never imported from there"]

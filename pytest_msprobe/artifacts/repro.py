@@ -68,6 +68,19 @@ def save(folder: Path, dump: Dump, result: EntryResult, kept: Kept, checker: Che
     return target.path
 
 
+def importable_functions(dump: Dump, recipe: Recipe) -> dict[str, list[str]]:
+    """OUTPUT_FUNCTIONS of the script: role -> [the file the run imported it from, its name], or
+    ["", why not] where the script cannot import it: one the run could not say how to find again,
+    and one in the dump's folder (a dump is data: a script never imports from there)."""
+    folder = Path(dump.path).resolve().parent
+    found = {}
+    for role, where, name in recipe.output_functions:
+        if where and Path(where).is_absolute() and Path(where).resolve().is_relative_to(folder):
+            where, name = "", f"{name} of {where} lies in the dump's folder {folder}: never imported from there"
+        found[role] = [where, name]
+    return found
+
+
 def inputs(kept: Kept, recorded: bool, result: EntryResult) -> dict[str, Any]:
     """What inputs.pt holds: the call, and the values the script cannot compute itself."""
     data = {"args": encode(kept.inputs["args"]), "kwargs": encode(kept.inputs["kwargs"])}
@@ -190,6 +203,12 @@ def entry_part(dump: Dump, result: EntryResult, recipe: Recipe, checker: Checker
         ("LOW_THREADS", list(LOW_THREADS), "the extra run `low`: the CPU kernel at these thread counts"),
         ("LOW_ONEDNN", list(LOW_ONEDNN), "and with oneDNN's kernels and ATen's own (torch.backends.mkldnn.enabled)"),
         ("STANDARD", standard_data(checker.standard, result), "the run's standard"),
+        (
+            "OUTPUT_FUNCTIONS",
+            importable_functions(dump, recipe),
+            "applied to the op's outputs run again, as the run did: role -> [file the run imported, name]",
+        ),
+        ("API", recipe.api, "the API's name, as a post-processing handler is given it"),
     ]
     lines = [BEGIN + " --"]
     for name, value, comment in values:

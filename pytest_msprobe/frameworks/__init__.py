@@ -112,6 +112,13 @@ class Recipe:
     magnitude_api: str = ""
     # Why no script reproduces the verdict, where none does (a dropout's two masks, judged by their shares).
     unscripted: str = ""
+    # What the run did to the tested outputs before comparing them, for the script to do the same to
+    # the op's outputs it runs again: (role, where, name), role "target" (msprobe's post-processing
+    # handler, called (api, output, args, kwargs)) or "unwritten" (the registered mask, called
+    # (bench outputs, args, kwargs)), `where` the file the run imported it from (absolute) or a module
+    # of this package, `name` its qualified name there (references.importable).
+    output_functions: tuple[tuple[str, str, str], ...] = ()
+    api: str = ""  # the API's name as a post-processing handler is given it ("gated_silu")
 
 
 @dataclass

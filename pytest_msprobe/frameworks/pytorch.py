@@ -32,7 +32,7 @@ from . import (
 from .borrowed_gradients import Borrowed, borrowed
 from .magnitudes import with_magnitudes
 from .recorded_gradients import Attribution, attribute
-from .references import Reference, Registry, describe
+from .references import Reference, Registry, describe, importable
 from .torch_engine import (
     CODEC,
     LOW_PRECISION,
@@ -139,7 +139,29 @@ def recipe(call: Call) -> Recipe:
         call.inplace,
         magnitude_api=name.api,
         unscripted=unscripted,
+        output_functions=output_functions(call),
+        api=name.api,
     )
+
+
+def output_functions(call: Call) -> tuple[tuple[str, str, str], ...]:
+    """The functions the run applied to a forward's tested outputs before comparing them (msprobe's
+    target post-processing, the registered mask), as a script imports them again: (role, file, name),
+    or (role, "", why not) where a script cannot find one again (it says so if it runs the op)."""
+    reference = call.reference
+    if reference is None or call.name.direction == BACKWARD:
+        return ()
+    given = [("target", reference.postprocess.target if reference.postprocess else None)]
+    given.append(("unwritten", reference.unwritten))
+    found = []
+    for role, fn in given:
+        if fn is None:
+            continue
+        try:
+            found.append((role, *importable(fn)))
+        except ValueError as exc:
+            found.append((role, "", str(exc)))
+    return tuple(found)
 
 
 # -- resolving an entry --------------------------------------------------------

@@ -486,6 +486,32 @@ class Deferred:
         return self.load()(*args, **kwargs)
 
 
+def importable(fn: Any) -> tuple[str, str]:
+    """(where, name) a standalone script imports `fn` by, as the run imported it: the absolute path of
+    the file that defines it (a conftest, a --msprobe-functions file) and its qualified name there,
+    or a module of this package for a built-in; ValueError where a script cannot find it again (a
+    lambda, a function defined inside another, one its module does not hold under its name)."""
+    if isinstance(fn, Deferred):
+        return f"{__package__}.{fn.module}", fn.name
+    target = inspect.unwrap(fn)
+    name = getattr(target, "__qualname__", "")
+    if not name or "<" in name:
+        raise ValueError(f"{where_defined(fn)} is not a function of its module's (a lambda or a local function)")
+    try:
+        path = inspect.getsourcefile(target)
+    except TypeError:
+        path = None
+    # By the globals of the file it was defined in: the module pytest or a --msprobe-functions import
+    # made of that file (sys.modules may hold another file of the same name: two conftest.py).
+    first, *rest = name.split(".")
+    found: Any = getattr(target, "__globals__", {}).get(first)
+    for part in rest:
+        found = getattr(found, part, None)
+    if path is None or found is not target:
+        raise ValueError(f"{where_defined(fn)} is not found again under its name in the file that defines it")
+    return os.path.abspath(path), name
+
+
 # Where the check was when something no `except Exception` takes (the time limit's alarm) stopped it
 # in a user's function: the innermost such function, for the error row.
 _STOPPED_IN: list[str] = []

@@ -61,6 +61,13 @@ STANDARD: dict[str, Any] = {
     "cosine": 0.99,
     "max_abs_err": 0.0001,
 }
+# What the run did to the tested outputs before comparing them, done here to the op's outputs run
+# again: "target", msprobe's post-processing handler(api, output, args, kwargs); "unwritten", the
+# registered mask(bench outputs, args, kwargs) -> {output index: mask} (the bench's value where True).
+# role -> [the file the run imported it from (or a pytest_msprobe module), its name there], or
+# ["", why it cannot be imported here] (the recorded outputs, already as compared, need none).
+OUTPUT_FUNCTIONS: dict[str, list[str]] = {}
+API = "matmul"  # the API's name, as a post-processing handler is given it
 
 
 def bench(*args, **kwargs):
@@ -847,14 +854,77 @@ def within_tolerance(
 # -- the run again ----------------------------------------------------------------
 
 
+@functools.cache
+def output_function(role: str) -> Callable:
+    """One of OUTPUT_FUNCTIONS, imported from the file the run imported it from (by its path: never
+    a file of the same name elsewhere on sys.path, nor one in a dump's folder), or this package's."""
+    where, name = OUTPUT_FUNCTIONS[role]
+    if not where:  # the run said why no script can import it (`name`)
+        raise SystemExit(f"the run applied a function to the outputs ({role}) that cannot be applied here: {name}")
+    try:
+        module = _user_module(where) if where.endswith(".py") else importlib.import_module(where)
+        found: Any = module
+        for part in name.split("."):
+            found = getattr(found, part)
+    except Exception as exc:  # noqa: BLE001 - said as what the script cannot do
+        raise SystemExit(
+            f"the run applied {name} of {where} to the outputs ({role}); it cannot be imported here: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+    return found
+
+
+@functools.cache
+def _user_module(path: str) -> types.ModuleType:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"pytest_msprobe_repro_{Path(path).stem}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def as_compared(tested: list, benched: list, call: dict) -> list:
+    """The op's outputs run again as the run compared them: msprobe's post-processing handler on them,
+    then the bench's value where the registered mask says a correct kernel may leave an element
+    unwritten (registered.compared)."""
+    if "target" in OUTPUT_FUNCTIONS:
+        given = tested[0] if len(tested) == 1 else tuple(tested)
+        found = output_function("target")(API, given, call["args"], call["kwargs"])
+        tested = list(found) if isinstance(found, (tuple, list)) else [found]
+    if "unwritten" in OUTPUT_FUNCTIONS:
+        tested = list(tested)
+        masks = output_function("unwritten")(benched, call["args"], call["kwargs"]) or {}
+        for index, given in dict(masks).items():
+            value = tested[index] if index < len(tested) else None
+            bench = benched[index] if index < len(benched) else None
+            if not isinstance(value, torch.Tensor) or not isinstance(bench, torch.Tensor):
+                continue
+            mask = getattr(given, "mask", given)  # an Unwritten(mask, why), or the mask
+            mask = mask.detach().cpu().numpy() if isinstance(mask, torch.Tensor) else mask
+            where = torch.as_tensor(np.asarray(mask, dtype=bool)).to(value.device)
+            tested[index] = torch.where(where, bench.detach().to(device=value.device, dtype=value.dtype), value)
+    return tested
+
+
 def reproduce(call: dict, device: str, fp32: bool) -> dict[str, Any]:
     report: dict[str, Any] = {"entry": ENTRY, "device": device, "fp32": fp32, "standard": STANDARD["describe"]}
     benched, side, report["bench"] = run_bench(call, device, fp32)
+    rerun = device != "recorded" or fp32
+    for role in OUTPUT_FUNCTIONS if rerun else ():
+        output_function(role)  # imported first: the file that defines them may define the op too
     try:
         tested = run_tested(call, device, fp32)
     except Exception as exc:  # noqa: BLE001 - a device that raises is the finding, as in the run
         report.update(status=ERROR, outputs=[], raised=f"{type(exc).__name__}: {exc}")
         return report
+    if rerun and OUTPUT_FUNCTIONS:  # the recorded outputs in inputs.pt are already as the run compared them
+        tested = as_compared(tested, benched, call)
+        applied = ", ".join(f"{name} ({role})" for role, (_, name) in OUTPUT_FUNCTIONS.items())
+        report["bench"].append(f"the op's outputs as the run compared them: {applied}")
     # The run's answers to the extra runs where the bench is the run's: all of an NPU op's; a
     # gradient judged at a node of the graph where the recorded outputs are judged again.
     saved = call.get("extra", {})
