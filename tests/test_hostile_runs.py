@@ -16,6 +16,7 @@ import pytest
 from test_resume import KILLER
 
 from conftest import read_csv, run_msprobe
+from pytest_msprobe.reports import manifest
 from pytest_msprobe.reports.csv_files import read_result_rows
 
 
@@ -208,9 +209,14 @@ def test_a_disk_that_fills_stops_the_run_with_one_line_and_resume_recovers_every
     assert said[0].startswith("the run stopped early (msprobe: cannot write") and "Interrupted" in said[1], said
     assert "INTERNALERROR" not in output and "Traceback" not in output
     result_csv = next((pytester.path / "out").glob("accuracy_checking_result_*.csv"))
+    # Its manifest (a few hundred bytes, a new file) keeps what it left unchecked, for a later report.
+    left = manifest.stopped_of(manifest.read(result_csv))
+    assert left is not None and left.why.startswith("msprobe: cannot write")
+    assert manifest.stopped_lines([(result_csv, left)])[0][0] == said[0]  # what a later report says: the terminal's
     (pytester.path / "conftest.py").unlink()
     run_msprobe(pytester, dump, "--msprobe-resume", str(result_csv), device="cpu")
     assert rows(pytester.path / "out") == full and rows(pytester.path / "out", "details") == full_details
+    assert manifest.read(result_csv)["stopped"] is None  # whole again
 
 
 # Kills its worker in the teardown of one entry: the verdict was sent, the worker never says it is done.

@@ -101,6 +101,8 @@ def test_two_workers_stopped_by_x_say_it_alike_in_the_terminal_and_the_page(pyte
                                            r"never checked \(.*\)", said[0])
     page = (pytester.path / "report.html").read_text(encoding="utf-8")
     assert text_of(page, "stopped")[1] == said[0]
+    (result_csv,) = (pytester.path / "out").glob("accuracy_checking_result_*.csv")  # the controller's manifest
+    assert later(pytester, "report", str(result_csv), "--html", "later.html").outlines[0] == said[0]
 
 
 def test_a_whole_run_s_page_says_nothing_of_a_stop_and_leaves_the_call_site_to_its_column(pytester, copy_dump):
