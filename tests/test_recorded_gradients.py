@@ -13,8 +13,10 @@ import pytest
 import torch
 
 from conftest import read_csv, run_msprobe
-from pytest_msprobe.frameworks.recorded_gradients import attribute
-from pytest_msprobe.frameworks.torch_engine import NodeGradient
+from pytest_msprobe.frameworks.borrowed_gradients import Borrowed
+from pytest_msprobe.frameworks.pytorch import lend
+from pytest_msprobe.frameworks.recorded_gradients import Attribution, attribute
+from pytest_msprobe.frameworks.torch_engine import NodeGradient, gradient_pairs
 from pytest_msprobe.results import RUN_THE_CALL
 
 
@@ -144,14 +146,28 @@ def test_batch_norms_gradients_are_its_inputs_that_take_one_however_far():
 
 def test_a_gradient_that_is_the_incoming_one_through_a_view_is_skipped_naming_it():
     """linear on a (1, 2, 2) input with a square weight: msprobe records grad_output viewed as (2, 2),
-    the shape of the gradient mm passes on to the flattened input (g @ W), its only candidate."""
+    the shape of the gradient mm passes on to the flattened input (g @ W), its only candidate; the
+    float64 graph's view passes that very gradient on (the node msprobe's hook sat on)."""
     g = torch.tensor([[[1.0, -2.0], [0.5, 3.0]]], dtype=torch.float64)
     weight = torch.tensor([[0.0, 1.0], [1.0, 0.5]], dtype=torch.float64)
     bench = [g @ weight, g.reshape(2, 2).T @ torch.ones(2, 2, dtype=torch.float64), None]
     node = NodeGradient("MmBackward0", 0, g.reshape(2, 2) @ weight, frozenset({0}))
-    found = attribute([g.reshape(2, 2).float()], [{"shape": [2, 2]}], bench, [node], [g.float()])
-    assert found.matched == {} and not found.elsewhere
-    assert "the gradient arriving at output 0 [1, 2, 2] through a view, bit for bit" in found.strays[0]
+    view = NodeGradient("ViewBackward0", 0, g.reshape(2, 2), frozenset({0, 1, 2}))
+    for nodes, api in (([node, view], ""), ([node], "linear")):  # the graph shows it, or the API is msprobe's GEMM
+        found = attribute([g.reshape(2, 2).float()], [{"shape": [2, 2]}], bench, nodes, [g.float()], api)
+        assert found.matched == {} and not found.elsewhere
+        assert "the gradient arriving at output 0 [1, 2, 2] through a view, bit for bit" in found.strays[0]
+
+
+def test_a_gradient_equal_to_the_incoming_one_where_nothing_passes_it_on_is_judged():
+    """log_softmax's gradient without its exp(y) sum(g) term is the incoming gradient itself, bit for bit:
+    no node of log_softmax's graph passes the incoming gradient on, so nothing proves msprobe recorded it
+    there. It is the input's gradient, far from the float64 one: judged (an error), never a SKIP."""
+    g = grad(-0.5, 0.0, 0.0)
+    y = torch.log_softmax(grad(1.0, 2.0, 0.5), 0)
+    bench = [g - torch.exp(y) * g.sum()]
+    found = attribute([g.float()], [{"shape": [3]}], bench, [], [g.float()], "log_softmax")
+    assert list(found.matched) == [0] and not found.strays
 
 
 def test_a_pass_through_apis_gradient_equal_to_the_incoming_one_is_its_inputs():
@@ -162,13 +178,48 @@ def test_a_pass_through_apis_gradient_equal_to_the_incoming_one_is_its_inputs():
 
 
 def test_the_incoming_gradient_near_an_inputs_gradient_is_still_the_incoming_one():
-    """einsum's graph ends in a view: msprobe records the incoming gradient through it, bit for bit. Near an
-    operand's gradient (within FIT of it) it is still not that gradient: a SKIP naming it, never judged there."""
+    """einsum's graph ends in a view: msprobe records the incoming gradient through it, bit for bit (einsum is
+    one of VIEWED_GEMMS). Near an operand's gradient (within FIT of it) it is still not that gradient: a SKIP
+    naming it, never judged there."""
     g = grad(1.0, -2.0, 0.5)
     near = g + grad(0.05, 0.0, 0.0)  # the operand's float64 gradient, 2% from the incoming one
     node = NodeGradient("PermuteBackward0", 0, near.reshape(3, 1), frozenset({1}))
-    found = attribute([g.float().reshape(3, 1)], [{"shape": [3, 1]}], [None, near], [node], [g.float()])
+    found = attribute([g.float().reshape(3, 1)], [{"shape": [3, 1]}], [None, near], [node], [g.float()], "einsum")
     assert found.matched == {} and "through a view, bit for bit" in found.strays[0]
+
+
+def test_a_producers_incoming_gradient_is_judged_as_an_input_only_where_it_proves_itself():
+    """borrowed_gradients: the producer's recorded incoming gradient is this input's only where no call msprobe
+    did not record reads that output too. Within FIT of the input's float64 gradient it is judged, saying what
+    else would put a share there; beyond it (a second, unrecorded reader's share: here as large as this call's)
+    it is no proof: the SKIP stays and says why (a backward that far off would look the same: it says so too),
+    never a false error. A module's recorded gradient of its own
+    input is proven: judged however far."""
+    reference = grad(1.0, -2.0, 0.5)
+    off = reference * 1.01  # a realistic deficit of the call's backward: 1% off, judged (and an error there)
+    summed = reference + grad(0.7, 1.5, -0.4)  # the unrecorded reader's gradient added: 0.74 away
+    source = "Functional.layer_norm.0.backward's recorded incoming gradient (this input is ...)"
+    cases = (
+        (Borrowed(off.float(), source, inferred=True), True),
+        (Borrowed(summed.float(), source, inferred=True), False),
+        (Borrowed(summed.float(), "Module.linear.backward's input gradient"), True),
+    )
+    for taken, judged in cases:
+        found = Attribution()
+        lend(found, {0: taken}, [reference], None)
+        assert (0 in found.matched) is judged and (0 in found.unjudged) is not judged
+        pairs = gradient_pairs(found.matched, [reference], "the gradient arriving at output 0", found.elsewhere,
+                               found.unjudged)  # fmt: skip
+        if judged:
+            assert pairs[0].skip is None or not pairs[0].skip
+            said = found.elsewhere[0][1]
+            assert taken.source in said
+            assert ("a call msprobe did not record that reads that output too" in said) is taken.inferred
+        else:
+            assert "fits not this input's float64 gradient (a relative distance of 0.74, beyond 0.1)" in pairs[0].skip
+            assert (
+                "a call msprobe did not record" in pairs[0].skip and "that far off would look the same" in pairs[0].skip
+            )
 
 
 # Where msprobe 26.2.0 recorded the gradients of GEMMs on the real LLaMA-style and MoE dumps

@@ -16,6 +16,18 @@ the same, bit for bit, where another entry took it:
 Each found gradient is judged against the call's own float64 gradient of that input, saying where it
 came from. An input seen by another call too (q, k and v projections reading one layer_norm) has a
 gradient that sums theirs: nothing to take, the SKIP stays.
+
+The producer's is an inference: a call msprobe did not record (left out by the dump's API list, or one
+it does not wrap: the transpose before a conv, a module's `_VF` call) may read that output too, and the
+gradient arriving there is then the sum of theirs, which a correct kernel's is far from. So it is taken
+as this input's only where it proves itself: within FIT (a relative L2 distance of 0.1) of the float64
+gradient of this input, where a realistic deficit of the call's backward (TF32, low-precision sums:
+1e-3 to 1e-2) stays and another call's share does not (two gradients of one shape are 0.53 and more
+apart: bench/studies/gradient_attribution.md). Farther, it is no proof of anything: the SKIP stays,
+saying what was found and why it was not judged, and that a backward of this call that far off (a
+dropped term) would look the same: such a fault is no error here, as before this module took anything
+(the view's SKIP), and `--msprobe-device recorded,cpu` judges the call by running it. Where it is
+judged, its message says that a call msprobe did not record would put its share there too.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ import torch
 
 from ..dumps.dump import MODULE_TYPES, Dump, EntryName
 from ..inputs.rebuild import is_tensor_spec
+from .recorded_gradients import FIT, distance
 from .torch_engine import Codec, flat_specs, input_tensor_specs, recorded_values
 
 # nn.Linear and MultiheadAttention's out_proj: their forward is F.linear of their input and parameters.
@@ -39,6 +52,33 @@ MAX_PERMUTED_DIMS = 4  # permutations of a producer's output tried (4! = 24)
 class Borrowed:
     value: Any  # the recorded gradient, in the input's shape
     source: str  # where it was recorded, for the message
+    # The producer's incoming gradient: this input's only where no call msprobe did not record reads that
+    # output too (the module's is that module's use of its input alone: proven).
+    inferred: bool = False
+
+    def unproven(self, reference: Any) -> str:
+        """Why this gradient is not judged as the input's (its float64 gradient `reference`), or ""."""
+        if not self.inferred or not isinstance(self.value, torch.Tensor) or not isinstance(reference, torch.Tensor):
+            return ""
+        gap = distance(self.value, reference)
+        if gap <= FIT:
+            return ""
+        return (
+            f"{self.source} fits not this input's float64 gradient (a relative distance of {gap:.2g}, beyond "
+            f"{FIT:g}), so it is not judged as this input's: where a call msprobe did not record (left out by "
+            "the dump's API list, or one msprobe does not wrap) reads that output too, the gradient arriving "
+            "there sums theirs; a backward of this call that far off would look the same"
+        )
+
+    def note(self) -> str:
+        """What a row judged on this gradient says."""
+        said = f"msprobe recorded no gradient of this input here: judged {self.source}"
+        if self.inferred:
+            said += (
+                "; a call msprobe did not record that reads that output too would add its gradient there "
+                "(an error on this row alone, with a correct kernel, would say so)"
+            )
+        return said
 
 
 def borrowed(codec: Codec, dump: Dump, name: EntryName, floats: list, wanted: list[int]) -> dict[int, Borrowed]:
@@ -179,6 +219,7 @@ def _from_producer(codec: Codec, dump: Dump, name: EntryName, spec: Any, value: 
             view(grad),
             f"{prefix}.backward's recorded incoming gradient (this input is {entry}'s output {j}, which no other "
             "recorded call reads)",
+            inferred=True,
         )
     return None
 

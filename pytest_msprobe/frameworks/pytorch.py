@@ -457,7 +457,7 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
         lent: dict[int, Borrowed] = {}
 
         def attribution(tested: list, bench: list) -> Attribution:
-            found = attribute(tested, grad_specs, bench, nodes, flat_outputs(grad_outputs))
+            found = attribute(tested, grad_specs, bench, nodes, flat_outputs(grad_outputs), name.api)
             if found.strays:  # what msprobe recorded here is no input's gradient: another entry's may be
                 missing = [i for i, g in enumerate(bench) if isinstance(g, torch.Tensor) and i not in found.matched]
                 if not lent:
@@ -475,7 +475,8 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
 
         def recorded_pairs(tested: list, bench: list) -> list[OutputPair]:
             found = attribution(tested, bench)
-            return promoted(call, gradient_pairs(found.matched, bench, "; ".join(found.strays), found.elsewhere))
+            strays = "; ".join(found.strays)
+            return promoted(call, gradient_pairs(found.matched, bench, strays, found.elsewhere, found.unjudged))
 
         return Sides(
             watched_bench,
@@ -506,7 +507,8 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
 
 def lend(found: Attribution, lent: dict[int, Borrowed], bench: list, autocast: torch.dtype | None) -> None:
     """The inputs' gradients other entries recorded, judged where this entry recorded none (in the
-    autocast dtype the call computed them in, where they hold its values exactly)."""
+    autocast dtype the call computed them in, where they hold its values exactly) and where they
+    prove themselves this input's (Borrowed.unproven: else the SKIP says why not)."""
     for index, taken in lent.items():
         value, reference = taken.value, bench[index] if index < len(bench) else None
         if index in found.matched or not isinstance(reference, torch.Tensor) or value.shape != reference.shape:
@@ -516,8 +518,12 @@ def lend(found: Attribution, lent: dict[int, Borrowed], bench: list, autocast: t
             if not torch.equal(narrowed.to(value.dtype), value):
                 continue
             value = narrowed
+        why = taken.unproven(reference)
+        if why:
+            found.unjudged[index] = why
+            continue
         found.matched[index] = value
-        found.elsewhere[index] = (reference, f"msprobe recorded no gradient of this input here: judged {taken.source}")
+        found.elsewhere[index] = (reference, taken.note())
 
 
 def compared_gradients_only(call: Call, grad_specs: list) -> Call:

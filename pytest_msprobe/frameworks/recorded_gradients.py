@@ -14,12 +14,17 @@ the call's input gradients and the gradient passed on by every node of its
 float64 graph.
 
 A recorded gradient proven to be the gradient arriving at the output (equal to
-it bit for bit, as it is or through a view) is a SKIP saying so, unless the
-gradient it fits is, in float64 too, that same incoming gradient (a
-pass-through API's input gradient): the one thing attribution may explain away.
-msprobe hooks the node that made the call's first output; where that node is a
-view (einsum's, linear's and matmul's on 3 or more dimensions) it records what
-the view passes on, whatever gradient of the call it happens to be near.
+it bit for bit, as it is or through a view, where something in the API passes
+that gradient on: a node of the API's own float64 graph passes it on unchanged
+at the recorded shape, or the API is one msprobe records so, VIEWED_GEMMS) is a
+SKIP saying so, unless the gradient it fits is, in float64 too, that same
+incoming gradient (a pass-through API's input gradient): the one thing
+attribution may explain away. msprobe hooks the node that made the call's first
+output; where that node is a view (einsum's, linear's and matmul's on 3 or more
+dimensions) it records what the view passes on, whatever gradient of the call it
+happens to be near. Equal to the incoming gradient where nothing in the API
+passes it on (log_softmax's gradient without its exp(y) sum(g) term is the
+incoming gradient itself) proves nothing: it is judged.
 
 Any other is judged. One that fits a gradient of its shape (within FIT) is
 judged there, at a node of the graph said so. One that fits none is judged in
@@ -47,6 +52,9 @@ from .torch_engine import NodeGradient, input_of, shapes_of
 # their node (bf16), two different gradients of one shape 0.53 and more apart (layer_norm's
 # weight and bias): bench/studies/gradient_attribution.md.
 FIT = 0.1
+# The APIs msprobe 26.2.0 records the gradient arriving at the output for (on inputs of 3 or more
+# dimensions): proof enough where the float64 graph of another device's run has no such view.
+VIEWED_GEMMS = frozenset({"linear", "matmul", "__matmul__", "bmm", "baddbmm", "einsum"})
 
 
 @dataclass
@@ -58,6 +66,8 @@ class Attribution:
     elsewhere: dict[int, tuple[torch.Tensor, str]] = field(default_factory=dict)
     nodes: dict[int, NodeGradient] = field(default_factory=dict)  # input index -> that node
     strays: list[str] = field(default_factory=list)  # the recorded gradients that fit nothing, described
+    # input index -> why a gradient another entry recorded was not judged as this input's (borrowed_gradients)
+    unjudged: dict[int, str] = field(default_factory=dict)
 
     def compared(self, bench: list) -> tuple[list, list]:
         """(recorded, float64) as they were compared, in the order of the inputs."""
@@ -85,7 +95,9 @@ class Candidate:
         return self.node.describe() if self.node else f"the gradient of input {self.index}"
 
 
-def attribute(recorded: list, specs: list, bench: list, nodes: list[NodeGradient], grad_outputs: list) -> Attribution:
+def attribute(
+    recorded: list, specs: list, bench: list, nodes: list[NodeGradient], grad_outputs: list, api: str = ""
+) -> Attribution:
     """Each recorded gradient against the closest float64 gradient of its shape."""
     passed_on = [g for g in grad_outputs if isinstance(g, torch.Tensor)]
     found = Attribution()
@@ -96,7 +108,7 @@ def attribute(recorded: list, specs: list, bench: list, nodes: list[NodeGradient
         distances = [distance(value, c.value) for c in candidates]
         best = min(range(len(candidates)), key=distances.__getitem__, default=None)  # a tie: the input's own
         fits = best is not None and distances[best] <= FIT
-        incoming = passed_on_as(value, passed_on)
+        incoming = passed_on_as(value, passed_on) if api in VIEWED_GEMMS or passes_on(value, nodes) else ""
         if incoming and not (best is not None and fits and passed_on_as(candidates[best].value, passed_on)):
             # Proven to be the gradient arriving at the output, not the gradient of any input: never judged
             # as one. Only a gradient that is, in float64 too, the one arriving (a pass-through API's) is
@@ -155,6 +167,13 @@ def _place(value: torch.Tensor, candidates: list[Candidate], distances: list[flo
         f"it fits none of the {len(candidates)} float64 gradients of its shape {list(value.shape)} (the nearest at a "
         f"relative distance of {min(distances):.2g}): judged {where}, {candidates[best].describe()}"
     )
+
+
+def passes_on(value: torch.Tensor, nodes: list[NodeGradient]) -> bool:
+    """Whether a node of the API's float64 graph passes on, at the recorded shape, the very values
+    recorded (a view or an add passes the gradient arriving at the output on unchanged: where msprobe's
+    hook sits on such a node it records that gradient, not an input's)."""
+    return any(node.value.shape == value.shape and same_values(node.value, value) for node in nodes)
 
 
 def passed_on_as(value: torch.Tensor, passed_on: list) -> str:

@@ -437,13 +437,19 @@ def pairs_of(tested: Sequence[Any], bench: Sequence[Any]) -> list[OutputPair]:
 
 
 def gradient_pairs(
-    matched: dict[int, Any], bench: list, unfitting: str = "", elsewhere: dict[int, tuple[Any, str]] | None = None
+    matched: dict[int, Any],
+    bench: list,
+    unfitting: str = "",
+    elsewhere: dict[int, tuple[Any, str]] | None = None,
+    unjudged: dict[int, str] | None = None,
 ) -> list[OutputPair]:
     """The matched gradients against the bench's, and, when `unfitting` says what msprobe
     recorded that fits no input, a SKIP for each input left without one. `elsewhere` holds,
-    by input, a bench value taken at another node of the graph and what to say about it."""
+    by input, a bench value taken at another node of the graph and what to say about it;
+    `unjudged`, by input, why a gradient found elsewhere in the dump was not judged as its."""
     shapes = shapes_of(bench)
     elsewhere = elsewhere or {}
+    unjudged = unjudged or {}
     pairs = []
     for index in sorted(matched):
         bench_value, note = elsewhere.get(index, (bench[index], ""))
@@ -454,6 +460,8 @@ def gradient_pairs(
     if unfitting:
         for index in (i for i, s in enumerate(shapes) if s is not None and i not in matched):
             why = f"no recorded gradient fits this input's gradient {shapes[index]}: msprobe recorded {unfitting}"
+            if index in unjudged:
+                why += f"; {unjudged[index]}"
             pairs.append(OutputPair(index, skip=why))
     return sorted(pairs, key=lambda p: p.index)
 
