@@ -95,7 +95,9 @@ def test_the_batch_norm_magnitude_per_channel_is_the_elementwise_formula(trainin
     var = ((x - mean) ** 2).mean(over, keepdim=True) if training else var_r.reshape(shape)
     rstd = 1 / torch.sqrt(var + 1e-5)
     aw = w.abs().reshape(shape) if w is not None else 1.0
-    centred = (x.abs() + mean.abs()) * rstd
+    # batch statistics: the mean is a sum of the channel's terms, rounded at mean(|x|) (float64 here, no bf16)
+    scale = x.abs().mean(over, keepdim=True) if training else mean.abs()
+    centred = (x.abs() + scale) * rstd
     expected_y = centred * aw + (b.abs().reshape(shape) if b is not None else 0.0)
     grad = torch.randn(x.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     ag = grad.abs()

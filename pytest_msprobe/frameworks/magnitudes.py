@@ -10,6 +10,15 @@
   cross_entropy's (p - onehot) g / N -> (p + onehot) |g| / N): `formula`, in float64; batch_norm's
   in float32 where the call's tensors are no wider (a factor of the budget needs no more; float64
   where float32 overflows).
+- A normalisation's statistics are sums over its row (layer_norm), group (group_norm) or channel
+  (batch_norm in training): a correct fp32 kernel rounds the mean at the scale of its terms,
+  mean(|x|), as every sum's magnitude is the sum of its terms' (on centred groups |mean| is near 0:
+  the U-Net's fp32 group_norm summed in order over 2,560 elements was 1.5 u_acc std off where
+  |mean| is 0.008 std, 2.4 times the budget of |x| + |mean|: bench/studies/norm_statistics.md).
+  Where a floating tensor of the call is bf16/fp16 the budget's L term, PyTorch's own kernel
+  computing the same fp32 statistics, carries that rounding at each element, and the mean stays at
+  |mean|: there mean(|x|) passed no correct kernel more but a 12-bit rsqrt (the GPT's bf16/fp16
+  layer_norms, 1.2-2.3 times the budget, 0.6-0.8 with it). A running mean is a number: |mean|.
 - Pooling and interpolation route each grad_output element to inputs with nonnegative weights
   that the input chooses (a window's max, its mean, the interpolation's weights): their gradient's
   magnitude is the benchmark on |grad_output| with the inputs as they are (|x| would move a max
@@ -205,6 +214,9 @@ def _formula(
     name: str, args: Sequence[Any], kwargs: dict[str, Any], grad_outputs: list | None, dtype: torch.dtype
 ) -> list:
     bound = _bind(name, args, kwargs, dtype)
+    if name in _NORMS:  # where the call computes in bf16/fp16, the L term carries its mean's rounding
+        low = (torch.bfloat16, torch.float16)
+        bound[_TERMS] = not any(isinstance(t, torch.Tensor) and t.dtype in low for t in (*args, *kwargs.values()))
     g = next((_copy(t, dtype) for t in grad_outputs or () if isinstance(t, torch.Tensor)), None)
     if grad_outputs is not None and g is None:
         raise ValueError("no grad_output")
@@ -234,6 +246,27 @@ def _softmax(p: dict[str, Any], g: torch.Tensor | None) -> list:
     return [y * (ag + (y * ag).sum(dim, keepdim=True))]
 
 
+# What a normalisation's mean is rounded at the scale of: "fp32", mean(|x|) where no floating tensor of the call
+# is bf16/fp16 (their L term carries it), else |mean|; "terms", mean(|x|) always; "mean", |mean| always (as
+# before bench/studies/norm_statistics.md, which measures the three).
+MEAN_SCALE = "fp32"
+_TERMS = "mean_at_terms"  # the key formula() adds to a norm's parameters: whether its mean is rounded at mean(|x|)
+_NORMS = frozenset({"layer_norm", "group_norm", "batch_norm"})
+
+
+def _at_terms(p: dict[str, Any]) -> bool:
+    return MEAN_SCALE == "terms" or (MEAN_SCALE == "fp32" and bool(p.get(_TERMS, True)))
+
+
+def _mean_scale(
+    p: dict[str, Any], x: torch.Tensor, dims: int | tuple[int, ...], mean: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The magnitude a correct kernel rounds the statistics' mean of x over dims at (keepdim)."""
+    if not _at_terms(p):
+        return (x.mean(dims, keepdim=True) if mean is None else mean).abs()
+    return x.abs().mean(dims, keepdim=True)
+
+
 def _layer_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
     shape = p["normalized_shape"]
     n = int(math.prod(shape if isinstance(shape, (list, tuple, torch.Size)) else [shape]))
@@ -242,7 +275,7 @@ def _layer_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
     mean = rows.mean(1, keepdim=True)
     rstd = 1 / torch.sqrt(((rows - mean) ** 2).mean(1, keepdim=True) + p["eps"])
     grads = None if g is None else g.reshape(-1, n)
-    dx, dw, db = _normalised(rows, mean, rstd, p["weight"], p["bias"], grads, n)
+    dx, dw, db = _normalised(rows, _mean_scale(p, rows, 1, mean), rstd, p["weight"], p["bias"], grads, n)
     return [dx.reshape(x.shape)] + [found for found in (dw, db) if found is not None]
 
 
@@ -257,8 +290,8 @@ def _normalised(
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(y or dx, dw, db) of layer_norm's rows of n (x and g, written in place), normalised with
     their statistics (x's gradient sums through them too), the weight's and bias's gradients
-    summed over the rows."""
-    centred = x.abs_().add_(mean.abs()).mul_(rstd)  # x - mean is rounded at the scale of |x| + |mean|
+    summed over the rows. `mean`: the magnitude of the row's mean, mean(|x|)."""
+    centred = x.abs_().add_(mean).mul_(rstd)  # x - mean is rounded at the scale of |x| + mean(|x|)
     w = weight.reshape(1, n).abs() if weight is not None else None
     if g is None:
         y = centred if w is None else centred.mul_(w)
@@ -284,7 +317,8 @@ def _group_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
     x4 = x.reshape(view)
     mean = x4.mean((2, 3), keepdim=True)
     rstd = 1 / torch.sqrt(((x4 - mean) ** 2).mean((2, 3), keepdim=True) + p["eps"])
-    centred = x4.abs_().add_(mean.abs()).mul_(rstd)  # x - mean is rounded at the scale of |x| + |mean|
+    scale = _mean_scale(p, x4, (2, 3), mean)
+    centred = x4.abs_().add_(scale).mul_(rstd)  # x - mean is rounded at the scale of |x| + mean(|x|)
     weight, bias = p["weight"], p["bias"]
     w = weight.abs().reshape(1, groups, -1, 1) if weight is not None else None
     if g is None:
@@ -338,12 +372,15 @@ def _batch_norm(p: dict[str, Any], g: torch.Tensor | None) -> list:
     buffer = torch.empty_like(x)
     if batch:
         mean = x.mean(over, keepdim=True)
+        # the mean's magnitude (_mean_scale, in the buffer: no full-size copy more)
+        m = torch.abs(x, out=buffer).mean(over, keepdim=True) if _at_terms(p) else mean.abs()
         variance = torch.sub(x, mean, out=buffer).square_().mean(over, keepdim=True)
     else:
         mean, variance = p["running_mean"].reshape(shape), p["running_var"].reshape(shape)
+        m = mean.abs()  # a running mean is a number: no sum of this call's
     if x.dtype == torch.float32 and not bool(torch.isfinite(variance).all()):  # formula() runs it in float64
         raise FloatingPointError("batch_norm's variance overflowed float32")
-    a, m = (variance + p["eps"]).rsqrt_(), mean.abs()
+    a = (variance + p["eps"]).rsqrt_()
     aw = a if p["weight"] is None else a * p["weight"].reshape(shape).abs()
     ab = 0.0 if p["bias"] is None else p["bias"].reshape(shape).abs()
     if g is None:
