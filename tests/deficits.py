@@ -90,6 +90,12 @@ class Kernel:
     variance: str = "two_pass"  # two_pass, welford, one_pass (E[x^2] - E[x]^2 summed in the low dtype)
     drop_term: bool = False  # backward: layer_norm without mean(g*w), batch_norm without mean(g),
     #                          softmax without the dot term
+    fma: bool = True  # GEMMs: each product added exactly (a fused multiply-add); False: rounded to fp32 first
+    flash: bool = False  # attention as FlashAttention-2: P (backward: dS too) rounded to the entry's dtype before
+    #                      its GEMM, the output normalised after P V
+    bias_after: bool = False  # linear: the product rounded to the entry's dtype, then the bias added
+    fast_math: bool = False  # unary math from a fast exp or a one-constant range reduction (fast_exp, fast_trig),
+    #                         softplus as log(1 + exp(x)) in fp32
     exact: bool = False  # float64 throughout: the benchmark
     ulp_noise: bool = False  # the exact result rounded, then moved by -1, 0 or +1 ULP at random
 
@@ -109,12 +115,17 @@ class Kind:
 
 
 _BOTH = frozenset({FORWARD, BACKWARD})
-_GEMM = frozenset({"linear", "matmul", "conv"})
-_NORMS = frozenset({"layer_norm", "batch_norm"})
-_POOLS = frozenset({"max_pool", "adaptive_avg_pool"})  # their gradients sum where windows overlap
-_SUMS = _GEMM | _NORMS | _POOLS | {"embedding", "cross_entropy", "reduction"}
-_ALL_SUMS = _SUMS | {"softmax"}
-_MATH = frozenset({"gelu", "softmax", "cross_entropy"}) | _NORMS
+_GEMM = frozenset({"linear", "matmul", "conv", "conv_transpose", "sdpa"})
+_NORMS = frozenset({"layer_norm", "batch_norm", "group_norm"})
+_POOLS = frozenset({"max_pool", "adaptive_avg_pool", "avg_pool"})  # their gradients sum where windows overlap
+_SCANS = frozenset({"cumsum", "cumprod"})
+_LOSSES = frozenset({"cross_entropy", "nll_loss", "mse_loss"})
+_GATHERS = frozenset({"embedding", "embedding_bag", "index_select"})  # their gradients sum where indices repeat
+_SUMS = _GEMM | _NORMS | _POOLS | _SCANS | _LOSSES | _GATHERS | {"reduction"}
+_SOFTMAXES = frozenset({"softmax", "log_softmax", "cross_entropy", "sdpa"})
+_ALL_SUMS = _SUMS | _SOFTMAXES
+_UNARY = frozenset({"exp", "sin", "cos", "sigmoid", "tanh", "silu", "softplus"})  # computed in float64, rounded
+_MATH = frozenset({"gelu", "softmax", "log_softmax", "cross_entropy"}) | _NORMS | _UNARY
 
 
 def _kind(
@@ -179,7 +190,7 @@ KINDS: dict[str, Kind] = {
         _kind(
             "softmax_sum_low",
             True,
-            ["softmax", "cross_entropy"],
+            _SOFTMAXES,
             Kernel(softmax_sum="low"),
             "softmax's denominator (backward: its dot product) summed in the entry's dtype",
             dtypes=LOW,
@@ -187,11 +198,21 @@ KINDS: dict[str, Kind] = {
         _kind(
             "missing_term",
             True,
-            [*_NORMS, "softmax"],
+            [*_NORMS, "softmax", "log_softmax", "sdpa", "silu"],
             Kernel(drop_term=True),
-            "input gradient without a term: layer_norm without mean(g*w), batch_norm without mean(g), softmax "
-            "without the dot term",
+            "input gradient without a term: layer_norm and group_norm without mean(g*w), batch_norm without "
+            "mean(g), softmax without the dot term, log_softmax without exp(y) sum(g), attention's dS without "
+            "rowsum(dO O), silu's without x sigmoid(x) (1 - sigmoid(x))",
             directions=[BACKWARD],
+        ),
+        _kind(
+            "fast_math",
+            True,
+            _UNARY,
+            Kernel(fast_math=True),
+            "exp, sigmoid, silu and tanh from a fast exp (2^f a cubic, 2.2e-4 relative), sin and cos with one fp32 "
+            "constant for pi/2, softplus as log(1 + exp(x)) in fp32 (no log1p)",
+            directions=[FORWARD],
         ),
         # controls
         _kind("sequential", False, _ALL_SUMS, Kernel(), "fp32 sums in order (two-pass norms)"),
@@ -212,9 +233,25 @@ KINDS: dict[str, Kind] = {
             "a 1-ULP math library: the exact result rounded, moved by -1, 0 or +1 ULP at random",
         ),
         _kind(
+            "no_fma",
+            False,
+            _GEMM,
+            Kernel(fma=False),
+            "GEMMs with each product rounded to fp32 before it is added (no fused multiply-add), in order",
+        ),
+        _kind(
+            "flash",
+            False,
+            ["sdpa"],
+            Kernel(flash=True, softmax="online"),
+            "FlashAttention-2: online softmax, P and dS rounded to the entry's dtype before their GEMMs, fp32 "
+            "accumulation, the output divided by the row's sum after P V",
+            dtypes=LOW,
+        ),
+        _kind(
             "online_softmax",
             False,
-            ["softmax", "cross_entropy"],
+            ["softmax", "log_softmax", "cross_entropy", "sdpa"],
             Kernel(softmax="online"),
             "online softmax: blocks of 16, running max, rescaled fp32 sum",
             directions=[FORWARD],
@@ -286,9 +323,12 @@ class Arith:
         a, b = self.operands(a, b)
         if self.mid == F64:
             return torch.matmul(a, b)
+        product = None if self.kernel.fma else self.mid
         if self.kernel.order in ("sequential", "reverse") and self.kernel.accumulate != "low_blocked":
-            return _sequential_products(a, b, self.acc_dtype("reduction"), reverse=self.kernel.order == "reverse")
-        return self.sum(a.unsqueeze(-1) * b.unsqueeze(-3), dim=-2)
+            acc = self.acc_dtype("reduction")
+            return _sequential_products(a, b, acc, reverse=self.kernel.order == "reverse", product=product)
+        products = a.unsqueeze(-1) * b.unsqueeze(-3)
+        return self.sum(products if product is None else rnd(products, product), dim=-2)
 
 
 def _sequential(t: torch.Tensor, acc: torch.dtype) -> torch.Tensor:
@@ -309,12 +349,16 @@ def _in_order(terms: Iterable[torch.Tensor], shape: Sequence[int], acc: torch.dt
     return total
 
 
-def _sequential_products(a: torch.Tensor, b: torch.Tensor, acc: torch.dtype, reverse: bool) -> torch.Tensor:
+def _sequential_products(
+    a: torch.Tensor, b: torch.Tensor, acc: torch.dtype, reverse: bool, product: torch.dtype | None = None
+) -> torch.Tensor:
     """_sequential over the K products of a (..., M, K) @ b (..., K, N), each formed as it is added:
-    the same sums, without the (..., M, K, N) tensor of every product (exact in float64 either way)."""
+    the same sums, without the (..., M, K, N) tensor of every product (exact in float64 either way).
+    `product`: each product rounded to that dtype before it is added (no fused multiply-add)."""
     shape = torch.broadcast_shapes((*a.shape[:-1], 1), (*b.shape[:-2], 1, b.shape[-1]))
     steps = range(a.shape[-1] - 1, -1, -1) if reverse else range(a.shape[-1])
-    return _in_order((a[..., :, k, None] * b[..., k, None, :] for k in steps), shape, acc)
+    terms = (a[..., :, k, None] * b[..., k, None, :] for k in steps)
+    return _in_order(terms if product is None else (rnd(t, product) for t in terms), shape, acc)
 
 
 def _blocks(t: torch.Tensor) -> torch.Tensor:
@@ -344,6 +388,19 @@ FAMILIES = {
     "cross_entropy": "cross_entropy",
     "sum": "reduction",
     "mean": "reduction",
+    "conv1d": "conv",
+    "conv_transpose2d": "conv_transpose",
+    "group_norm": "group_norm",
+    "avg_pool2d": "avg_pool",
+    "scaled_dot_product_attention": "sdpa",
+    "log_softmax": "log_softmax",
+    "cumsum": "cumsum",
+    "cumprod": "cumprod",
+    "nll_loss": "nll_loss",
+    "mse_loss": "mse_loss",
+    "embedding_bag": "embedding_bag",
+    "index_select": "index_select",
+    **{name: name for name in _UNARY},
 }
 PARAMS = {
     "linear": ("input", "weight", "bias"),
@@ -367,6 +424,31 @@ PARAMS = {
         "label_smoothing",
     ),
     "reduction": ("input", "dim", "keepdim"),
+    "conv_transpose": ("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation"),
+    "group_norm": ("input", "num_groups", "weight", "bias", "eps"),
+    "avg_pool": ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"),
+    "sdpa": ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"),
+    "log_softmax": ("input", "dim", "_stacklevel", "dtype"),
+    "cumsum": ("input", "dim", "dtype"),
+    "cumprod": ("input", "dim", "dtype"),
+    "nll_loss": ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction"),
+    "mse_loss": ("input", "target", "size_average", "reduce", "reduction"),
+    "embedding_bag": (
+        "input",
+        "weight",
+        "offsets",
+        "max_norm",
+        "norm_type",
+        "scale_grad_by_freq",
+        "mode",
+        "sparse",
+        "per_sample_weights",
+        "include_last_offset",
+        "padding_idx",
+    ),
+    "index_select": ("input", "dim", "index"),
+    **{name: ("input",) for name in _UNARY - {"softplus"}},
+    "softplus": ("input", "beta", "threshold"),
 }
 DEFAULTS = {
     "stride": 1,
@@ -383,7 +465,14 @@ DEFAULTS = {
     "ceil_mode": False,
     "return_indices": False,
 }
-FAMILY_DEFAULTS = {"max_pool": {"stride": None}}  # max_pool2d's stride defaults to its kernel_size
+FAMILY_DEFAULTS = {
+    "max_pool": {"stride": None},  # max_pool2d's and avg_pool2d's stride default to the kernel_size
+    "avg_pool": {"stride": None, "count_include_pad": True},
+    "conv_transpose": {"output_padding": 0},
+    "sdpa": {"dropout_p": 0.0, "is_causal": False},
+    "embedding_bag": {"mode": "mean", "include_last_offset": False},
+    "softplus": {"beta": 1.0, "threshold": 20.0},
+}
 
 
 def family_of(api: str) -> str | None:
@@ -416,7 +505,7 @@ def _pair(v: Any) -> tuple[int, int]:
 def linear_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
     y = ar.gemm(p["input"], p["weight"].transpose(-1, -2))
     if p["bias"] is not None:
-        y = ar.racc(y + p["bias"])
+        y = ar.racc((ar.result(y) if ar.kernel.bias_after else y) + p["bias"])
     return [ar.result(y)]
 
 
@@ -439,7 +528,110 @@ def _conv_columns(p: dict) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]
     return cols, w.reshape(w.shape[0], -1), (h, wd)
 
 
+def _single(v: Any) -> int:
+    return v if isinstance(v, int) else int(v[0])
+
+
+def _conv2d_form(p: dict) -> dict:
+    """A conv1d as the conv2d of a height-1 image (the same products and sums); a conv2d as it is."""
+    x = p["input"]
+    if x.dim() == 4:
+        return p
+    if x.dim() != 3 or isinstance(p["padding"], str):
+        raise NotApplicable("an unbatched conv, a conv3d or string padding is not modelled")
+    return {
+        **p,
+        "input": x.unsqueeze(2),
+        "weight": p["weight"].unsqueeze(2),
+        "stride": (1, _single(p["stride"])),
+        "dilation": (1, _single(p["dilation"])),
+        "padding": (0, _single(p["padding"])),
+    }
+
+
+def _groups(p: dict) -> list[dict]:
+    """A grouped conv as its groups' convs (each group's channels and filters alone)."""
+    groups = int(p["groups"] or 1)
+    if groups == 1:
+        return [p]
+    x, w, b = p["input"], p["weight"], p["bias"]
+    cin, cout = x.shape[1] // groups, w.shape[0] // groups
+    return [
+        {
+            **p,
+            "groups": 1,
+            "input": x[:, i * cin : (i + 1) * cin],
+            "weight": w[i * cout : (i + 1) * cout],
+            "bias": None if b is None else b[i * cout : (i + 1) * cout],
+        }
+        for i in range(groups)
+    ]
+
+
 def conv_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    """conv1d and conv2d, grouped (depthwise) or not: each group an implicit GEMM."""
+    q = _conv2d_form(p)
+    y = torch.cat([_conv2d_forward(ar, part)[0] for part in _groups(q)], 1)
+    return [y if q is p else y.squeeze(2)]
+
+
+def conv_backward(ar: Arith, p: dict, g: torch.Tensor, y: Any) -> list[torch.Tensor | None]:
+    q = _conv2d_form(p)
+    g = g if q is p else g.unsqueeze(2)
+    parts = _groups(q)
+    cout = g.shape[1] // len(parts)
+    found = [_conv2d_backward(ar, part, g[:, i * cout : (i + 1) * cout], y) for i, part in enumerate(parts)]
+    dx = torch.cat([f[0] for f in found], 1)
+    dw = torch.cat([f[1] for f in found], 0)
+    db = None if found[0][2] is None else torch.cat([f[2] for f in found], 0)
+    if q is not p:
+        dx, dw = dx.squeeze(2), dw.squeeze(2)
+    return [dx, dw, db]
+
+
+def _transposed_as_conv(p: dict) -> tuple[dict, tuple[slice, slice]]:
+    """conv_transpose2d as the conv2d of its input with zeros between its elements (stride - 1 of them),
+    padded by dilation (kernel - 1) - padding, and of its weight flipped with its channels swapped: the
+    same products and sums; and where the input's elements sit in that input."""
+    x, w = p["input"], p["weight"]
+    if x.dim() != 4 or int(p["groups"] or 1) != 1 or isinstance(p["padding"], str):
+        raise NotApplicable("conv_transpose2d of a 3-D input or with groups is not modelled")
+    stride, padding = _pair(p["stride"]), _pair(p["padding"])
+    extra, dilation = _pair(p["output_padding"]), _pair(p["dilation"])
+    n, c, h, wd = x.shape
+    spread = torch.zeros((n, c, (h - 1) * stride[0] + 1, (wd - 1) * stride[1] + 1), dtype=x.dtype)
+    spread[:, :, :: stride[0], :: stride[1]] = x
+    low = [dilation[i] * (w.shape[2 + i] - 1) - padding[i] for i in range(2)]
+    if min(low) < 0:
+        raise NotApplicable("conv_transpose2d with padding beyond its kernel is not modelled")
+    padded = F.pad(spread, (low[1], low[1] + extra[1], low[0], low[0] + extra[0]))
+    conv = {
+        "input": padded,
+        "weight": w.flip(-1, -2).transpose(0, 1),
+        "bias": p["bias"],
+        "stride": 1,
+        "padding": 0,
+        "dilation": dilation,
+        "groups": 1,
+    }
+    rows = slice(low[0], low[0] + spread.shape[2], stride[0])
+    cols = slice(low[1], low[1] + spread.shape[3], stride[1])
+    return conv, (rows, cols)
+
+
+def conv_transpose_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    conv, _ = _transposed_as_conv(p)
+    return _conv2d_forward(ar, conv)
+
+
+def conv_transpose_backward(ar: Arith, p: dict, g: torch.Tensor, y: Any) -> list[torch.Tensor | None]:
+    conv, (rows, cols) = _transposed_as_conv(p)
+    dx, dw, db = _conv2d_backward(ar, conv, g, y)
+    assert dx is not None and dw is not None
+    return [dx[:, :, rows, cols], dw.transpose(0, 1).flip(-1, -2), db]
+
+
+def _conv2d_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
     cols, w2, (h, wd) = _conv_columns(p)
     y = ar.gemm(w2.unsqueeze(0), cols)  # (N, O, L)
     if p["bias"] is not None:
@@ -691,7 +883,7 @@ def matmul_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.
     return [ar.result(ar.gemm(g, b.T)), ar.result(ar.gemm(a.T, g))]
 
 
-def conv_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
+def _conv2d_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
     cols, _, _ = _conv_columns(p)
     n, o = g.shape[:2]
     g2 = g.reshape(n, o, -1)  # (N, O, L)
@@ -789,6 +981,346 @@ def embedding_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[tor
     return [ar.result(ar.sum(onehot[:, :, None] * g[:, None, :], 0))]
 
 
+# -- the families of the diffusion U-Net and the sequence model (issue 47's held-out check) ---------
+
+
+def _group_rows(p: dict) -> tuple[torch.Tensor, int]:
+    """group_norm's statistics rows: (N * groups, C / groups * spatial)."""
+    x, groups = p["input"], int(p["num_groups"])
+    if x.dim() < 2 or x.shape[1] % groups:
+        raise NotApplicable("group_norm of a vector")
+    rows = x.reshape(x.shape[0] * groups, -1)
+    return rows, rows.shape[1]
+
+
+def _per_channel(v: torch.Tensor) -> torch.Tensor:
+    """A weight or bias of C channels against (N, C, positions)."""
+    return v.reshape(1, -1, 1)
+
+
+def group_norm_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    x = p["input"]
+    rows, n = _group_rows(p)
+    mean, rstd = _stats(ar, rows, n, p["eps"])
+    y = ar.r(ar.r(rows - mean) * rstd).reshape(x.shape[0], x.shape[1], -1)
+    if p["weight"] is not None:
+        y = ar.r(y * _per_channel(p["weight"]))
+    if p["bias"] is not None:
+        y = ar.r(y + _per_channel(p["bias"]))
+    return [ar.result(y).reshape(x.shape)]
+
+
+def group_norm_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
+    """layer_norm's input gradient over each group's rows, with the weight per channel; the weight's
+    and bias's gradients summed per channel over the batch and the positions."""
+    x, w = p["input"], p["weight"]
+    rows, n = _group_rows(p)
+    mean, rstd = _stats(ar, rows, n, p["eps"])
+    xhat = ar.r(ar.r(rows - mean) * rstd)
+    g3 = g.reshape(x.shape[0], x.shape[1], -1)
+    gw = (ar.r(g3 * _per_channel(w)) if w is not None else g3).reshape(rows.shape)
+    a = ar.racc(ar.sum(gw, 1) / n).unsqueeze(1)
+    c = ar.racc(ar.sum(gw * xhat, 1) / n).unsqueeze(1)
+    inner = ar.r(gw - ar.r(xhat * c)) if ar.kernel.drop_term else ar.r(ar.r(gw - a) - ar.r(xhat * c))
+    dx = ar.result(ar.r(rstd * inner)).reshape(x.shape)
+
+    def per_channel(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(x.shape[0], x.shape[1], -1).movedim(1, 0).reshape(x.shape[1], -1)
+
+    dw = ar.result(ar.sum(per_channel(g3.reshape(rows.shape) * xhat), 1)) if w is not None else None
+    db = ar.result(ar.sum(per_channel(g3), 1)) if p["bias"] is not None else None
+    return [dx, dw, db]
+
+
+def _avg_as_adaptive(p: dict) -> dict:
+    """avg_pool2d whose windows tile the input (stride = kernel, no padding) is adaptive_avg_pool2d's."""
+    x, kernel = p["input"], _pair(p["kernel_size"])
+    stride = _pair(p["stride"]) if p["stride"] not in (None, []) else kernel
+    if (
+        x.dim() != 4
+        or stride != kernel
+        or _pair(p["padding"]) != (0, 0)
+        or p["ceil_mode"]
+        or p["divisor_override"]
+        or x.shape[2] % kernel[0]
+        or x.shape[3] % kernel[1]
+    ):
+        raise NotApplicable("avg_pool2d of overlapping or padded windows is not modelled")
+    return {"input": x, "output_size": (x.shape[2] // kernel[0], x.shape[3] // kernel[1])}
+
+
+def avg_pool_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    return adaptive_avg_pool_forward(ar, _avg_as_adaptive(p))
+
+
+def avg_pool_backward(ar: Arith, p: dict, g: torch.Tensor, y: Any) -> list[torch.Tensor | None]:
+    return adaptive_avg_pool_backward(ar, _avg_as_adaptive(p), g, y)
+
+
+def _attention(ar: Arith, p: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float, torch.Tensor]:
+    """(q, k, v, scale, P): the probabilities as the kernel computes them (S = Q K^T scale, softmax)."""
+    q, k, v = p["query"], p["key"], p["value"]
+    if p["attn_mask"] is not None or p["dropout_p"] or p["enable_gqa"] or q.shape[:-2] != k.shape[:-2]:
+        raise NotApplicable("attention with a mask, dropout or grouped keys is not modelled")
+    scale = float(p["scale"]) if p["scale"] is not None else 1 / math.sqrt(q.shape[-1])
+    scores = ar.r(ar.racc(ar.gemm(q, k.transpose(-1, -2))) * scale)
+    if p["is_causal"]:
+        scores = _causal(scores)
+    e, total = _softmax_parts(ar, scores)
+    return q, k, v, scale, ar.r(e / total)
+
+
+def sdpa_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    if ar.kernel.flash and ar.mid != F64:
+        return [ar.result(_flash_output(ar, p))]
+    _, _, v, _, probs = _attention(ar, p)
+    return [ar.result(ar.gemm(probs, v))]
+
+
+def _flash_output(ar: Arith, p: dict) -> torch.Tensor:
+    """O = (exp(S - max) rounded to the entry's dtype) V / their fp32 sum: FlashAttention-2's forward."""
+    q, k, v = p["query"], p["key"], p["value"]
+    _, _, _, scale, _ = _attention(ar, p)  # checks what is modelled
+    scores = ar.r(ar.racc(ar.gemm(q, k.transpose(-1, -2))) * scale)
+    if p["is_causal"]:
+        scores = _causal(scores)
+    e, total = _softmax_parts(ar, scores)
+    return ar.r(ar.r(ar.gemm(rnd(e, ar.out), v)) / total)
+
+
+def sdpa_backward(ar: Arith, p: dict, g: torch.Tensor, y: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """dV = P^T dO, dS = P (dO V^T - rowsum(dO O)), dQ = dS K scale, dK = dS^T Q scale; O the output the
+    forward saved (the benchmark: its own)."""
+    q, k, v, scale, probs = _attention(ar, p)
+    if ar.mid == F64 or y is None:
+        y = sdpa_forward(Arith(EXACT, F64) if ar.mid == F64 else ar, p)[0]
+    flash = ar.kernel.flash and ar.mid != F64  # P and dS rounded to the entry's dtype before their GEMMs
+    dv = ar.gemm((rnd(probs, ar.out) if flash else probs).transpose(-1, -2), g)
+    dp = ar.r(ar.racc(ar.gemm(g, v.transpose(-1, -2))))
+    if ar.kernel.drop_term:
+        ds = ar.r(probs * dp)
+    else:
+        rowsum = ar.sum(g * y, -1, "softmax").unsqueeze(-1)
+        ds = ar.r(probs * ar.r(dp - rowsum))
+    ds = ar.r(ds * scale)
+    ds = rnd(ds, ar.out) if flash else ds
+    return [ar.result(ar.gemm(ds, k)), ar.result(ar.gemm(ds.transpose(-1, -2), q)), ar.result(dv)]
+
+
+def log_softmax_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    dim = p["dim"] if p["dim"] is not None else -1
+    x = _last(p["input"], dim)
+    _, total = _softmax_parts(ar, x)
+    y = ar.r(ar.r(x - x.amax(-1, keepdim=True)) - ar.r(torch.log(total)))
+    return [ar.result(y).movedim(-1, dim)]
+
+
+def log_softmax_backward(ar: Arith, p: dict, g: torch.Tensor, y: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """dx = g - exp(y) sum(g), y the output the forward saved; the missing term: g alone."""
+    dim = p["dim"] if p["dim"] is not None else -1
+    if ar.mid == F64 or y is None:
+        y = log_softmax_forward(Arith(EXACT, F64) if ar.mid == F64 else ar, p)[0]
+    y, g = _last(y, dim), _last(g, dim)
+    if ar.kernel.drop_term:
+        dx = g
+    else:
+        total = ar.sum(g, -1, "softmax").unsqueeze(-1)
+        dx = ar.r(g - ar.r(ar.r(torch.exp(y)) * total))
+    return [ar.result(dx).movedim(-1, dim)]
+
+
+def _prefixes(x: torch.Tensor, suffix: bool = False) -> torch.Tensor:
+    """(..., T) -> (..., T, T): row i holds the terms of prefix i (suffix i), zeros elsewhere: summed in
+    order, row i is a running sum's i-th value (adding a 0 rounds nothing)."""
+    n = x.shape[-1]
+    mask = torch.ones(n, n, dtype=torch.bool)
+    mask = mask.triu() if suffix else mask.tril()
+    return torch.where(mask, x.unsqueeze(-2), torch.zeros((), dtype=x.dtype))
+
+
+def cumsum_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    if p["dtype"] is not None:
+        raise NotApplicable("cumsum into another dtype is not modelled")
+    x = _last(p["input"], p["dim"])
+    return [ar.result(ar.sum(_prefixes(x), -1)).movedim(-1, p["dim"])]
+
+
+def cumsum_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
+    """dx_i = the sum of g_j over j >= i (a reversed cumsum)."""
+    g = _last(g, p["dim"])
+    return [ar.result(ar.sum(_prefixes(g, suffix=True), -1)).movedim(-1, p["dim"])]
+
+
+def _products(ar: Arith, x: torch.Tensor) -> torch.Tensor:
+    """The prefix products of (..., T) along T, each partial product rounded to the accumulator, in the
+    kernel's order (pairwise: a tree)."""
+    if ar.mid == F64:
+        return torch.cumprod(x, -1)
+    acc = ar.acc_dtype("reduction")
+    n = x.shape[-1]
+    terms = torch.where(torch.ones(n, n, dtype=torch.bool).tril(), x.unsqueeze(-2), torch.ones((), dtype=x.dtype))
+    t = terms.movedim(-1, 0)  # (T_j, ..., T_i)
+    if ar.kernel.order == "pairwise":
+        t = rnd(t, acc)
+        while t.shape[0] > 1:
+            if t.shape[0] % 2:
+                t = torch.cat([t, torch.ones_like(t[:1])])
+            t = rnd(t[0::2] * t[1::2], acc)
+        return t[0]
+    total = torch.ones(t.shape[1:], dtype=F64)
+    for term in t.flip(0) if ar.kernel.order == "reverse" else t:
+        total = rnd(total * term, acc)
+    return total
+
+
+def cumprod_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    if p["dtype"] is not None:
+        raise NotApplicable("cumprod into another dtype is not modelled")
+    x = _last(p["input"], p["dim"])
+    return [ar.result(_products(ar, x)).movedim(-1, p["dim"])]
+
+
+def cumprod_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
+    """dx_i = (the sum of g_j y_j over j >= i) / x_i where no x_i is 0, the prefix products y computed
+    again from x in the kernel's precision (PyTorch's bf16 kernel is within an ULP of the float64 one:
+    it does not read its bf16 output; one that did would be 8 ULP off where the sum cancels)."""
+    x = _last(p["input"], p["dim"])
+    if bool((x == 0).any()):
+        raise NotApplicable("cumprod's gradient at a 0 is not modelled")
+    y, g = _products(ar, x), _last(g, p["dim"])
+    sums = ar.racc(ar.sum(_prefixes(ar.r(g * y), suffix=True), -1))
+    return [ar.result(ar.r(sums / x)).movedim(-1, p["dim"])]
+
+
+def nll_loss_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    x, target = p["input"], p["target"]
+    if p["weight"] is not None or p["reduction"] != "mean" or x.dim() != 2 or bool((target == p["ignore_index"]).any()):
+        raise NotApplicable("nll_loss with weights, ignored targets or not a mean")
+    picked = -x.gather(1, target.long()[:, None])[:, 0]
+    return [ar.result(ar.racc(ar.sum(picked, 0) / x.shape[0]))]
+
+
+def mse_loss_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    x, target = p["input"], p["target"]
+    if p["reduction"] != "mean" or not isinstance(target, torch.Tensor) or x.shape != target.shape:
+        raise NotApplicable("mse_loss not a mean, or broadcast")
+    d = ar.r(x - target).reshape(-1)
+    return [ar.result(ar.racc(ar.sum(ar.r(d * d), 0) / d.numel()))]
+
+
+def _index_add(ar: Arith, index: torch.Tensor, g: torch.Tensor, rows: int) -> torch.Tensor:
+    """g's rows added into a table of `rows` rows at `index`, in order (an embedding's gradient)."""
+    onehot = F.one_hot(index.reshape(-1).long(), rows).to(F64)  # (P, V): adding zeros changes no sum
+    return ar.result(ar.sum(onehot[:, :, None] * g.reshape(onehot.shape[0], -1)[:, None, :], 0))
+
+
+def _bags(p: dict) -> torch.Tensor:
+    bags = p["input"]
+    if (
+        bags.dim() != 2
+        or p["offsets"] is not None
+        or p["per_sample_weights"] is not None
+        or p["max_norm"] is not None
+        or p["padding_idx"] is not None
+        or p["scale_grad_by_freq"]
+        or p["mode"] not in ("sum", "mean")
+    ):
+        raise NotApplicable("embedding_bag with offsets, weights, max_norm, padding_idx or max mode")
+    return bags.long()
+
+
+def embedding_bag_forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+    bags = _bags(p)
+    total = ar.sum(p["weight"][bags], 1)  # (B, bag, D): each bag's rows in order
+    if p["mode"] == "mean":
+        total = ar.racc(total / bags.shape[1])
+    return [ar.result(total)]
+
+
+def embedding_bag_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
+    bags = _bags(p)
+    each = g[:, None, :].expand(bags.shape[0], bags.shape[1], g.shape[-1])
+    if p["mode"] == "mean":
+        each = ar.r(each / bags.shape[1])
+    return [_index_add(ar, bags, each, p["weight"].shape[0])]
+
+
+def index_select_backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
+    if p["dim"] not in (0, -p["input"].dim()):
+        raise NotApplicable("index_select along another dimension than the first is not modelled")
+    return [_index_add(ar, p["index"], g, p["input"].shape[0]).reshape(p["input"].shape)]
+
+
+def _softplus(x: torch.Tensor, p: dict, naive: Arith | None = None) -> torch.Tensor:
+    beta, threshold = float(p["beta"]), float(p["threshold"])
+    if naive is None:
+        soft = torch.log1p(torch.exp(beta * x)) / beta
+    else:  # log(1 + exp(x)) in fp32: 1 + exp(x) rounds away what log1p keeps
+        soft = naive.r(naive.r(torch.log(naive.r(1 + naive.r(torch.exp(naive.r(beta * x)))))) / beta)
+    return torch.where(beta * x > threshold, x, soft)
+
+
+def _fast_tanh(ar: Arith, x: torch.Tensor) -> torch.Tensor:
+    """tanh as (1 - e) / (1 + e), e = a fast exp(-2|x|), in fp32: the cancellation near 0 a tanh from
+    exp makes, and the fast exp's error."""
+    e = ar.r(fast_exp(-2 * x.abs()))
+    return torch.sign(x) * ar.r(ar.r(1 - e) / ar.r(1 + e))
+
+
+def _unary_value(name: str, ar: Arith, p: dict) -> torch.Tensor:
+    x = p["input"]
+    if ar.kernel.fast_math and ar.mid != F64:
+        if name == "exp":
+            return fast_exp(x)
+        if name in ("sin", "cos"):
+            return fast_trig(x, getattr(torch, name)).to(F64)
+        if name == "sigmoid":
+            return 1 / (1 + fast_exp(-x))
+        if name == "silu":
+            return x / (1 + fast_exp(-x))
+        if name == "tanh":
+            return _fast_tanh(ar, x)
+        return _softplus(x, p, naive=ar)
+    if name == "silu":
+        return x * torch.sigmoid(x)
+    if name == "softplus":
+        return _softplus(x, p)
+    return getattr(torch, name)(x)
+
+
+def _unary_grad(name: str, ar: Arith, p: dict) -> torch.Tensor:
+    """The derivative at x, float64 (a correctly rounded gradient; silu's missing term: sigmoid(x) alone)."""
+    x = p["input"]
+    s = torch.sigmoid(x)
+    if name == "silu":
+        return s if ar.kernel.drop_term else s * (1 + x * (1 - s))
+    if name == "softplus":
+        beta, threshold = float(p["beta"]), float(p["threshold"])
+        return torch.where(beta * x > threshold, torch.ones_like(x), torch.sigmoid(beta * x))
+    derivative = {
+        "exp": torch.exp(x),
+        "sin": torch.cos(x),
+        "cos": -torch.sin(x),
+        "sigmoid": s * (1 - s),
+        "tanh": 1 - torch.tanh(x) ** 2,
+    }
+    return derivative[name]
+
+
+def _unary_forward(name: str) -> Callable:
+    def forward(ar: Arith, p: dict) -> list[torch.Tensor]:
+        return [ar.result(_unary_value(name, ar, p))]
+
+    return forward
+
+
+def _unary_backward(name: str) -> Callable:
+    def backward(ar: Arith, p: dict, g: torch.Tensor, _y: Any) -> list[torch.Tensor | None]:
+        return [ar.result(g * _unary_grad(name, ar, p))]
+
+    return backward
+
+
 FORWARD_FNS: dict[str, Callable] = {
     "linear": linear_forward,
     "matmul": matmul_forward,
@@ -799,6 +1331,17 @@ FORWARD_FNS: dict[str, Callable] = {
     "adaptive_avg_pool": adaptive_avg_pool_forward,
     "gelu": gelu_forward,
     "cross_entropy": cross_entropy_forward,
+    "conv_transpose": conv_transpose_forward,
+    "group_norm": group_norm_forward,
+    "avg_pool": avg_pool_forward,
+    "sdpa": sdpa_forward,
+    "log_softmax": log_softmax_forward,
+    "cumsum": cumsum_forward,
+    "cumprod": cumprod_forward,
+    "nll_loss": nll_loss_forward,
+    "mse_loss": mse_loss_forward,
+    "embedding_bag": embedding_bag_forward,
+    **{name: _unary_forward(name) for name in _UNARY},
 }
 BACKWARD_FNS: dict[str, Callable] = {
     "linear": linear_backward,
@@ -811,6 +1354,16 @@ BACKWARD_FNS: dict[str, Callable] = {
     "adaptive_avg_pool": adaptive_avg_pool_backward,
     "gelu": gelu_backward,
     "embedding": embedding_backward,
+    "conv_transpose": conv_transpose_backward,
+    "group_norm": group_norm_backward,
+    "avg_pool": avg_pool_backward,
+    "sdpa": sdpa_backward,
+    "log_softmax": log_softmax_backward,
+    "cumsum": cumsum_backward,
+    "cumprod": cumprod_backward,
+    "embedding_bag": embedding_bag_backward,
+    "index_select": index_select_backward,
+    **{name: _unary_backward(name) for name in _UNARY},
 }
 
 
@@ -839,9 +1392,11 @@ API_ROOTS = {"Functional": F, "Torch": torch, "Tensor": torch.Tensor}
 NO_GRAD = frozenset({"running_mean", "running_var"})  # batch_norm updates them in place: no leaves
 
 
-def torch_kernel(entry: Entry, threads: int | None = None) -> list[torch.Tensor | None]:
+def torch_kernel(entry: Entry, threads: int | None = None, onednn: bool = True) -> list[torch.Tensor | None]:
     """PyTorch's own CPU kernel for the entry in its recorded dtypes (autocast: the inputs rounded to
-    the output's dtype, as autocast does), in the recorded layout, at `threads` intra-op threads."""
+    the output's dtype, as autocast does), in the recorded layout, at `threads` intra-op threads; with
+    oneDNN's kernels or ATen's own (`onednn`: which a CPU runs depends on its bf16/fp16 units, and the
+    standard's low run takes both: bench/studies/cpu_kernels.md)."""
     fn = getattr(API_ROOTS[entry.name.split(".", 1)[0]], entry.api)
     dtype = entry.dtype
 
@@ -854,9 +1409,10 @@ def torch_kernel(entry: Entry, threads: int | None = None) -> list[torch.Tensor 
             x = x.to(dtype)
         return x.detach().clone().requires_grad_(entry.direction == BACKWARD and name not in NO_GRAD)
 
-    before = torch.get_num_threads()
+    before, onednn_before = torch.get_num_threads(), torch.backends.mkldnn.enabled
     if threads:
         torch.set_num_threads(threads)
+    torch.backends.mkldnn.enabled = onednn
     try:
         names = PARAMS.get(entry.family or "", ())
         args = [place(a, names[i] if i < len(names) else "") for i, a in enumerate(entry.args)]
@@ -870,6 +1426,7 @@ def torch_kernel(entry: Entry, threads: int | None = None) -> list[torch.Tensor 
         grads = torch.autograd.grad((out * g.to(out.dtype)).sum(), leaves, allow_unused=True)
     finally:
         torch.set_num_threads(before)
+        torch.backends.mkldnn.enabled = onednn_before
     family = entry.family
     return recorded_layout(family, bind(family, args, kwargs) if family else {}, [g for g in grads])
 
@@ -1059,6 +1616,19 @@ def applicable(entry: Entry, kinds: Iterable[str] | None = None) -> list[str]:
     return found
 
 
+def centring(entry: Entry) -> float:
+    """The largest |mean| / std over a normalisation's statistics rows (layer_norm's rows, group_norm's
+    groups, batch_norm's channels) of the entry's recorded input: near 0, a one-pass variance loses
+    nothing a two-pass one keeps (bench/studies/kernel_bounds.md, "Where separation is impossible")."""
+    if entry.family not in _NORMS:
+        raise NotApplicable(f"{entry.api} is no normalisation")
+    p = bind(entry.family, [_f64(a) for a in entry.args], {k: _f64(v) for k, v in entry.kwargs.items()})
+    rows = {"layer_norm": lambda: _rows(p)[0], "group_norm": lambda: _group_rows(p)[0]}.get(
+        entry.family, lambda: _channels(p["input"])
+    )()
+    return float((rows.mean(1).abs() / rows.std(1)).max())
+
+
 ONE_ULP_LIBRARY = 1.5  # a 1-ULP library's farthest from the exact result, in ULP of the rounded result
 SEPARABLE = 2.0  # a warning band's width: what lies within it of a correct kernel cannot be called an error
 
@@ -1141,8 +1711,18 @@ class Kernels:
                     self._correct.append(self.outputs(spec.name))
                 except NotApplicable:
                     continue
+            if self.entry.dtype in LOW and self.entry.family == "linear" and self.entry.direction == FORWARD:
+                # the product rounded to the entry's dtype, then the bias added: the other correct kernel of a
+                # biased GEMM (docs/dtype-budget.md, "Two correct kernels"). Not a planted control: where the
+                # product's fp32 sum and its exact value round to different bf16 neighbours, the standard's
+                # reading of that kernel (the exact product rounded) is a bf16 ULP of the product off.
+                self._correct.append(_in_recorded_dtypes(self.entry, run(Kernel(bias_after=True), self.entry)))
             if self.entry.dtype in LOW:
-                self._correct += [torch_kernel(self.entry, threads) for threads in self.cpu_threads]
+                self._correct += [
+                    torch_kernel(self.entry, threads, onednn)
+                    for threads in self.cpu_threads
+                    for onednn in (True, False)
+                ]
         return self._correct
 
     def changed(self, kind: str, values: Sequence[torch.Tensor | None]) -> list[int]:
@@ -1373,6 +1953,16 @@ GRAD_PARAMS = {
     "adaptive_avg_pool": ("input",),
     "gelu": ("input",),
     "embedding": ("weight",),
+    "conv_transpose": ("input", "weight", "bias"),
+    "group_norm": ("input", "weight", "bias"),
+    "avg_pool": ("input",),
+    "sdpa": ("query", "key", "value"),
+    "log_softmax": ("input",),
+    "cumsum": ("input",),
+    "cumprod": ("input",),
+    "embedding_bag": ("weight",),
+    "index_select": ("input",),
+    **{name: ("input",) for name in _UNARY},
 }
 
 

@@ -19,6 +19,7 @@ layer_norm's bias gradient in the low dtype, which is the accumulate_low deficit
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -74,6 +75,25 @@ EXCEPTIONS: dict[tuple[str, str, str], tuple[str, str]] = {
         ("hybrid_fp32", f"Functional.batch_norm.0.{output}", "one_pass_variance"): ("pass", _NEAR_CENTRED)
         for output in ("forward.output.0", "backward.output.0", "backward.output.3")
     },
+    # The sequence model's bf16 layer_norm before its head (24 rows): its weight gradient summed in bf16 is
+    # barely material (separation 2.02, ratio 0.87), a one-pass variance there a warning (separation 2.71,
+    # 1.02x): PyTorch's own CPU kernel sums that gradient's partials in bf16 too (4.7 ULP of the budget's 6.2).
+    ("seq_bf16", "Functional.layer_norm.1.backward.output.1", "accumulate_low"): (
+        "pass",
+        "a bf16 layer_norm weight gradient summed in bf16, as PyTorch's CPU kernel sums its partials: ratio 0.87",
+    ),
+    ("seq_bf16", "Functional.layer_norm.1.backward.output.1", "one_pass_variance"): (
+        "warning",
+        "a one-pass variance's bf16 layer_norm weight gradient, beside the CPU kernel's bf16 partial sums: 1.02x",
+    ),
+    # softplus as log(1 + exp(x)) in fp32 (no log1p) on the step sizes' inputs: 5.2 ULP off where a correct
+    # composite (exp within its documented 2 ULP, then log1p) is 3.9 (bench/studies/softplus_composite.md: 1.34
+    # times, no per-element rule tells them apart; over [-6, 4] it reaches 256 ULP, an error). A fast exp (2.2e-4
+    # relative) in exp, sigmoid, silu and tanh is an error everywhere.
+    ("seq_fp32", "Functional.softplus.0.forward.output.0", "fast_math"): (
+        "pass",
+        "an fp32 softplus without log1p: 5.2 ULP where a correct log1p(exp(x)) with exp at its 2-ULP bound is 3.9",
+    ),
     # A bf16 layer_norm's weight gradient summed in bf16 over 49 rows: PyTorch's own CPU kernel sums its
     # per-thread partials in bf16 (kernel_bounds.md, Findings); barely material (separation 2.25, ratio 0.79).
     ("hybrid_bf16", "Functional.layer_norm.1.backward.output.1", "accumulate_low"): (
@@ -90,6 +110,13 @@ SMALL = ("gpt512_fp32", "gpt512_bf16", "gpt512_fp16", "pt_tensor_L1", "pt_tensor
 # A hybrid CNN + ViT (conv stem, batch_norm, patch embedding, attention blocks, resampling, adaptive pooling) in
 # fp32, bf16 and CPU autocast: a family the constants were not measured on (tests/data/make/hybrid_dump.py).
 HYBRID = ("hybrid_fp32", "hybrid_bf16", "hybrid_autocast")
+# Issue 47's held-out families: a diffusion-style U-Net (group_norm, silu, conv2d and conv_transpose2d, pooling,
+# self- and cross-attention by SDPA, a GEGLU, resampling; tests/data/make/unet_dump.py) and a recurrent-convolutional
+# sequence model (index_select and embedding_bag, depthwise dilated conv1d, cumsum and cumprod scans, a GRU written
+# out with sigmoid and tanh, softplus, log_softmax and nll_loss; tests/data/make/seq_dump.py), fp32, bf16 and
+# CPU autocast.
+UNET = ("unet_fp32", "unet_bf16", "unet_autocast")
+SEQ = ("seq_fp32", "seq_bf16", "seq_autocast")
 DIRECTIONS = {"forward": "Forward Test Success", "backward": "Backward Test Success"}
 
 
@@ -171,12 +198,56 @@ def material(planted: d.Planted) -> list[int]:
     return [i for i, s in zip(planted.reported, planted.separations) if deficit and s > MATERIAL]
 
 
+# A one-pass variance in an fp32 normalisation whose every row, group or channel has |mean| <= std: the
+# class of _CENTRED, wherever it is (the U-Net's group_norms: |mean|/std 0.12-0.78, separation 2-8.9, ratio
+# 0.04-0.54; the sequence model's layer_norms: 0.26-0.33, separation 2-7.9, ratio 0.05-0.71).
+CENTRED = 1.0
+
+
+@functools.cache
+def _centring(dump: str, entry: str) -> tuple[torch.dtype | None, float]:
+    found = d.load_entry(DUMPS[dump], f"{entry.rsplit('.', 1)[0]}.forward")
+    return found.dtype, d.centring(found)
+
+
+# Attention in bf16 whose sums (Q K^T and P V, every partial sum or every block of 16; the backward's rowsum(dO O))
+# are rounded to bf16, over at most 49 keys (the U-Net's 16 positions, heads of 6, and its 6 context tokens; the
+# hybrid's 49 tokens, heads of 8; pt_tensor_L1_bf16's 4): 3 to 130 times as far as PyTorch's kernel and a
+# FlashAttention-2 kernel (P and dS in bf16) at some element, yet within the budget's allowance for that kernel
+# family, 2 u_bf16 times the magnitudes P rounded to bf16 can move (ratio 0.07-0.9; a few of the hybrid's are
+# errors, 1.2-1.7x). Over 256 keys P V summed in bf16 is 5.5 times its budget (kernel_bounds.md, "Rounded
+# intermediates").
+FLASH_KEYS = 49
+_FLASH = "attention summed in bf16 over at most 49 keys, within the allowance for flash kernels' bf16 P"
+
+
+def exception_of(dump: str, planted: d.Planted, index: int) -> tuple[str, str] | None:
+    """The verdict a material deficit gets instead of an error, and why (EXCEPTIONS, a one-pass variance on
+    centred fp32 rows, low-precision sums in a short attention); None where it must be an error."""
+    exception = EXCEPTIONS.get((dump, f"{planted.entry}.output.{index}", planted.kind))
+    if exception is None and planted.kind == "one_pass_variance":
+        dtype, centring = _centring(dump, planted.entry)
+        if dtype == torch.float32 and centring <= CENTRED:
+            exception = ("pass", f"{_CENTRED}: |mean|/std <= {centring:.2f} in every row")
+    short_attention = ".scaled_dot_product_attention." in planted.entry and _keys(dump, planted.entry) <= FLASH_KEYS
+    if exception is None and short_attention and planted.kind in ("accumulate_low", "accumulate_low_blocked",
+                                                                  "softmax_sum_low"):  # fmt: skip
+        exception = ("", _FLASH)  # either verdict: over 49 keys some are errors (1.2-1.7x), most pass
+    return exception
+
+
+@functools.cache
+def _keys(dump: str, entry: str) -> int:
+    found = d.load_entry(DUMPS[dump], f"{entry.rsplit('.', 1)[0]}.forward")
+    return int(found.args[1].shape[-2])
+
+
 def expected(dump: str, planted: d.Planted, index: int) -> str:
     """The status a planted output must get: a control passes, a material deficit is an error (or
-    what EXCEPTIONS says), an immaterial one anything (no per-element rule can tell it)."""
+    what its exception says: "" for either), an immaterial one anything (no per-element rule can tell it)."""
     if not d.KINDS[planted.kind].deficit:
         return "pass"
-    exception = EXCEPTIONS.get((dump, f"{planted.entry}.output.{index}", planted.kind))
+    exception = exception_of(dump, planted, index)
     if exception:
         return exception[0]
     return "error" if index in material(planted) else ""
@@ -238,7 +309,7 @@ ISSUE_KINDS = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [*SMALL, *GPT, *CNN, *HYBRID])
+@pytest.mark.parametrize("name", [*SMALL, *GPT, *CNN, *HYBRID, *UNET, *SEQ])
 def test_every_material_deficit_is_an_error_and_every_control_passes(pytester, corpora, name):
     """Every (entry, kind) that applies to the dump, forward and backward, one kind per entry in
     each copy of it, one run per copy in recorded mode."""
@@ -332,13 +403,13 @@ def test_the_pytorch_statistics_and_mix_dumps_have_no_error_in_cpu_mode(pytester
 
 @pytest.mark.slow
 def test_hf32_operands_pass_where_declared_and_are_an_error_where_not(pytester, corpora):
-    """HF32 operands planted in every fp32 linear, conv2d and matmul, forward and backward; the team
-    declares them for linear only: its linears pass, saying so, its conv2d and matmul fail."""
+    """HF32 operands planted in every fp32 linear, conv2d, matmul and attention (Q K^T and P V), forward and
+    backward; the team declares them for linear only: its linears pass, saying so, the others fail."""
     (corpus,) = corpora("pt_tensor_L1", ("hf32",))
     linear = [p for p in corpus.planted if p.entry.startswith("Functional.linear.") and material(p)]
     others = [p for p in corpus.planted if not p.entry.startswith("Functional.linear.") and material(p)]
     assert {p.entry.rsplit(".", 1)[1] for p in linear} == {"forward", "backward"}
-    assert {p.entry.split(".")[1] for p in others} == {"conv2d", "matmul"}
+    assert {p.entry.split(".")[1] for p in others} == {"conv2d", "matmul", "scaled_dot_product_attention"}
 
     undeclared = check(pytester, corpus.path / "dump.json", out="undeclared")
     assert all(undeclared.row(p, i)["Status"] == "error" for p in linear + others for i in material(p))
@@ -367,7 +438,10 @@ def test_basic_never_says_a_deficit_is_within_the_rounding_budget(pytester, corp
     summary's count), never of a material deficit: each copy of the corpus that holds one."""
     noted_clean = failing_deficits = 0
     for number, corpus in enumerate(corpora(name)):
-        deficits = {f"{p.entry}.output.{i}" for p in corpus.planted for i in material(p)}
+        # the material deficits the dtype standard fails (not those its exceptions pass)
+        deficits = {
+            f"{p.entry}.output.{i}" for p in corpus.planted for i in material(p) if not exception_of(name, p, i)
+        }
         if not deficits:
             continue
         seen = check(pytester, corpus.path / "dump.json", out=f"basic{number}", standard="basic")
@@ -457,7 +531,7 @@ def judge_amplified(pytester, dump: str, corpora: list[d.Corpus]) -> tuple[list[
                 status, what = row.get("Status", "no details row"), f"{planted.entry}.output.{index} {planted.kind} x10"
                 if status not in ("pass", "warning", "error"):
                     problems.append(f"copy {number}: {what} is {status}: {row.get('Message', '')}")
-                excepted = (dump, f"{planted.entry}.output.{index}", planted.kind) in EXCEPTIONS
+                excepted = exception_of(dump, planted, index) is not None
                 if before > MATERIAL and not excepted and status != "error":
                     problems.append(f"copy {number}: {what} (separation {before:.3g} before) is {status}, not error")
                 if status == "error":
