@@ -171,6 +171,8 @@ class Checker:
                 verdict.reasons.append(dropout.NO_MSPROBE_METRICS)
         else:
             metrics, verdict = compare(comparison, self.standard)
+        if pair.kernel_deficit and verdict.status not in (PASS, SKIP):
+            verdict.reasons.append(pair.kernel_deficit)
         return OutputResult(
             pair.index,
             verdict.status,

@@ -93,6 +93,9 @@ class OutputPair:
     computed_in: str = ""
     extra: ExtraRuns = field(default_factory=ExtraRuns)  # more of the bench, for a standard that asks
     dropout: DropoutRule | None = None  # a dropout that drew a mask: judged by its share dropped (judging/dropout.py)
+    # A documented deficit of the kernel that may have computed the tested side (PyTorch's CPU
+    # kernels: cpu_kernels.py), said beside the verdict where the output fails; it judges nothing.
+    kernel_deficit: str = ""
 
 
 @dataclass(frozen=True)

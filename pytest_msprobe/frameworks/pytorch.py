@@ -23,6 +23,7 @@ from . import (
     Unsupported,
     built_in_references,
     conv,
+    cpu_kernels,
     devices,
     dropout,
     linear_grads,
@@ -476,7 +477,8 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
         def recorded_pairs(tested: list, bench: list) -> list[OutputPair]:
             found = attribution(tested, bench)
             strays = "; ".join(found.strays)
-            return promoted(call, gradient_pairs(found.matched, bench, strays, found.elsewhere, found.unjudged))
+            pairs = gradient_pairs(found.matched, bench, strays, found.elsewhere, found.unjudged)
+            return cpu_kernels.named(call, promoted(call, pairs))
 
         return Sides(
             watched_bench,
@@ -500,7 +502,8 @@ def backward_sides(dump: Dump, call: Call, options: RunOptions) -> Sides:
     def pair(tested: list, bench: list) -> list[OutputPair]:
         # Only the gradients msprobe recorded: an input it recorded none for took none in the step.
         expected = [i < len(grad_specs) and grad_specs[i] is not None for i in range(len(bench))]
-        return promoted(call, [p for p in pairs_of(tested, bench) if p.index < len(expected) and expected[p.index]])
+        pairs = [p for p in pairs_of(tested, bench) if p.index < len(expected) and expected[p.index]]
+        return cpu_kernels.named(call, promoted(call, pairs))
 
     return Sides(bench, tested, pair, notes, False, grad_outputs, probe=probe)
 
