@@ -17,7 +17,8 @@ executes each as a module of its own (templates/repro.py, `package_module`).
   which wires them to the engine;
 - standards/dtype.py, its message (`_message`, `CONSTANTS`).
 
-A module's imports of the package are dropped. What the kept code uses of them must be
+A kept definition brings the module's other top-level definitions it reads (`closure`). A module's
+imports of the package are dropped. What the kept code uses of them must be
 `provided`: given by the script (a module written before, the status words); anything else is
 a ValueError here, at write time, never a NameError in the kernel team's hands. Names used in
 annotations only do not count (the modules use `from __future__ import annotations`).
@@ -43,7 +44,7 @@ class Part:
 
     name: str  # the script's name for it: "budget"
     module: str  # "pytest_msprobe.judging.standards.budget"
-    names: frozenset[str] | None = None  # the top-level definitions kept; None: all
+    names: frozenset[str] | None = None  # the top-level definitions kept, with those they read; None: all
     uses: tuple[str, ...] = ()  # parts written before whose names it may use
 
 
@@ -149,8 +150,10 @@ def source(part: Part) -> str:
                 imports.append(segment(lines, statement))
         elif index == 0 and is_docstring(statement):
             docstring = segment(lines, statement)
-        elif part.names is None or bound_names(statement) & part.names:
+        else:
             kept.append(statement)
+    if part.names is not None:
+        kept = closure(kept, part.names)
     missing = (part.names or frozenset()) - {name for s in kept for name in bound_names(s)}
     if missing:
         raise ValueError(f"{path}: no top-level {', '.join(sorted(missing))} to write into repro.py")
@@ -167,6 +170,19 @@ def source(part: Part) -> str:
     what = "whole" if part.names is None else ", ".join(bound for s in kept for bound in sorted(bound_names(s)))
     origin = f"# {part.module.replace('.', '/')}.py ({what}), its imports of the package left out\n"
     return origin + docstring + "\n" + "".join(imports) + "\n\n" + body
+
+
+def closure(statements: list[ast.stmt], names: frozenset[str]) -> list[ast.stmt]:
+    """The statements that define `names`, and those defining every module-level name they read, and
+    so on, in the module's order: a constant a kept function came to read is written with it, never
+    a NameError when the script runs (the script's fallbacks would hide it as a smaller budget)."""
+    wanted = set(names)
+    while True:
+        kept = [statement for statement in statements if bound_names(statement) & wanted]
+        more = used_names(kept) & {name for statement in statements for name in bound_names(statement)}
+        if more <= wanted:
+            return kept
+        wanted |= more
 
 
 def module_path(module: str) -> Path:
