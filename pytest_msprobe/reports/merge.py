@@ -358,9 +358,11 @@ def coverage_lines(groups: Sequence[Merged]) -> list[str]:
         expected = merged.dump.get("api_calls")
         if expected is not None and len(merged.apis) < expected:
             where = f"{merged.folder}: " if str(merged.folder) != "." else ""
+            # A shard that stopped early left APIs without a row: its lines below say which to resume.
+            cause = "a shard that stopped early, below, or one missing" if stopped_of(merged) else "a shard missing"
             lines.append(
                 f"{where}{len(merged.apis)} of the dump's {expected} APIs have rows: no shard ran the other "
-                f"{expected - len(merged.apis)} (a shard missing from the merge?)"
+                f"{expected - len(merged.apis)} ({cause} from the merge?)"
             )
     return lines
 
