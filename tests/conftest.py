@@ -6,8 +6,9 @@ import csv
 import importlib.util
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Union
 
 import pytest
 from msprobe_venv import msprobe_venv  # noqa: F401  (the fixture of the tests that run msprobe's own tools)

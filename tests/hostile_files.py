@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from conftest import DUMPS
-
 from pytest_msprobe.reports import manifest
 from pytest_msprobe.reports.csv_files import (
     DETAILS_COLUMNS,
@@ -388,7 +387,7 @@ def merged_cells_are_text(root: Root, output: str) -> None:
         assert len(lines) == len(rows), f"{path.name}: a row spans lines"
         for row in rows[1:]:
             for cell in row:
-                assert not cell.startswith(("=", "+", "@")) and not cell.startswith("-") or _number(cell), cell
+                assert (not cell.startswith(("=", "+", "@")) and not cell.startswith("-")) or _number(cell), cell
                 assert "\n" not in cell and "\r" not in cell
 
 

@@ -7,7 +7,6 @@ slow tests in test_compare_msprobe.py feed the same pairs to msprobe's own tool.
 from __future__ import annotations
 
 import json
-
 import math
 import shutil
 from pathlib import Path

@@ -32,7 +32,7 @@ def test_the_overview_states_the_default_standard_and_why_it_fails_bf16():
     text = " ".join(section.split())
     assert "Cosine > 0.99 and MaxAbsErr < 1e-4" in text and "`--msprobe-standard dtype`" in text
     assert "half a ULP of bf16: 0.004 at 1.0, forty times the MaxAbsErr bound" in text
-    assert 2.0**-8 == pytest.approx(0.004, rel=0.03) and 2.0**-8 / 1e-4 == pytest.approx(40, rel=0.03)
+    assert pytest.approx(0.004, rel=0.03) == 2.0**-8 and pytest.approx(40, rel=0.03) == 2.0**-8 / 1e-4
 
 
 # Appended to a copy of each built page: every table and every formula (a ```text block) measured

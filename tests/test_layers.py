@@ -78,7 +78,7 @@ def test_the_option_table_names_the_standards_there_are():
     from pytest_msprobe import options
     from pytest_msprobe.judging import standards
 
-    assert options.STANDARDS == tuple(standards.STANDARDS)
+    assert tuple(standards.STANDARDS) == options.STANDARDS
 
 
 def test_the_checkout_tracks_no_environment():

@@ -156,7 +156,7 @@ def test_an_npu_run_writes_the_rows_of_the_cpu_run_and_runs_the_fused_ops(pytest
         tested = torch.load(path, weights_only=True)
         on_the_cpu = torch.load(pytester.path / "cpu" / path.relative_to(pytester.path / "npu"), weights_only=True)
         assert len(tested) == len(on_the_cpu)
-        assert all(t is None and c is None or t.device.type == "cpu" and torch.equal(t, c)
+        assert all((t is None and c is None) or (t.device.type == "cpu" and torch.equal(t, c))
                    for t, c in zip(tested, on_the_cpu))
 
 

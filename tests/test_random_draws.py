@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_msprobe.frameworks.torch_engine import CODEC
-from pytest_msprobe.inputs.rebuild import random_array
 from pytest_msprobe.inputs import rebuild as inputs
+from pytest_msprobe.inputs.rebuild import random_array
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 FLOAT_MAX = {torch.float32: 3.4028234663852886e38, torch.bfloat16: 3.3895313892515355e38, torch.float16: 65504.0}

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from pytest_msprobe.frameworks.torch_engine import CODEC
-from pytest_msprobe.inputs.rebuild import Rebuilder, random_array
 from pytest_msprobe.inputs import rebuild as inputs
+from pytest_msprobe.inputs.rebuild import Rebuilder, random_array
 from pytest_msprobe.judging import compare, reductions
 from pytest_msprobe.judging.compare import ExtraRuns
 from pytest_msprobe.judging.standards import budget

@@ -11,20 +11,44 @@ npu tensors only.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
 from . import _deficits, _state
 
 __all__ = [
-    "npu_apply_adam", "npu_apply_adam_w", "npu_confusion_transpose", "npu_fast_gelu", "npu_fusion_attention",
-    "npu_group_norm_silu", "npu_layer_norm_eval", "npu_linear", "npu_mish", "npu_moe_gating_top_k_softmax",
-    "npu_rms_norm", "npu_rotary_mul", "npu_scaled_masked_softmax", "npu_sort_v2", "npu_swiglu",
-    "npu_add_rms_norm", "npu_gelu", "npu_apply_rotary_pos_emb", "npu_scatter_nd_update", "npu_dynamic_quant",
-    "npu_grouped_matmul", "npu_moe_init_routing", "npu_moe_finalize_routing", "npu_moe_compute_expert_tokens",
-    "npu_prompt_flash_attention", "npu_incre_flash_attention", "npu_fused_infer_attention_score", "npu_quantize",
-    "npu_scatter_nd_update_", "npu_quant_matmul",
+    "npu_add_rms_norm",
+    "npu_apply_adam",
+    "npu_apply_adam_w",
+    "npu_apply_rotary_pos_emb",
+    "npu_confusion_transpose",
+    "npu_dynamic_quant",
+    "npu_fast_gelu",
+    "npu_fused_infer_attention_score",
+    "npu_fusion_attention",
+    "npu_gelu",
+    "npu_group_norm_silu",
+    "npu_grouped_matmul",
+    "npu_incre_flash_attention",
+    "npu_layer_norm_eval",
+    "npu_linear",
+    "npu_mish",
+    "npu_moe_compute_expert_tokens",
+    "npu_moe_finalize_routing",
+    "npu_moe_gating_top_k_softmax",
+    "npu_moe_init_routing",
+    "npu_prompt_flash_attention",
+    "npu_quant_matmul",
+    "npu_quantize",
+    "npu_rms_norm",
+    "npu_rotary_mul",
+    "npu_scaled_masked_softmax",
+    "npu_scatter_nd_update",
+    "npu_scatter_nd_update_",
+    "npu_sort_v2",
+    "npu_swiglu",
 ]
 
 
