@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import deficits_resample as r
 import pytest
+import resample_runs
 
 from conftest import read_csv, run_msprobe
 from pytest_msprobe.results import RUN_THE_CALL
@@ -94,22 +95,8 @@ def test_resampling_deficits_planted_in_the_hybrid_dumps_are_errors(pytester, co
     """Each deficit in its own copy of the dump, recorded mode, dtype: its rows are errors, its entry fails.
     In fp32, bilinear weights, coordinates or a grid in bf16 are too; in the bf16 model they are its own
     rounding (its grid is bf16 as recorded)."""
-    problems = []
-    for number, (entry, how, direction) in enumerate(PLANTED):
-        if name == "hybrid_bf16" and how in ("weights_bf16", "coords_bf16", "grid_bf16"):
-            continue
-        dump = copy_dump(name, f"copy{number}")
-        planted = [row for row in r.plant(dump.parent, entry, how) if f".{direction}." in row]
-        assert planted
-        result = run_msprobe(
-            pytester, dump, "--msprobe-standard", "dtype", "-k", entry, out=f"out{number}", device="recorded"
-        )
-        details = rows(pytester, f"out{number}")
-        wrong = {
-            row: details.get(row, {}).get("Status") for row in planted if details.get(row, {}).get("Status") != "error"
-        }
-        if wrong or f"{entry}.{direction}" not in " ".join(result.outlines):
-            problems.append(f"{entry} {how} ({direction}): {wrong or 'its entry did not fail'}")
+    own_rounding = ("weights_bf16", "coords_bf16", "grid_bf16") if name == "hybrid_bf16" else ()
+    problems = resample_runs.not_errors(pytester, copy_dump, name, PLANTED, skip=own_rounding)
     assert not problems, "\n".join(problems)
 
 

@@ -18,6 +18,7 @@ import json
 
 import deficits_resample as r
 import pytest
+import resample_runs
 import torch
 
 from conftest import DUMPS, read_csv, run_msprobe
@@ -160,20 +161,7 @@ PLANTED = [
 @pytest.mark.slow
 @pytest.mark.parametrize("name", UNET)
 def test_resampling_deficits_planted_in_the_unet_are_errors_and_a_correct_kernel_passes(pytester, copy_dump, name):
-    problems = []
-    for number, (entry, how, direction) in enumerate(PLANTED):
-        dump = copy_dump(name, f"copy{number}")
-        planted = [row for row in r.plant(dump.parent, entry, how) if f".{direction}." in row]
-        assert planted
-        result = run_msprobe(
-            pytester, dump, "--msprobe-standard", "dtype", "-k", entry, out=f"out{number}", device="recorded"
-        )
-        details = rows(pytester, f"out{number}")
-        wrong = {
-            row: details.get(row, {}).get("Status") for row in planted if details.get(row, {}).get("Status") != "error"
-        }
-        if wrong or f"{entry}.{direction}" not in " ".join(result.outlines):
-            problems.append(f"{entry} {how} ({direction}): {wrong or 'its entry did not fail'}")
+    problems = resample_runs.not_errors(pytester, copy_dump, name, PLANTED)
     assert not problems, "\n".join(problems)
     dump = copy_dump(name, "fused")
     planted = r.plant(dump.parent, "Functional.interpolate.0", "fused")  # d s + (s/2 - 1/2) in fp32: correct
